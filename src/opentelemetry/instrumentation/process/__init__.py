@@ -1,0 +1,74 @@
+"""Process metrics for OpenTelemetry, from one shared psutil snapshot per collection.
+
+Usage::
+
+    from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+    ProcessInstrumentor().instrument()                     # defaults
+    ProcessInstrumentor().instrument(cpu_frequency=True)   # opt in to frequency
+
+Every option can also come from an ``OTEL_PYTHON_PROCESS_METRICS_*``
+environment variable; see :class:`ProcessMetricsOptions`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
+    BaseInstrumentor,
+)
+
+from .instruments import SCHEMA_URL, SCOPE_NAME, Live, start, stop
+from .metrics import METRICS, Kind, Metric
+from .options import ENV_VARS, ProcessMetricsOptions, resolve
+from .package import _instruments
+from .version import __version__
+
+__all__ = [
+    "ENV_VARS",
+    "METRICS",
+    "SCHEMA_URL",
+    "SCOPE_NAME",
+    "Kind",
+    "Metric",
+    "ProcessInstrumentor",
+    "ProcessMetricsOptions",
+    "__version__",
+]
+
+# Generic keyword arguments that callers pass to every instrumentor.
+_IGNORED_KWARGS = ("tracer_provider", "logger_provider", "event_logger_provider")
+
+
+class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Reports this process's metrics, and a few cheap host metrics.
+
+    ``instrument(meter_provider=None, **options)`` takes the fields of
+    :class:`ProcessMetricsOptions` as keywords, or a whole one as
+    ``options=``. Bad options raise ``ValueError``. ``uninstrument()`` stops
+    every point; ``instrument()`` again resumes, with the new options.
+    """
+
+    _live: Live | None = None
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _instruments
+
+    def _instrument(self, **kwargs: Any) -> None:
+        meter_provider = kwargs.pop("meter_provider", None)
+        for name in _IGNORED_KWARGS:
+            kwargs.pop(name, None)
+        options = resolve(kwargs)
+        self._live = start(options, meter_provider)
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        if self._live is not None:
+            stop(self._live)
+            self._live = None
+
+    @property
+    def options(self) -> ProcessMetricsOptions | None:
+        """The options in force, or ``None`` while not instrumented."""
+        return self._live.options if self._live is not None else None
