@@ -1,0 +1,196 @@
+"""The metric table drives registration: every row is checked here."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
+
+from opentelemetry.instrumentation.process import METRICS, ProcessInstrumentor
+from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, Kind, Metric
+
+from .conftest import collect, points
+
+DEFAULTS = [m for m in METRICS if m.default and m.supported()]
+OPT_IN = [m for m in METRICS if not m.default and m.supported()]
+
+# Names the semantic conventions deprecated; none may be emitted.
+DEPRECATED = {
+    "process.open_file_descriptor.count",
+    "process.threads",
+    "process.runtime.cpython.cpu.utilization",
+}
+DEPRECATED_ATTRIBUTES = {"state", "type", "direction", "process.cpu.state", "cpu"}
+
+
+def _enable(metric: Metric) -> dict[str, Any]:
+    if metric.option is not None:
+        return {metric.option: True}
+    return {"include": [metric.name]}
+
+
+def _check_shape(metric: Metric, reported: Any) -> None:
+    assert reported.unit == metric.unit
+    assert reported.description == metric.description
+    data = reported.data
+    if metric.kind is Kind.GAUGE:
+        assert isinstance(data, Gauge)
+    else:
+        assert isinstance(data, Sum)
+        assert data.is_monotonic is (metric.kind is Kind.COUNTER)
+    assert data.data_points, f"{metric.name} has no points"
+    for attrs, v in points(reported).items():
+        assert {k for k, _ in attrs} <= set(metric.attributes), (metric.name, attrs)
+        assert isinstance(v, metric.value_type), (metric.name, v)
+
+
+def test_table_is_consistent() -> None:
+    names = [m.name for m in METRICS]
+    assert len(names) == len(set(names))
+    for m in METRICS:
+        assert re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+", m.name), m.name
+        assert m.name not in DEPRECATED
+        assert not set(m.attributes) & DEPRECATED_ATTRIBUTES, m.name
+        assert m.description.endswith("."), m.name
+        if m.extension:
+            # Extensions are this package's own names: never under a semconv namespace.
+            assert m.name.startswith(EXTENSION_PREFIX)
+            assert "extension" in m.description
+
+
+@pytest.mark.parametrize("metric", DEFAULTS, ids=lambda m: m.name)
+def test_default_metric_is_reported_with_its_shape(
+    metric: Metric, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument()
+    reported = collect(reader)
+    assert metric.name in reported
+    _check_shape(metric, reported[metric.name])
+
+
+def test_defaults_are_exactly_the_default_rows(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument()
+    assert set(collect(reader)) == {m.name for m in DEFAULTS}
+
+
+@pytest.mark.parametrize("metric", OPT_IN, ids=lambda m: m.name)
+def test_opt_in_metric_only_when_enabled(
+    metric: Metric, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument()
+    assert metric.name not in collect(reader)
+    ProcessInstrumentor().uninstrument()
+    instrument(**_enable(metric))
+    reported = collect(reader)
+    if metric.name == "system.paging.utilization" and not _swap_total():
+        pytest.skip("no swap on this host: paging utilization is unknown, so it is absent")
+    if metric.name.startswith(EXTENSION_PREFIX + "cpu.frequency."):
+        # Unknown min/max are left out, never 0: only check they are not 0.
+        assert all(v > 0 for m in [reported.get(metric.name)] if m for v in points(m).values())
+        return
+    assert metric.name in reported
+    _check_shape(metric, reported[metric.name])
+
+
+def _swap_total() -> int:
+    import psutil
+
+    return int(psutil.swap_memory().total)
+
+
+def test_frequency_instruments_are_registered_only_when_on(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader, provider: Any
+) -> None:
+    from opentelemetry.instrumentation.process.instruments import _registries
+
+    frequency = {m.name for m in METRICS if m.option == "cpu_frequency"}
+    instrument()
+    assert not frequency & set(_registries[provider].observers)
+    assert not frequency & set(collect(reader))
+    ProcessInstrumentor().uninstrument()
+    instrument(cpu_frequency=True)
+    assert frequency <= set(_registries[provider].observers)
+    import psutil
+
+    freq = psutil.cpu_freq(percpu=True)
+    if freq and any(f.current for f in freq):
+        cpu_freq = collect(reader)["system.cpu.frequency"]
+        for attrs, hz in points(cpu_freq).items():
+            assert dict(attrs).keys() == {"cpu.logical_number"}
+            assert isinstance(hz, int) and hz > 1_000_000
+
+
+def test_per_cpu_adds_logical_number(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    import psutil
+
+    instrument()
+    aggregated = collect(reader)["system.cpu.time"]
+    assert all(dict(a).keys() == {"cpu.mode"} for a in points(aggregated))
+    ProcessInstrumentor().uninstrument()
+    instrument(per_cpu=True)
+    per_cpu = collect(reader)["system.cpu.time"]
+    numbers = {dict(a)["cpu.logical_number"] for a in points(per_cpu)}
+    assert numbers == set(range(psutil.cpu_count()))
+    modes = {dict(a)["cpu.mode"] for a in points(per_cpu)}
+    assert {"user", "system", "idle"} <= modes
+    assert modes <= {"user", "system", "nice", "idle", "iowait", "interrupt", "steal"}
+
+
+def test_constant_attributes_on_every_point(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(attributes={"deployment.environment.name": "test", "shard": 3})
+    for metric in collect(reader).values():
+        for attrs in points(metric):
+            assert ("deployment.environment.name", "test") in attrs, metric.name
+            assert ("shard", 3) in attrs, metric.name
+
+
+def test_exclude_glob_drops_host_metrics(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(exclude=["system.*"], include=["system.disk.io"])
+    names = set(collect(reader))
+    assert names and not any(n.startswith("system.") for n in names)
+
+
+def test_connection_count_needs_its_exact_name(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(include=["system.network.*"])
+    names = set(collect(reader))
+    assert "system.network.io" in names
+    assert "system.network.connection.count" not in names
+    ProcessInstrumentor().uninstrument()
+    instrument(include=["system.network.connection.count"])
+    assert "system.network.connection.count" in collect(reader)
+
+
+def test_meter_scope(instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader) -> None:
+    from opentelemetry.instrumentation.process import SCOPE_NAME, __version__
+
+    instrument()
+    data = reader.get_metrics_data()
+    assert data is not None
+    scopes = [sm for rm in data.resource_metrics for sm in rm.scope_metrics]
+    ours = [sm for sm in scopes if sm.scope.name == SCOPE_NAME]
+    assert len(ours) == 1
+    assert ours[0].scope.version == __version__
+    assert ours[0].schema_url == "https://opentelemetry.io/schemas/1.44.0"
+
+
+def test_entry_point_is_declared() -> None:
+    from importlib.metadata import entry_points
+
+    found = [ep for ep in entry_points(group="opentelemetry_instrumentor") if ep.name == "process"]
+    assert len(found) == 1
+    assert found[0].value == "opentelemetry.instrumentation.process:ProcessInstrumentor"
+    assert found[0].load() is ProcessInstrumentor
+    assert list(ProcessInstrumentor().instrumentation_dependencies()) == []
