@@ -24,7 +24,7 @@
 #   OTELCOL_RETRY_AFTER  seconds during which a failed collector build is not
 #                        retried (default 21600 = 6 h; 0 = always retry)
 #   OTELCOL_KEEP_BUILD=1 keep the downloaded .debs / extracted tree (~2.3 GB)
-#                        after a successful build instead of deleting them
+#                        in $CACHE/otelcol-build after a build (default: delete)
 #
 # Exit status: non-zero if VictoriaMetrics could not be installed. A failed
 # collector build is NOT fatal: the reason goes to $CACHE/otelcol.unavailable,
@@ -174,7 +174,7 @@ install_vm() {
     : > "$VM_LOG"
     log "victoria-metrics: apt-get update (private apt: trixie from $MIRROR)"
     conf="$(setup_apt trixie)" || die "victoria-metrics: apt setup (trixie)" "cannot write the private apt config under $APT_ROOT"
-    apt-get -c "$conf" -q update >>"$VM_LOG" 2>&1 ||
+    apt-get -c "$conf" -qq update --error-on=any >>"$VM_LOG" 2>&1 ||
         die "victoria-metrics: apt-get update (trixie, $MIRROR)" "could not fetch the trixie package lists" "$VM_LOG"
     want="$(pkg_versions "$conf" victoria-metrics 2>>"$VM_LOG")" ||
         die "victoria-metrics: resolve" "package victoria-metrics not found in trixie" "$VM_LOG"
@@ -185,9 +185,9 @@ install_vm() {
     log "victoria-metrics: apt-get download victoria-metrics ($want)"
     debs="$APT_ROOT/trixie/debs"
     { rm -rf "$debs" && mkdir -p "$debs"; } || die "victoria-metrics: download" "cannot create $debs"
-    (cd "$debs" && apt-get -c "$conf" -q download victoria-metrics) >>"$VM_LOG" 2>&1 ||
+    (cd "$debs" && apt-get -c "$conf" -qq download victoria-metrics) >>"$VM_LOG" 2>&1 ||
         die "victoria-metrics: apt-get download" "could not download package victoria-metrics from trixie" "$VM_LOG"
-    deb="$(ls "$debs"/victoria-metrics_*.deb 2>/dev/null | head -n 1)"
+    deb="$(compgen -G "$debs/victoria-metrics_*.deb" | head -n 1 || true)"
     [[ -n "$deb" ]] || die "victoria-metrics: apt-get download" "no victoria-metrics_*.deb in $debs" "$VM_LOG"
     log "victoria-metrics: extracting ./usr/bin/victoria-metrics"
     dpkg-deb --fsys-tarfile "$deb" | tar -x -O ./usr/bin/victoria-metrics > "$VM_BIN.tmp" 2>>"$VM_LOG" ||
@@ -231,6 +231,14 @@ otel_fail() {  # otel_fail STEP REASON  (always returns 1)
     return 1
 }
 
+check_components() {  # check_components BINARY
+    local out c
+    out="$("$1" components)" || return 1
+    for c in otlp batch debug otlp_grpc otlp_http; do
+        grep -qx -- " *- name: $c" <<<"$out" || { echo "missing component: $c"; return 1; }
+    done
+}
+
 otel_run() {  # otel_run STEP REASON CMD...  (output appended to the build log)
     local step="$1" reason="$2"; shift 2
     {
@@ -250,7 +258,7 @@ build_otelcol() {
     log "otelcol: apt-get update (private apt: sid from $MIRROR)"
     conf="$(setup_apt sid)" || { otel_fail "apt setup (sid)" "could not write the private apt config"; return 1; }
     otel_run "apt-get update (sid)" "could not fetch the sid package lists from $MIRROR" \
-        apt-get -c "$conf" -q update || return 1
+        apt-get -c "$conf" -qq update --error-on=any || return 1
 
     log "otelcol: resolving the golang-* dependency closure of $COLLECTOR_PKG + golang-go"
     local pkg
@@ -272,8 +280,10 @@ build_otelcol() {
     fi
     wanted="$(grep -E '^golang-.*-dev$' <<<"$names" || true)"
     wanted="$(printf '%s\n%s\n%s\n' "$wanted" "$toolchain" "${toolchain%-go}-src" | grep -v '^$' | sort -u)"
-    n="$(wc -l <<<"$wanted")"
-    versions="$(pkg_versions "$conf" $wanted 2>>"$OTELCOL_LOG")" ||
+    local -a pkgs
+    mapfile -t pkgs <<<"$wanted"
+    n="${#pkgs[@]}"
+    versions="$(pkg_versions "$conf" "${pkgs[@]}" 2>>"$OTELCOL_LOG")" ||
         { otel_fail "resolve (sid)" "apt-cache show failed for the closure"; return 1; }
     colver="$(awk -F= -v p="$COLLECTOR_PKG" '$1 == p { print $2 }' <<<"$versions")"
     gover="$(awk -F= -v p="$toolchain" '$1 == p { print $2 }' <<<"$versions")"
@@ -287,8 +297,7 @@ build_otelcol() {
     log "otelcol: apt-get download $n packages ($COLLECTOR_PKG $colver, $toolchain $gover, ~250 MB)"
     rm -rf "$OTELCOL_BUILD"
     mkdir -p "$OTELCOL_BUILD/debs" "$OTELCOL_BUILD/root" "$OTELCOL_BUILD/gopath/src/otelcol-e2e"
-    # shellcheck disable=SC2086
-    (cd "$OTELCOL_BUILD/debs" && apt-get -c "$conf" -q download $wanted) >>"$OTELCOL_LOG" 2>&1 || {
+    (cd "$OTELCOL_BUILD/debs" && apt-get -c "$conf" -qq download "${pkgs[@]}") >>"$OTELCOL_LOG" 2>&1 || {
         local failed
         failed="$(grep -oE '(Failed to fetch|Unable to locate package|Can.t select candidate version from package|has no installation candidate)[^ ]* *[^ ]+' "$OTELCOL_LOG" | head -n 5 | tr '\n' ';')"
         otel_fail "apt-get download (sid)" "could not download the closure packages${failed:+: $failed}"
@@ -302,7 +311,7 @@ build_otelcol() {
             { otel_fail "extract" "dpkg -x failed for package $(basename "$deb")"; return 1; }
     done
     root="$OTELCOL_BUILD/root"
-    goroot="$(ls -d "$root"/usr/lib/go-1.* 2>/dev/null | sort -V | tail -n 1)"
+    goroot="$(compgen -G "$root/usr/lib/go-1.*" | sort -V | tail -n 1 || true)"
     if [[ -z "$goroot" || ! -x "$goroot/bin/go" ]]; then
         otel_fail "extract" "no Go toolchain (usr/lib/go-1.*/bin/go) found after extracting $toolchain"
         return 1
@@ -327,8 +336,7 @@ build_otelcol() {
 
     otel_run "check" "the built binary does not run ('otelcol --version')" "$OTELCOL_BIN.tmp" --version || return 1
     otel_run "check" "the built binary lacks a required component" \
-        bash -c '"$1" components > "$2.components" && for c in "name: otlp\$" "name: batch\$" "name: debug\$" "name: otlp_grpc\$" "name: otlp_http\$"; do grep -q -- "$c" "$2.components" || { echo "missing component: $c"; exit 1; }; done' \
-        _ "$OTELCOL_BIN.tmp" "$OTELCOL_BUILD/check" || return 1
+        check_components "$OTELCOL_BIN.tmp" || return 1
     mv -f "$OTELCOL_BIN.tmp" "$OTELCOL_BIN" || { otel_fail "install" "could not move the binary to $OTELCOL_BIN"; return 1; }
     echo "$stamp" > "$OTELCOL_STAMP"
     if [[ "${OTELCOL_KEEP_BUILD:-0}" != 1 ]]; then
@@ -368,11 +376,13 @@ else
         # Only a --refresh failed (e.g. network); the cached binary is still
         # current for scripts/otelcol/main.go, so keep using it.
         rm -f "$OTELCOL_BIN.tmp"
+        [[ "${OTELCOL_KEEP_BUILD:-0}" == 1 ]] || rm -rf "$OTELCOL_BUILD"
         log "WARNING: otelcol refresh failed at step '$OTEL_STEP': $OTEL_REASON"
         log "WARNING: keeping the cached $OTELCOL_BIN (log: $OTELCOL_LOG)"
     else
         # No usable binary (or one built from an older main.go): unavailable.
         rm -f "$OTELCOL_BIN.tmp" "$OTELCOL_BIN" "$OTELCOL_STAMP"
+        [[ "${OTELCOL_KEEP_BUILD:-0}" == 1 ]] || rm -rf "$OTELCOL_BUILD"
         {
             echo "step: $OTEL_STEP"
             echo "reason: $OTEL_REASON"

@@ -7,13 +7,14 @@ never see a half-built one. Nothing here knows about OpenTelemetry.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import psutil
@@ -111,13 +112,27 @@ class SnapshotCache:
         readings: dict[str, Reading] = {}
         in_process = [s for s in sources if s.in_process]
         if in_process:
-            with self._process.oneshot():
+            with self._oneshot():
                 for source in in_process:
                     self._read_one(source, ctx, readings)
         for source in sources:
             if not source.in_process:
                 self._read_one(source, ctx, readings)
         return readings
+
+    @contextlib.contextmanager
+    def _oneshot(self) -> Iterator[None]:
+        # oneshot() only caches; if it cannot start, the sources still read.
+        try:
+            cm = self._process.oneshot()
+            cm.__enter__()
+        except Exception:  # noqa: BLE001
+            yield
+            return
+        try:
+            yield
+        finally:
+            cm.__exit__(None, None, None)
 
     def _read_one(self, source: Source, ctx: ReadContext, out: dict[str, Reading]) -> None:
         try:

@@ -162,17 +162,17 @@ def _io(ctx: ReadContext) -> Reading:
 
 
 def _num_threads(ctx: ReadContext) -> Reading:
-    return {"count": ctx.process.num_threads()}
+    return {"count": int(ctx.process.num_threads())}
 
 
 def _num_fds(ctx: ReadContext) -> Reading:
-    return {"count": ctx.process.num_fds()}
+    return {"count": int(ctx.process.num_fds())}
 
 
 def _num_handles(ctx: ReadContext) -> Reading:
     # Windows only, so typing stubs on other platforms do not know it.
     num_handles: Callable[[], int] = getattr(ctx.process, "num_handles")  # noqa: B009
-    return {"count": num_handles()}
+    return {"count": int(num_handles())}
 
 
 def _uptime(ctx: ReadContext) -> Reading:

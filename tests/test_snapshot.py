@@ -1,0 +1,260 @@
+"""One refresh per collection, only the enabled sources, static facts once."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from opentelemetry.instrumentation.process import METRICS, ProcessInstrumentor
+from opentelemetry.instrumentation.process.snapshot import SnapshotCache
+
+from .conftest import OpenRecorder, collect, points
+
+linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
+
+
+class CallCounter:
+    """Counts calls of real functions; the real function still runs."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.calls: dict[str, int] = {}
+        self._monkeypatch = monkeypatch
+
+    def wrap(self, owner: Any, name: str) -> None:
+        real = getattr(owner, name)
+        label = f"{getattr(owner, '__name__', owner)}.{name}"
+
+        @functools.wraps(real)  # keeps psutil's oneshot cache hooks
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.calls[label] = self.calls.get(label, 0) + 1
+            return real(*args, **kwargs)
+
+        self._monkeypatch.setattr(owner, name, counted)
+
+
+@pytest.fixture
+def counter(monkeypatch: pytest.MonkeyPatch) -> Iterator[CallCounter]:
+    c = CallCounter(monkeypatch)
+    for name in ("memory_info", "num_threads", "io_counters", "num_fds", "threads"):
+        if hasattr(psutil.Process, name):
+            c.wrap(psutil.Process, name)
+    for name in ("cpu_times", "virtual_memory", "cpu_freq", "cpu_count", "disk_io_counters"):
+        c.wrap(psutil, name)
+    yield c
+
+
+def _cache() -> SnapshotCache:
+    live = ProcessInstrumentor()._live
+    assert live is not None
+    return live.cache
+
+
+def test_one_refresh_per_collection_with_one_reader(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    counter: CallCounter,
+) -> None:
+    instrument()
+    counter.calls.clear()
+    for n in range(1, 4):
+        collect(reader)
+        assert _cache().refreshes == n
+    assert counter.calls["Process.memory_info"] == 3
+    assert counter.calls["psutil.cpu_times"] == 3
+    assert counter.calls["psutil.virtual_memory"] == 3
+
+
+def test_one_refresh_per_reader_collection_with_two_readers(counter: CallCounter) -> None:
+    first, second = InMemoryMetricReader(), InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[first, second])
+    ProcessInstrumentor().instrument(meter_provider=provider)
+    try:
+        counter.calls.clear()
+        a = collect(first)
+        b = collect(second)
+        collect(first)
+        assert _cache().refreshes == 3
+        assert counter.calls["Process.memory_info"] == 3
+        # Each reader sees every metric, from its own fresh snapshot.
+        assert set(a) == set(b) == {m.name for m in METRICS if m.default and m.supported()}
+    finally:
+        ProcessInstrumentor().uninstrument()
+        provider.shutdown()
+
+
+def test_concurrent_collections_never_see_a_half_built_snapshot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Slow one source down so that refreshes overlap.
+    real = psutil.virtual_memory
+
+    def slow() -> Any:
+        threading.Event().wait(0.002)
+        return real()
+
+    readers = [InMemoryMetricReader() for _ in range(4)]
+    provider = MeterProvider(metric_readers=readers)
+    ProcessInstrumentor().instrument(meter_provider=provider)
+    monkeypatch.setattr(psutil, "virtual_memory", slow)
+    expected = {m.name for m in METRICS if m.default and m.supported()}
+    failures: list[str] = []
+    collections = 0
+
+    def run(r: InMemoryMetricReader) -> None:
+        nonlocal collections
+        for _ in range(15):
+            got = collect(r)
+            collections += 1
+            if set(got) != expected:
+                failures.append(f"missing {expected - set(got)}")
+            elif len(points(got["system.memory.usage"])) < 2:
+                failures.append("partial system.memory.usage")
+
+    try:
+        threads = [threading.Thread(target=run, args=(r,)) for r in readers]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not failures, failures[:3]
+        assert collections == 60
+        assert 1 <= _cache().refreshes <= 60 * len(expected)
+    finally:
+        ProcessInstrumentor().uninstrument()
+        provider.shutdown()
+
+
+def test_snapshot_is_complete_for_concurrent_callers(monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = SnapshotCache(["process.memory", "system.memory", "system.cpu", "cpython.gc"])
+    real = psutil.virtual_memory
+
+    def slow() -> Any:
+        threading.Event().wait(0.001)
+        return real()
+
+    monkeypatch.setattr(psutil, "virtual_memory", slow)
+    seen: list[set[str]] = []
+
+    def run() -> None:
+        generation = 0
+        for _ in range(30):
+            snap = cache.snapshot(generation)
+            generation = snap.generation
+            seen.append(set(snap.readings))
+
+    threads = [threading.Thread(target=run) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    full = {"process.memory", "system.memory", "system.cpu", "cpython.gc", "snapshot"}
+    assert len(seen) == 180
+    assert all(s == full for s in seen)
+
+
+@linux_only
+def test_default_collection_opens_only_its_sources(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    opens: OpenRecorder,
+) -> None:
+    instrument()
+    collect(reader)
+    with opens.recording() as paths:
+        collect(reader)
+    joined = "\n".join(paths)
+    for unwanted in ("cpufreq", "/proc/cpuinfo", "diskstats", "/proc/net", "cgroup", "mounts"):
+        assert unwanted not in joined, paths
+    # stat is not needed: CPU times come from getrusage(2).
+    assert sorted(p.rsplit("/", 1)[-1] for p in paths) == sorted(
+        ["status", "statm", "io", "fd", "stat", "meminfo"]
+    ), paths
+    assert len(paths) == len(set(paths))
+
+
+@linux_only
+def test_frequency_is_read_only_when_on(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    opens: OpenRecorder,
+) -> None:
+    instrument(cpu_frequency=True)
+    collect(reader)
+    with opens.recording() as paths:
+        collect(reader)
+    assert any("cpufreq" in p or p == "/proc/cpuinfo" for p in paths), paths
+
+
+@linux_only
+def test_disk_group_is_read_only_when_on(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    opens: OpenRecorder,
+) -> None:
+    instrument(include=["system.disk.*"])
+    with opens.recording() as paths:
+        collect(reader)
+    assert any(p.endswith("diskstats") for p in paths), paths
+
+
+def test_static_facts_are_not_read_per_collection(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    counter: CallCounter,
+) -> None:
+    instrument(include=["process_metrics.unix.file_descriptor.limit"])
+    counter.calls.clear()
+    for _ in range(3):
+        assert "system.cpu.logical.count" in collect(reader)
+    assert "psutil.cpu_count" not in counter.calls
+
+
+def test_process_files_are_read_in_one_oneshot(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    depth = {"now": 0, "max": 0, "entered": 0}
+    outside: list[str] = []
+    real_oneshot = psutil.Process.oneshot
+
+    class Tracking:
+        def __init__(self, proc: psutil.Process) -> None:
+            self._cm = real_oneshot(proc)
+
+        def __enter__(self) -> None:
+            depth["now"] += 1
+            depth["entered"] += 1
+            self._cm.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            depth["now"] -= 1
+            self._cm.__exit__(*exc)
+
+    def track(name: str) -> None:
+        real = getattr(psutil.Process, name)
+
+        @functools.wraps(real)
+        def wrapped(proc: psutil.Process, *a: Any, **k: Any) -> Any:
+            if depth["now"] == 0:
+                outside.append(name)
+            return real(proc, *a, **k)
+
+        monkeypatch.setattr(psutil.Process, name, wrapped)
+
+    instrument()
+    monkeypatch.setattr(psutil.Process, "oneshot", lambda proc: Tracking(proc))
+    for name in ("memory_info", "num_threads", "io_counters", "num_fds"):
+        if hasattr(psutil.Process, name):
+            track(name)
+    collect(reader)
+    assert depth["entered"] == 1
+    assert outside == []
