@@ -173,7 +173,9 @@ def test_connection_count_needs_its_exact_name(
     assert "system.network.connection.count" in collect(reader)
 
 
-def test_meter_scope(instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader) -> None:
+def test_meter_scope(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
     from opentelemetry.instrumentation.process import SCOPE_NAME, __version__
 
     instrument()

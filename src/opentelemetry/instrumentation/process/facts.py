@@ -33,6 +33,8 @@ class Facts:
 
     pid: int
     create_time: float
+    start_boottime: float | None
+    """Seconds after boot at which the process started (Linux), for a precise uptime."""
     logical_cpus: int | None
     physical_cpus: int | None
     available_cpus: float
@@ -62,6 +64,7 @@ def read_facts(
     return Facts(
         pid=process.pid,
         create_time=_create_time(process),
+        start_boottime=_start_boottime(process.pid),
         logical_cpus=logical,
         physical_cpus=psutil.cpu_count(logical=False),
         available_cpus=available_cpus(_affinity_count(process) or logical or 1, quota),
@@ -84,6 +87,20 @@ def _create_time(process: psutil.Process) -> float:
         return float(process.create_time())
     except (psutil.Error, OSError):
         return time.time()
+
+
+def _start_boottime(pid: int) -> float | None:
+    # psutil's create_time() adds this to the boot time, which /proc/stat
+    # rounds to whole seconds: an uptime from it can be off by up to 1 s.
+    if not hasattr(time, "CLOCK_BOOTTIME"):
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])
+        return ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _affinity_count(process: psutil.Process) -> int | None:

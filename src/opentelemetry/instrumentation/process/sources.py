@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -176,8 +177,9 @@ def _num_handles(ctx: ReadContext) -> Reading:
 
 
 def _uptime(ctx: ReadContext) -> Reading:
-    import time
-
+    start = ctx.facts.start_boottime
+    if start is not None:
+        return {"uptime": time.clock_gettime(time.CLOCK_BOOTTIME) - start}
     return {"uptime": time.time() - ctx.facts.create_time}
 
 

@@ -1,0 +1,120 @@
+"""After os.fork() the child reports itself, with fresh baselines, and never deadlocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+from .conftest import collect, points, value
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def _in_child(body: Callable[[], dict[str, Any]], timeout: float = 20.0) -> dict[str, Any]:
+    """Run ``body`` in a forked child; return what it returned (as JSON)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        os.close(read_end)
+        signal.alarm(int(timeout))  # a deadlock ends the child instead of hanging the suite
+        try:
+            result = body()
+        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
+            result = {"error": repr(exc)}
+        os.write(write_end, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write_end)
+    chunks = []
+    with os.fdopen(read_end, "rb") as f:
+        chunks.append(f.read())
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status), f"child died: status {status}"
+    result: dict[str, Any] = json.loads(b"".join(chunks) or b"{}")
+    assert "error" not in result, result
+    return result
+
+
+def test_child_reports_its_own_memory_pid_and_cpu(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    inst = instrument()
+    parent = collect(reader)
+    parent_rss = value(parent["process.memory.usage"])
+    parent_start = time.clock_gettime(time.CLOCK_BOOTTIME) - value(parent["process.uptime"])
+    time.sleep(0.2)
+
+    def child() -> dict[str, Any]:
+        block = b"x" * (150 << 20)  # touched, so resident
+        end = time.thread_time() + 0.4
+        while time.thread_time() < end:
+            sum(range(2_000))
+        got = collect(reader)
+        live = inst._live
+        assert live is not None
+        return {
+            "rss": value(got["process.memory.usage"]),
+            "start": time.clock_gettime(time.CLOCK_BOOTTIME) - value(got["process.uptime"]),
+            "cpu": sum(points(got["process.cpu.utilization"]).values()),
+            "facts_pid": live.cache.facts.pid,
+            "pid": os.getpid(),
+            "available": live.cache.facts.available_cpus,
+            "kept": len(block),
+        }
+
+    got = _in_child(child)
+    assert got["facts_pid"] == got["pid"] != os.getpid()
+    assert got["rss"] >= parent_rss + (120 << 20)
+    # The child started after the parent (uptime is precise to a clock tick).
+    assert got["start"] >= parent_start + 0.19
+    # A fresh baseline at fork: the first child collection sees its own busy loop.
+    assert got["cpu"] >= 0.5 / got["available"]
+
+
+def test_lock_held_at_fork_does_not_deadlock_the_child(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    inst = instrument()
+    live = inst._live
+    assert live is not None
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with live.cache._lock:
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    try:
+        got = _in_child(lambda: {"names": sorted(collect(reader))}, timeout=10)
+    finally:
+        release.set()
+        holder.join()
+    assert "process.memory.usage" in got["names"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_parent_is_unaffected_by_the_child(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    inst = instrument()
+    collect(reader)
+    _in_child(lambda: {"n": len(collect(reader))})
+    live = inst._live
+    assert live is not None
+    assert live.cache.facts.pid == os.getpid()
+    rss = value(collect(reader)["process.memory.usage"])
+    with open("/proc/self/statm") as f:
+        assert abs(rss - int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")) < (8 << 20)

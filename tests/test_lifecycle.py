@@ -1,0 +1,110 @@
+"""uninstrument() really stops; instrument() again resumes without duplicates."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+from .conftest import collect, points
+
+
+def test_uninstrument_stops_every_point(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(per_thread=True, include=["system.*"])
+    assert collect(reader)
+    ProcessInstrumentor().uninstrument()
+    assert collect(reader) == {}
+    assert collect(reader) == {}
+
+
+def test_reinstrument_with_other_options_resumes_without_duplicates(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    instrument()
+    first = collect(reader)
+    ProcessInstrumentor().uninstrument()
+    instrument(per_cpu=True, include=["system.network.io"], exclude=["cpython.*"])
+    second = collect(reader)  # collect() itself asserts no duplicate metric or point
+    assert "system.network.io" in second
+    assert not any(n.startswith("cpython.") for n in second)
+    assert set(first) - set(second) == {n for n in first if n.startswith("cpython.")}
+    per_cpu = points(second["system.cpu.time"])
+    assert all("cpu.logical_number" in dict(a) for a in per_cpu)
+    ProcessInstrumentor().uninstrument()
+    instrument()
+    assert set(collect(reader)) == set(first)
+    duplicates = [r for r in caplog.records if "created already" in r.getMessage()]
+    assert duplicates == []
+
+
+def test_instrument_twice_keeps_one_set_of_points(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument()
+    instrument(per_cpu=True)  # already instrumented: ignored by BaseInstrumentor
+    got = collect(reader)
+    assert all("cpu.logical_number" not in dict(a) for a in points(got["system.cpu.time"]))
+
+
+def test_second_construction_does_not_break_the_live_one(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    live = instrument()
+    again = ProcessInstrumentor()
+    assert again is live
+    assert again.is_instrumented_by_opentelemetry
+    got = collect(reader)
+    assert "process.cpu.time" in got and "process.memory.usage" in got
+
+
+def test_uninstrument_when_not_instrumented_is_harmless(reader: InMemoryMetricReader) -> None:
+    ProcessInstrumentor().uninstrument()
+    assert not ProcessInstrumentor().is_instrumented_by_opentelemetry
+
+
+def test_moving_to_another_provider(reader: InMemoryMetricReader, provider: Any) -> None:
+    other_reader = InMemoryMetricReader()
+    other = MeterProvider(metric_readers=[other_reader])
+    try:
+        ProcessInstrumentor().instrument(meter_provider=provider)
+        assert collect(reader)
+        ProcessInstrumentor().uninstrument()
+        ProcessInstrumentor().instrument(meter_provider=other)
+        assert collect(reader) == {}
+        assert "process.cpu.time" in collect(other_reader)
+    finally:
+        ProcessInstrumentor().uninstrument()
+        other.shutdown()
+
+
+def test_global_meter_provider_is_used_by_default() -> None:
+    # The global provider can be set only once per process: use a fresh one.
+    script = """
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.instrumentation.process import ProcessInstrumentor
+reader = InMemoryMetricReader()
+metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+ProcessInstrumentor().instrument()
+data = reader.get_metrics_data()
+names = {m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+print("process.cpu.time" in names, "process.memory.usage" in names)
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert out.stdout.split() == ["True", "True"], out.stderr

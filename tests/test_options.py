@@ -1,0 +1,186 @@
+"""Options: every bad value gets a clear error; env falls back with one warning."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
+from opentelemetry.instrumentation.process.options import (
+    DEFAULT_MAX_THREAD_SERIES,
+    ENV_VARS,
+    from_environment,
+    resolve,
+)
+
+from .conftest import collect
+
+LOGGER = "opentelemetry.instrumentation.process"
+
+BAD_CODE = [
+    ({"cpu_frequency": "true"}, "cpu_frequency: expected True or False, got 'true'"),
+    ({"per_thread": 1}, "per_thread: expected True or False, got 1"),
+    ({"per_cpu": None}, "per_cpu: expected True or False, got None"),
+    (
+        {"include": ["process.cpu.tim"]},
+        "include: unknown metric name 'process.cpu.tim' (did you mean 'process.cpu.time'?); "
+        "allowed: names or globs over the names in the metric reference",
+    ),
+    (
+        {"exclude": ["nope.*"]},
+        "exclude: the glob 'nope.*' matches no metric; allowed: names or globs over the names "
+        "in the metric reference",
+    ),
+    (
+        {"include": "system.disk.*"},
+        "include: expected a list of metric names or globs, got 'system.disk.*' "
+        "(write ['system.disk.*'])",
+    ),
+    ({"exclude": [3]}, "exclude: expected metric names or globs (non-empty strings), got 3"),
+    (
+        {"include": ["system.cpu.frequency"]},
+        "include: 'system.cpu.frequency' is turned on by cpu_frequency=True, not by include",
+    ),
+    ({"max_thread_series": -1}, "max_thread_series: expected a whole number >= 0, got -1"),
+    ({"max_thread_series": 2.5}, "max_thread_series: expected a whole number >= 0, got 2.5"),
+    ({"max_thread_series": True}, "max_thread_series: expected a whole number >= 0, got True"),
+    (
+        {"attributes": ["a"]},
+        "attributes: expected a mapping of str to str, bool, int or float, got ['a']",
+    ),
+    (
+        {"attributes": {"k": object}},
+        "attributes: expected a mapping of str to str, bool, int, float or a sequence of "
+        "those, got 'k': <class 'object'>",
+    ),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_CODE, ids=lambda x: str(x)[:40])
+def test_bad_option_in_code_raises_a_clear_error(
+    options: dict[str, Any],
+    message: str,
+    provider: Any,
+    reader: InMemoryMetricReader,
+) -> None:
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ProcessMetricsOptions(**options)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ProcessInstrumentor().instrument(meter_provider=provider, **options)
+    # Nothing else broke: not instrumented, and a good call still works.
+    assert not ProcessInstrumentor().is_instrumented_by_opentelemetry
+    assert collect(reader) == {}
+    ProcessInstrumentor().instrument(meter_provider=provider)
+    try:
+        assert "process.cpu.time" in collect(reader)
+    finally:
+        ProcessInstrumentor().uninstrument()
+
+
+def test_unknown_keyword_is_refused(provider: Any) -> None:
+    with pytest.raises(ValueError, match=r"^unknown option 'cpu_freq'; allowed: options, "):
+        ProcessInstrumentor().instrument(meter_provider=provider, cpu_freq=True)
+    assert not ProcessInstrumentor().is_instrumented_by_opentelemetry
+
+
+def test_options_object_is_frozen_and_normalised() -> None:
+    opts = ProcessMetricsOptions(include=["system.disk.*"], attributes={"a": "b"})
+    assert opts.include == ("system.disk.*",)
+    with pytest.raises(AttributeError):
+        opts.per_cpu = True  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        opts.attributes["c"] = "d"  # type: ignore[index]
+    assert ProcessMetricsOptions().max_thread_series == DEFAULT_MAX_THREAD_SERIES
+
+
+@pytest.mark.parametrize("word", ["true", "TRUE", "1", "yes", "Yes", " true "])
+def test_env_booleans_true(word: str) -> None:
+    assert from_environment({ENV_VARS["per_cpu"]: word}) == {"per_cpu": True}
+
+
+@pytest.mark.parametrize("word", ["false", "False", "0", "no", "NO"])
+def test_env_booleans_false(word: str) -> None:
+    assert from_environment({ENV_VARS["per_cpu"]: word}) == {"per_cpu": False}
+
+
+def test_env_lists_and_numbers() -> None:
+    env = {
+        ENV_VARS["include"]: "system.disk.*, system.network.io",
+        ENV_VARS["exclude"]: "cpython.*",
+        ENV_VARS["max_thread_series"]: "10",
+    }
+    assert from_environment(env) == {
+        "include": ("system.disk.*", "system.network.io"),
+        "exclude": ("cpython.*",),
+        "max_thread_series": 10,
+    }
+
+
+BAD_ENV = [
+    ("cpu_frequency", "maybe", "expected one of true, false, 1, 0, yes, no"),
+    ("per_thread", "2", "expected one of true, false, 1, 0, yes, no"),
+    ("max_thread_series", "-5", "max_thread_series: expected a whole number >= 0, got -5"),
+    ("max_thread_series", "many", "expected a whole number >= 0"),
+    ("include", "process.nope", "include: unknown metric name 'process.nope'"),
+    ("exclude", "zzz*", "exclude: the glob 'zzz*' matches no metric"),
+]
+
+
+@pytest.mark.parametrize(("option", "raw", "reason"), BAD_ENV)
+def test_bad_env_warns_once_and_uses_the_default(
+    option: str,
+    raw: str,
+    reason: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+) -> None:
+    var = ENV_VARS[option]
+    monkeypatch.setenv(var, raw)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    inst = instrument()
+    warnings = [r for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1
+    text = warnings[0].getMessage()
+    assert var in text and repr(raw) in text and reason in text
+    default = getattr(ProcessMetricsOptions(), option)
+    assert f"using the default, {default!r}" in text
+    assert inst.options is not None
+    assert getattr(inst.options, option) == default
+    assert "process.cpu.time" in collect(reader)
+
+
+def test_precedence_code_then_env_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_VARS["per_cpu"], "true")
+    monkeypatch.setenv(ENV_VARS["max_thread_series"], "8")
+    resolved = resolve({"max_thread_series": 4})
+    assert resolved.max_thread_series == 4  # code beats env
+    assert resolved.per_cpu is True  # env beats default
+    assert resolved.per_thread is False  # default
+    # A whole options object is explicit about everything: env is not read.
+    whole = resolve({"options": ProcessMetricsOptions(per_thread=True)})
+    assert whole.per_cpu is False and whole.per_thread is True
+    # Keywords override fields of a given options object.
+    mixed = resolve({"options": ProcessMetricsOptions(per_thread=True), "per_cpu": True})
+    assert mixed.per_thread is True and mixed.per_cpu is True
+
+
+def test_options_object_through_instrument(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    inst = instrument(options=ProcessMetricsOptions(include=["system.network.io"]))
+    assert "system.network.io" in collect(reader)
+    assert inst.options == ProcessMetricsOptions(include=["system.network.io"])
+
+
+def test_generic_provider_keywords_are_accepted(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(tracer_provider=None)
+    assert "process.cpu.time" in collect(reader)
