@@ -190,7 +190,9 @@ def _threads(ctx: ReadContext) -> Reading:
     ]
     times: dict[Key, float] = {}
     for t in threads:
-        name = names.get(t.id, "")
+        # Threads Python did not start (C extensions) have no Python name: the
+        # attribute is left out rather than set to "".
+        name = names.get(t.id)
         times[("user", t.id, name)] = t.user_time
         times[("system", t.id, name)] = t.system_time
     return {"cpu_time": times}
