@@ -297,6 +297,7 @@ build_otelcol() {
     log "otelcol: apt-get download $n packages ($COLLECTOR_PKG $colver, $toolchain $gover, ~250 MB)"
     rm -rf "$OTELCOL_BUILD"
     mkdir -p "$OTELCOL_BUILD/debs" "$OTELCOL_BUILD/root" "$OTELCOL_BUILD/gopath/src/otelcol-e2e"
+    echo "+ [apt-get download (sid)] $n packages: ${pkgs[*]:0:3} ..." >>"$OTELCOL_LOG"
     (cd "$OTELCOL_BUILD/debs" && apt-get -c "$conf" -qq download "${pkgs[@]}") >>"$OTELCOL_LOG" 2>&1 || {
         local failed
         failed="$(grep -oE '(Failed to fetch|Unable to locate package|Can.t select candidate version from package|has no installation candidate)[^ ]* *[^ ]+' "$OTELCOL_LOG" | head -n 5 | tr '\n' ';')"
@@ -324,6 +325,7 @@ build_otelcol() {
     log "otelcol: go build (GOPATH mode, offline, $("$goroot/bin/go" env GOVERSION 2>/dev/null || echo "$toolchain")) - about a minute"
     cp "$OTELCOL_SRC" "$OTELCOL_BUILD/gopath/src/otelcol-e2e/main.go"
     gopath="$OTELCOL_BUILD/gopath:$root/usr/share/gocode"
+    echo "+ [go build] GOROOT=$goroot GOPATH=$gopath GO111MODULE=off GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0 go build" >>"$OTELCOL_LOG"
     (
         cd "$OTELCOL_BUILD/gopath/src/otelcol-e2e" &&
         env -i PATH="$goroot/bin:/usr/bin:/bin" HOME="$OTELCOL_BUILD" TMPDIR="${TMPDIR:-/tmp}" \
