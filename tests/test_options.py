@@ -51,7 +51,8 @@ BAD_CODE = [
     ({"max_thread_series": True}, "max_thread_series: expected a whole number >= 0, got True"),
     (
         {"attributes": ["a"]},
-        "attributes: expected a mapping of str to str, bool, int or float, got ['a']",
+        "attributes: expected a mapping of str to str, bool, int, float or a sequence of "
+        "those, got ['a']",
     ),
     (
         {"attributes": {"k": object}},

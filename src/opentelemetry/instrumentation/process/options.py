@@ -38,6 +38,7 @@ ENV_VARS: Mapping[str, str] = {
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
 _ATTRIBUTE_TYPES = (str, bool, int, float)
+_ATTRIBUTES_ALLOWED = "a mapping of str to str, bool, int, float or a sequence of those"
 
 
 @dataclass(frozen=True)
@@ -142,18 +143,13 @@ def _check_pattern(option: str, pattern: str) -> None:
 
 def _check_attributes(value: object) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValueError(
-            f"attributes: expected a mapping of str to str, bool, int or float, got {value!r}"
-        )
+        raise ValueError(f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {value!r}")
     for key, v in value.items():
         ok = isinstance(v, _ATTRIBUTE_TYPES) or (
             isinstance(v, (list, tuple)) and all(isinstance(x, _ATTRIBUTE_TYPES) for x in v)
         )
         if not isinstance(key, str) or not key or not ok:
-            raise ValueError(
-                f"attributes: expected a mapping of str to str, bool, int, float or a "
-                f"sequence of those, got {key!r}: {v!r}"
-            )
+            raise ValueError(f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {key!r}: {v!r}")
     return MappingProxyType(dict(value))
 
 

@@ -1,0 +1,522 @@
+"""Every example runs here, in a subprocess with a short interval, so that none rots.
+
+Most run with the console exporter (or serve a scrape). The OTLP push, the
+collector config and the dashboard need the real servers of
+``scripts/get-servers.sh``: the tests marked ``e2e`` at the end start
+VictoriaMetrics and the collector on 127.0.0.1, and skip when they are not
+installed. A test fails when an example file is run by no test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import queue
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+import pytest
+
+from opentelemetry.instrumentation.process import METRICS
+from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+BIN = Path(sys.executable).parent
+
+# Example files run by the tests in this module.
+RUN_HERE = {
+    "console_demo.py",
+    "instrument/app.py",
+    "prometheus/app.py",
+    "gunicorn/app.py",
+    "gunicorn/gunicorn.conf.py",
+    "frequency/cpu_frequency.py",
+    "grafana/queries.py",
+    "grafana/process-metrics-dashboard.json",
+}
+# Example files that need the real servers; the e2e tests below run them.
+# (tests/e2e also runs the gunicorn and opentelemetry-instrument examples
+# against VictoriaMetrics.)
+NEEDS_SERVERS = {
+    "otlp/push.py": "otelcol + VictoriaMetrics",
+    "otlp/otelcol-config.yaml": "otelcol + VictoriaMetrics",
+    "grafana/process-metrics-dashboard.json": "VictoriaMetrics",
+}
+SERVERS = Path(os.environ.get("SERVERS_CACHE_DIR") or ROOT / ".cache" / "servers") / "bin"
+NOT_CODE = {"README.md"}
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without any OTEL_* setting of the shell, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    # opentelemetry-instrument resolves `python` on PATH: use this venv's.
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def run(args: list[str], timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(
+        args,
+        env=clean_env(**env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stderr[-3000:]}"
+    return done
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class Lines:
+    """Lines of a stream, read by a thread so that waiting for one is bounded."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._queue: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
+
+    def _pump(self, stream: IO[str]) -> None:
+        for line in stream:
+            self._queue.put(line)
+
+    def next(self, deadline: float) -> str | None:
+        try:
+            line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return None
+        self.seen.append(line)
+        return line
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 15) -> int:
+    """SIGTERM ``proc`` and wait; kill it if it does not go in time."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+        raise
+
+
+def json_documents(text: str) -> Iterator[Any]:
+    """The JSON documents written one after another by the console exporter."""
+    decoder = json.JSONDecoder()
+    i = 0
+    while True:
+        start = text.find("{", i)
+        if start < 0:
+            return
+        doc, i = decoder.raw_decode(text, start)
+        yield doc
+
+
+def load_module(path: Path) -> Any:
+    """Import an example file by path, under a name of its own."""
+    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_example_is_run_somewhere() -> None:
+    files = {
+        p.relative_to(EXAMPLES).as_posix()
+        for p in EXAMPLES.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    untested = files - RUN_HERE - set(NEEDS_SERVERS) - NOT_CODE
+    assert not untested, f"examples that no test runs: {sorted(untested)}"
+    assert (RUN_HERE | set(NEEDS_SERVERS)) <= files, "a listed example does not exist"
+
+
+def test_console_demo() -> None:
+    out = run(
+        [sys.executable, "examples/console_demo.py"], DEMO_SECONDS="1.5", DEMO_INTERVAL_MS="500"
+    ).stdout
+    exports = out.split("--- export ---")[1:]
+    assert len(exports) >= 2, out
+    first = exports[0]
+    names = set(re.findall(r"^([\w.]+)\{", first, re.MULTILINE))
+    assert names == {m.name for m in METRICS if m.default and m.supported()}
+    rss = re.search(r"^process\.memory\.usage\{\} = (\d+) By$", first, re.MULTILINE)
+    assert rss is not None and int(rss.group(1)) > 1_000_000
+    assert re.search(r"^process\.cpu\.time\{cpu\.mode=user\} = [\d.e-]+ s$", first, re.MULTILINE)
+
+
+def test_instrument_configured_by_environment() -> None:
+    done = run(
+        [str(BIN / "opentelemetry-instrument"), "python", "examples/instrument/app.py"],
+        OTEL_SERVICE_NAME="instrument-example",
+        OTEL_METRICS_EXPORTER="console",
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_METRIC_EXPORT_INTERVAL="400",
+        OTEL_PYTHON_PROCESS_METRICS_EXCLUDE="cpython.gc.*",
+        OTEL_PYTHON_PROCESS_METRICS_INCLUDE="process_metrics.unix.file_descriptor.limit",
+        # The peer is installed in the test environment: keep it out.
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="system_metrics",
+        EXAMPLE_SECONDS="1.2",
+    )
+    assert "handled" in done.stdout
+    scopes: dict[str, set[str]] = {}
+    services = set()
+    for doc in json_documents(done.stdout):
+        for rm in doc["resource_metrics"]:
+            services.add(rm["resource"]["attributes"]["service.name"])
+            for sm in rm["scope_metrics"]:
+                names = scopes.setdefault(sm["scope"]["name"], set())
+                names.update(m["name"] for m in sm["metrics"])
+    assert services == {"instrument-example"}
+    assert set(scopes) == {"opentelemetry.instrumentation.process"}, "the peer was not disabled"
+    names = scopes["opentelemetry.instrumentation.process"]
+    assert {"process.cpu.time", "process.memory.usage", "system.cpu.time"} <= names
+    assert not {n for n in names if n.startswith("cpython.gc.")}, "EXCLUDE was ignored"
+    if METRICS_BY_NAME["process_metrics.unix.file_descriptor.limit"].supported():
+        assert "process_metrics.unix.file_descriptor.limit" in names, "INCLUDE was ignored"
+
+
+def test_instrument_with_the_prometheus_exporter() -> None:
+    """``OTEL_METRICS_EXPORTER=prometheus``: the no-code way to a pull endpoint."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(BIN / "opentelemetry-instrument"), "python", "examples/instrument/app.py"],
+        env=clean_env(
+            OTEL_METRICS_EXPORTER="prometheus",
+            OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
+            OTEL_EXPORTER_PROMETHEUS_PORT=str(port),
+            OTEL_TRACES_EXPORTER="none",
+            OTEL_LOGS_EXPORTER="none",
+            OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="system_metrics",
+            EXAMPLE_SECONDS="30",
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        # The endpoint may answer before the instrumentors have run: poll.
+        deadline = time.monotonic() + 20
+        body = ""
+        while "process_uptime_seconds" not in body and time.monotonic() < deadline:
+            body = _http_get(f"http://127.0.0.1:{port}/metrics", deadline)
+            time.sleep(0.1)
+    finally:
+        code = stop(proc)
+        output = proc.stdout.read() if proc.stdout else ""
+    assert code == 0, output
+    assert "handled" in output
+    assert re.search(r'^process_cpu_time_seconds_total\{cpu_mode="user"', body, re.MULTILINE)
+    assert re.search(r"^process_uptime_seconds\{", body, re.MULTILINE)
+
+
+def test_prometheus_pull_endpoint() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "examples/prometheus/app.py"],
+        env=clean_env(
+            OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
+            OTEL_EXPORTER_PROMETHEUS_PORT="0",  # the example prints the port it got
+            EXAMPLE_SECONDS="30",
+        ),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = Lines(proc.stdout)
+        line = lines.next(time.monotonic() + 20)
+        assert line is not None and "serving metrics on" in line, lines.seen
+        url = line.split()[-1]
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = response.read().decode()
+    finally:
+        code = stop(proc)
+    assert code == 0
+    assert re.search(r'^process_cpu_time_seconds_total\{cpu_mode="user"', body, re.MULTILINE)
+    assert re.search(r"^process_memory_usage_bytes\{.*\} [0-9.e+]+$", body, re.MULTILINE)
+    assert re.search(r"^process_thread_count\{", body, re.MULTILINE)
+    # prometheus_client's own process collector was unregistered: no duplicates.
+    assert "process_cpu_seconds_total" not in body
+    assert "python_gc_objects_collected_total" not in body
+
+
+def _http_get(url: str, deadline: float) -> str:
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return str(response.read().decode())
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="gunicorn needs fork")
+def test_gunicorn_workers_report_their_own_identity() -> None:
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            str(BIN / "gunicorn"),
+            "-c",
+            "examples/gunicorn/gunicorn.conf.py",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--workers",
+            "2",
+        ],
+        env=clean_env(OTEL_METRICS_EXPORTER="console", OTEL_METRIC_EXPORT_INTERVAL="300"),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    by_pid: dict[int, list[dict[str, Any]]] = {}
+    try:
+        assert proc.stdout is not None
+        lines = Lines(proc.stdout)
+        deadline = time.monotonic() + 30
+        body = _http_get(f"http://127.0.0.1:{port}/", deadline)
+        while time.monotonic() < deadline:
+            if len(by_pid) >= 2 and all(len(v) >= 2 for v in by_pid.values()):
+                break
+            line = lines.next(deadline)
+            if line is None:
+                break
+            report = json.loads(line)
+            by_pid.setdefault(report["process.pid"], []).append(report)
+        workers = {c.pid for c in psutil.Process(proc.pid).children()}
+    finally:
+        code = stop(proc)
+    assert code == 0
+    assert re.fullmatch(r"served by worker pid (\d+)\n", body)
+    assert int(body.split()[-1]) in workers
+    assert set(by_pid) == workers, "each worker, and only the workers, report"
+    assert len(workers) == 2 and proc.pid not in by_pid
+    instance_ids = {}
+    for pid, reports in by_pid.items():
+        ids = {r["service.instance.id"] for r in reports}
+        assert len(ids) == 1, f"worker {pid} changed identity: {ids}"
+        instance_ids[pid] = ids.pop()
+        assert all(r["metrics"]["process.memory.usage"][0] > 0 for r in reports)
+        assert all(r["service.name"] == "gunicorn-example" for r in reports)
+    assert len(set(instance_ids.values())) == 2, "workers share a service.instance.id"
+
+
+def test_cpu_frequency_opt_in() -> None:
+    out = run(
+        [sys.executable, "examples/frequency/cpu_frequency.py"],
+        EXAMPLE_SECONDS="1",
+        EXAMPLE_INTERVAL_MS="400",
+    ).stdout
+    assert out.count("--- export ---") >= 2
+    try:
+        per_cpu = psutil.cpu_freq(percpu=True) or []
+        overall = psutil.cpu_freq()
+    except (AttributeError, NotImplementedError, OSError):
+        per_cpu, overall = [], None
+    # What this host exposes decides what must be there, and what must not.
+    for n, f in enumerate(per_cpu):
+        line = f"system.cpu.frequency{{cpu.logical_number={n}}} = "
+        assert (line in out) == bool(f.current), out
+    assert ("process_metrics.cpu.frequency.min{}" in out) == bool(overall and overall.min), out
+    assert ("process_metrics.cpu.frequency.max{}" in out) == bool(overall and overall.max), out
+    assert (" 0 Hz" in out) is False, "an unknown frequency was reported as 0"
+
+
+def test_dashboard_queries_use_only_default_metrics() -> None:
+    queries = load_module(EXAMPLES / "grafana" / "queries.py")
+    found = queries.queries()
+    dashboard = queries.load()
+    targets = [t for p in dashboard["panels"] for t in p.get("targets", []) if t.get("expr")]
+    assert len(found) == len(targets) + 2  # + the two query variables
+    defaults = {m.name.replace(".", "_") for m in METRICS if m.default}
+    used: set[str] = set()
+    for q in found:
+        assert "$" not in q.expr, q
+        assert q.expr.count("(") == q.expr.count(")"), q
+        for name in re.findall(r"\b([a-z][a-z0-9_]*)\{", q.expr):
+            used.add(name)
+            # Prometheus naming appends unit and _total suffixes to the dotted name.
+            assert any(name == d or name.startswith(d + "_") for d in defaults), (
+                f"{q.source}: {name} is not a default metric, so the panel may be empty"
+            )
+    assert {"process_cpu_time_seconds_total", "process_memory_usage_bytes"} <= used
+    with pytest.raises(ValueError, match=r"\$nope"):
+        queries.expand('up{job="$nope"}', {})
+
+
+# --- with the real servers: OTLP push through the collector, and the dashboard ---
+
+
+def _wait_for(check: Any, what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def _server_binary(name: str) -> Path:
+    path = SERVERS / name
+    if not path.is_file():
+        pytest.skip(f"{name} is not installed (run scripts/get-servers.sh)")
+    return path
+
+
+class Backend:
+    """VictoriaMetrics with Prometheus naming, as the dashboard expects."""
+
+    def __init__(self, folder: Path) -> None:
+        binary = _server_binary("victoria-metrics")
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        self.otlp_url = f"{self.base}/opentelemetry/v1/metrics"
+        self.proc = subprocess.Popen(
+            [
+                str(binary),
+                f"-httpListenAddr=127.0.0.1:{port}",
+                f"-storageDataPath={folder / 'vm-data'}",
+                "-retentionPeriod=1d",
+                "-search.latencyOffset=0s",
+                "-opentelemetry.usePrometheusNaming=true",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_for(lambda: urllib.request.urlopen(self.base + "/health", timeout=1), "VM")
+
+    def query(self, expr: str) -> list[Any]:
+        urllib.request.urlopen(self.base + "/internal/force_flush", timeout=10).close()
+        # A fractional "now": an instant query rounds a whole second down.
+        args = urllib.parse.urlencode({"query": expr, "time": f"{time.time():.3f}"})
+        with urllib.request.urlopen(f"{self.base}/api/v1/query?{args}", timeout=10) as r:
+            body = json.load(r)
+        assert body["status"] == "success", body
+        result: list[Any] = body["data"]["result"]
+        return result
+
+
+class Collector:
+    """The otelcol of scripts/get-servers.sh, run with the example's own config."""
+
+    def __init__(self, folder: Path, backend: Backend) -> None:
+        binary = _server_binary("otelcol")
+        grpc, http = free_port(), free_port()
+        self.grpc_endpoint = f"http://127.0.0.1:{grpc}"
+        self.http_endpoint = f"http://127.0.0.1:{http}"
+        self.log = folder / "otelcol.log"
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                [str(binary), "--config", str(EXAMPLES / "otlp" / "otelcol-config.yaml")],
+                env=clean_env(
+                    OTLP_GRPC_ENDPOINT=f"127.0.0.1:{grpc}",
+                    OTLP_HTTP_ENDPOINT=f"127.0.0.1:{http}",
+                    BACKEND_OTLP_URL=backend.otlp_url,
+                ),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+
+        def listening() -> bool:
+            assert self.proc.poll() is None, self.log.read_text()[-3000:]
+            for port in (grpc, http):
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+
+        _wait_for(listening, "the collector")
+
+
+@pytest.fixture(scope="module")
+def pushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Backend, dict[str, str]]]:
+    """examples/otlp/push.py, run over gRPC and over HTTP through the example collector."""
+    folder = tmp_path_factory.mktemp("otlp-example")
+    backend = Backend(folder)
+    collector: Collector | None = None
+    try:
+        collector = Collector(folder, backend)
+        services = {}
+        for protocol, endpoint in (
+            ("grpc", collector.grpc_endpoint),
+            ("http/protobuf", collector.http_endpoint),
+        ):
+            service = f"otlp-example-{protocol.split('/')[0]}-{os.getpid()}"
+            run(
+                [sys.executable, "examples/otlp/push.py"],
+                OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
+                OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+                OTEL_METRIC_EXPORT_INTERVAL="400",
+                OTEL_SERVICE_NAME=service,
+                EXAMPLE_SECONDS="1.5",
+            )
+            services[protocol] = service
+        yield backend, services
+    finally:
+        if collector is not None:
+            stop(collector.proc)
+        stop(backend.proc)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_otlp_push_through_the_collector(
+    pushed: tuple[Backend, dict[str, str]], protocol: str
+) -> None:
+    backend, services = pushed
+    selector = f'service_name="{services[protocol]}"'
+
+    def arrived() -> bool:
+        return len(backend.query(f"process_cpu_time_seconds_total{{{selector}}}")) == 2
+
+    _wait_for(arrived, f"metrics pushed over {protocol}", timeout=15)
+    rss = backend.query(f"process_memory_usage_bytes{{{selector}}}")
+    assert len(rss) == 1 and float(rss[0]["value"][1]) > 1_000_000
+
+
+@pytest.mark.e2e
+def test_every_dashboard_query_returns_data(pushed: tuple[Backend, dict[str, str]]) -> None:
+    backend, services = pushed
+    queries = load_module(EXAMPLES / "grafana" / "queries.py")
+    service = services["grpc"]
+
+    def arrived() -> bool:
+        return bool(backend.query(f'process_uptime_seconds{{service_name="{service}"}}'))
+
+    _wait_for(arrived, "the pushed metrics", timeout=15)
+    found = queries.queries(variables={"service": service})
+    assert found
+    empty = [q.source for q in found if not backend.query(q.expr)]
+    assert not empty, f"dashboard queries with no data: {empty}"
