@@ -15,12 +15,9 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import pytest
 
@@ -30,7 +27,6 @@ from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 BIN = Path(sys.executable).parent
-VICTORIA_METRICS = ROOT / ".cache" / "servers" / "bin" / "victoria-metrics"
 
 pytest.importorskip("sphinx", reason="the docs extra is not installed")
 
@@ -203,91 +199,3 @@ def test_dashboard_page_lists_every_query(built: Path) -> None:
     assert exprs
     for expr in exprs:
         assert squash(expr) in text
-
-
-# --- the Prometheus names in the reference, against a real backend ----------------
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-@pytest.fixture
-def victoria_metrics(tmp_path: Path) -> Iterator[str]:
-    if not VICTORIA_METRICS.is_file():
-        pytest.skip("VictoriaMetrics is not installed (scripts/get-servers.sh)")
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            str(VICTORIA_METRICS),
-            f"-httpListenAddr=127.0.0.1:{port}",
-            f"-storageDataPath={tmp_path / 'vm'}",
-            "-retentionPeriod=1d",
-            "-search.latencyOffset=0s",
-            "-opentelemetry.usePrometheusNaming=true",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                urllib.request.urlopen(base + "/health", timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "VictoriaMetrics did not start"
-                time.sleep(0.05)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-PUSH_SCRIPT = """
-import sys
-from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.instrumentation.process import ProcessInstrumentor
-
-exporter = OTLPMetricExporter(endpoint=sys.argv[1] + "/opentelemetry/v1/metrics")
-provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter, 60000)])
-ProcessInstrumentor().instrument(
-    meter_provider=provider, cpu_frequency=True, per_thread=True,
-    include=["system.*", "process.*", "process_metrics.*", "system.network.connection.count"],
-)
-provider.shutdown()
-"""
-
-
-@pytest.mark.e2e
-def test_prometheus_names_are_what_victoria_metrics_makes(victoria_metrics: str) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    done = subprocess.run(
-        [sys.executable, "-c", PUSH_SCRIPT, victoria_metrics],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    urllib.request.urlopen(victoria_metrics + "/internal/force_flush", timeout=10).close()
-    url = victoria_metrics + "/api/v1/label/__name__/values"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        names: set[str] = set(json.load(response)["data"])
-    predicted: dict[str, Any] = {process_docs.prometheus_name(m): m for m in METRICS}
-    assert names, "nothing arrived"
-    assert names <= set(predicted), (
-        f"names the reference does not predict: {names - set(predicted)}"
-    )
-    for metric in METRICS:
-        if metric.default and metric.supported():
-            assert process_docs.prometheus_name(metric) in names, metric.name

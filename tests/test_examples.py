@@ -2,9 +2,9 @@
 
 Most run with the console exporter (or serve a scrape). The OTLP push, the
 collector config and the dashboard need the real servers of
-``scripts/get-servers.sh``: the tests marked ``e2e`` at the end start
-VictoriaMetrics and the collector on 127.0.0.1, and skip when they are not
-installed. A test fails when an example file is run by no test.
+``scripts/get-servers.sh``: ``tests/e2e/test_examples_e2e.py`` runs them
+against VictoriaMetrics and the collector on 127.0.0.1. A test fails when an
+example file is run by no test.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ RUN_HERE = {
     "grafana/queries.py",
     "grafana/process-metrics-dashboard.json",
 }
-# Example files that need the real servers; the e2e tests below run them.
+# Example files that need the real servers; tests/e2e/test_examples_e2e.py runs them.
 # (tests/e2e also runs the gunicorn and opentelemetry-instrument examples
 # against VictoriaMetrics.)
 NEEDS_SERVERS = {
@@ -372,151 +372,3 @@ def test_dashboard_queries_use_only_default_metrics() -> None:
     assert {"process_cpu_time_seconds_total", "process_memory_usage_bytes"} <= used
     with pytest.raises(ValueError, match=r"\$nope"):
         queries.expand('up{job="$nope"}', {})
-
-
-# --- with the real servers: OTLP push through the collector, and the dashboard ---
-
-
-def _wait_for(check: Any, what: str, timeout: float = 20) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def _server_binary(name: str) -> Path:
-    path = SERVERS / name
-    if not path.is_file():
-        pytest.skip(f"{name} is not installed (run scripts/get-servers.sh)")
-    return path
-
-
-class Backend:
-    """VictoriaMetrics with Prometheus naming, as the dashboard expects."""
-
-    def __init__(self, folder: Path) -> None:
-        binary = _server_binary("victoria-metrics")
-        port = free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        self.otlp_url = f"{self.base}/opentelemetry/v1/metrics"
-        self.proc = subprocess.Popen(
-            [
-                str(binary),
-                f"-httpListenAddr=127.0.0.1:{port}",
-                f"-storageDataPath={folder / 'vm-data'}",
-                "-retentionPeriod=1d",
-                "-search.latencyOffset=0s",
-                "-opentelemetry.usePrometheusNaming=true",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        _wait_for(lambda: urllib.request.urlopen(self.base + "/health", timeout=1), "VM")
-
-    def query(self, expr: str) -> list[Any]:
-        urllib.request.urlopen(self.base + "/internal/force_flush", timeout=10).close()
-        # A fractional "now": an instant query rounds a whole second down.
-        args = urllib.parse.urlencode({"query": expr, "time": f"{time.time():.3f}"})
-        with urllib.request.urlopen(f"{self.base}/api/v1/query?{args}", timeout=10) as r:
-            body = json.load(r)
-        assert body["status"] == "success", body
-        result: list[Any] = body["data"]["result"]
-        return result
-
-
-class Collector:
-    """The otelcol of scripts/get-servers.sh, run with the example's own config."""
-
-    def __init__(self, folder: Path, backend: Backend) -> None:
-        binary = _server_binary("otelcol")
-        grpc, http = free_port(), free_port()
-        self.grpc_endpoint = f"http://127.0.0.1:{grpc}"
-        self.http_endpoint = f"http://127.0.0.1:{http}"
-        self.log = folder / "otelcol.log"
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(
-                [str(binary), "--config", str(EXAMPLES / "otlp" / "otelcol-config.yaml")],
-                env=clean_env(
-                    OTLP_GRPC_ENDPOINT=f"127.0.0.1:{grpc}",
-                    OTLP_HTTP_ENDPOINT=f"127.0.0.1:{http}",
-                    BACKEND_OTLP_URL=backend.otlp_url,
-                ),
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-        def listening() -> bool:
-            assert self.proc.poll() is None, self.log.read_text()[-3000:]
-            for port in (grpc, http):
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return True
-
-        _wait_for(listening, "the collector")
-
-
-@pytest.fixture(scope="module")
-def pushed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Backend, dict[str, str]]]:
-    """examples/otlp/push.py, run over gRPC and over HTTP through the example collector."""
-    folder = tmp_path_factory.mktemp("otlp-example")
-    backend = Backend(folder)
-    collector: Collector | None = None
-    try:
-        collector = Collector(folder, backend)
-        services = {}
-        for protocol, endpoint in (
-            ("grpc", collector.grpc_endpoint),
-            ("http/protobuf", collector.http_endpoint),
-        ):
-            service = f"otlp-example-{protocol.split('/')[0]}-{os.getpid()}"
-            run(
-                [sys.executable, "examples/otlp/push.py"],
-                OTEL_EXPORTER_OTLP_PROTOCOL=protocol,
-                OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
-                OTEL_METRIC_EXPORT_INTERVAL="400",
-                OTEL_SERVICE_NAME=service,
-                EXAMPLE_SECONDS="1.5",
-            )
-            services[protocol] = service
-        yield backend, services
-    finally:
-        if collector is not None:
-            stop(collector.proc)
-        stop(backend.proc)
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
-def test_otlp_push_through_the_collector(
-    pushed: tuple[Backend, dict[str, str]], protocol: str
-) -> None:
-    backend, services = pushed
-    selector = f'service_name="{services[protocol]}"'
-
-    def arrived() -> bool:
-        return len(backend.query(f"process_cpu_time_seconds_total{{{selector}}}")) == 2
-
-    _wait_for(arrived, f"metrics pushed over {protocol}", timeout=15)
-    rss = backend.query(f"process_memory_usage_bytes{{{selector}}}")
-    assert len(rss) == 1 and float(rss[0]["value"][1]) > 1_000_000
-
-
-@pytest.mark.e2e
-def test_every_dashboard_query_returns_data(pushed: tuple[Backend, dict[str, str]]) -> None:
-    backend, services = pushed
-    queries = load_module(EXAMPLES / "grafana" / "queries.py")
-    service = services["grpc"]
-
-    def arrived() -> bool:
-        return bool(backend.query(f'process_uptime_seconds{{service_name="{service}"}}'))
-
-    _wait_for(arrived, "the pushed metrics", timeout=15)
-    found = queries.queries(variables={"service": service})
-    assert found
-    empty = [q.source for q in found if not backend.query(q.expr)]
-    assert not empty, f"dashboard queries with no data: {empty}"

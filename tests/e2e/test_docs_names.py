@@ -1,0 +1,63 @@
+"""The Prometheus names that the metric reference prints are the ones a real backend makes."""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+from types import ModuleType
+
+import pytest
+
+from opentelemetry.instrumentation.process import METRICS
+
+from .launch import unique_name
+from .servers import REPO, VictoriaMetrics, child_env
+
+pytestmark = pytest.mark.e2e
+
+PUSH_EVERYTHING = """
+import sys
+from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+exporter = OTLPMetricExporter(endpoint=sys.argv[1])
+provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(exporter, 60000)])
+ProcessInstrumentor().instrument(
+    meter_provider=provider, cpu_frequency=True, per_thread=True,
+    include=["*", "system.network.connection.count"],
+)
+provider.shutdown()
+"""
+
+
+def _process_docs() -> ModuleType:
+    path = REPO / "docs" / "_ext" / "process_docs.py"
+    spec = importlib.util.spec_from_file_location("docs_process_docs", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reference_predicts_the_backend_names(vm_prom: VictoriaMetrics) -> None:
+    pytest.importorskip("sphinx", reason="the docs extra is not installed")
+    service = unique_name("docs-names")
+    done = subprocess.run(
+        [sys.executable, "-c", PUSH_EVERYTHING, vm_prom.otlp_url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(OTEL_SERVICE_NAME=service),
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    names = vm_prom.names(f'{{service_name="{service}"}}')
+    predicted = {_process_docs().prometheus_name(m) for m in METRICS}
+    assert names, "nothing arrived"
+    assert names <= predicted, f"names the reference does not predict: {names - predicted}"
+    for metric in METRICS:
+        if metric.default and metric.supported():
+            assert _process_docs().prometheus_name(metric) in names, metric.name
