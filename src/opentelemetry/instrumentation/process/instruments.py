@@ -28,12 +28,14 @@ from opentelemetry.metrics import (
 from .metrics import Kind, Metric
 from .options import ProcessMetricsOptions
 from .snapshot import Snapshot, SnapshotCache
+from .sources import Key
 from .version import __version__
 
 _logger = logging.getLogger("opentelemetry.instrumentation.process")
 
 SCOPE_NAME = "opentelemetry.instrumentation.process"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
+_MAX_ATTRIBUTE_SETS = 4096
 
 
 class Live:
@@ -49,6 +51,9 @@ class Live:
             cpu_frequency=options.cpu_frequency,
         )
         self._attributes = dict(options.attributes)
+        # Attribute dicts by (metric, key): the same few sets come back every
+        # collection, so each is built once. Cleared if thread churn grows it.
+        self._attribute_sets: dict[tuple[str, Key], dict[str, Any]] = {}
 
     def observe(self, metric: Metric, snap: Snapshot) -> list[Observation]:
         """The points of ``metric`` in ``snap``; none if its source failed."""
@@ -57,17 +62,20 @@ class Live:
         if value is None:
             return []
         cast = metric.value_type
-        const = self._attributes
         if not isinstance(value, Mapping):
-            return [Observation(cast(value), const)]
-        names = metric.attributes
-        return [
-            Observation(
-                cast(v),
-                {**const, **{n: a for n, a in zip(names, key, strict=False) if a is not None}},
-            )
-            for key, v in value.items()
-        ]
+            return [Observation(cast(value), self._attributes)]
+        sets = self._attribute_sets
+        if len(sets) > _MAX_ATTRIBUTE_SETS:
+            sets.clear()
+        points = []
+        for key, v in value.items():
+            attributes = sets.get((metric.name, key))
+            if attributes is None:
+                named = zip(metric.attributes, key, strict=False)
+                attributes = {**self._attributes, **{n: a for n, a in named if a is not None}}
+                sets[(metric.name, key)] = attributes
+            points.append(Observation(cast(v), attributes))
+        return points
 
 
 class _Observer:

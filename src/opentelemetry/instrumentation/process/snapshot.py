@@ -14,13 +14,13 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import psutil
 
 from .facts import Facts, read_facts
-from .sources import SOURCES, Delta, ReadContext, Reading, Source
+from .sources import SOURCES, ReadContext, Reading, Source
 
 _logger = logging.getLogger("opentelemetry.instrumentation.process")
 
@@ -72,8 +72,14 @@ class SnapshotCache:
         self._snapshot: Snapshot | None = None
         self._process = psutil.Process()
         self.facts: Facts = read_facts(self._process, cpu_frequency=self._cpu_frequency)
-        self._deltas: dict[str, Delta] = {}
-        self._read([s for s in self.sources if s.stateful])
+        self._ctx = ReadContext(
+            process=self._process,
+            facts=self.facts,
+            now=time.monotonic(),
+            per_cpu=self._per_cpu,
+            max_threads=self._max_threads,
+        )
+        self._read(tuple(s for s in self.sources if s.stateful))
 
     def snapshot(self, seen_generation: int = 0) -> Snapshot:
         """The snapshot of the current collection.
@@ -100,39 +106,26 @@ class SnapshotCache:
         self.refreshes += 1
         return Snapshot(next(_generations), readings, duration)
 
-    def _read(self, sources: Iterable[Source]) -> dict[str, Reading]:
-        ctx = ReadContext(
-            process=self._process,
-            facts=self.facts,
-            now=time.monotonic(),
-            per_cpu=self._per_cpu,
-            max_threads=self._max_threads,
-            deltas=self._deltas,
-        )
+    def _read(self, sources: tuple[Source, ...]) -> dict[str, Reading]:
+        ctx = self._ctx
+        ctx.now = time.monotonic()
         readings: dict[str, Reading] = {}
         in_process = [s for s in sources if s.in_process]
         if in_process:
-            with self._oneshot():
+            try:
+                oneshot = self._process.oneshot()
+                oneshot.__enter__()
+            except Exception:  # noqa: BLE001 - oneshot() only caches; read without it
+                oneshot = contextlib.nullcontext()
+            try:
                 for source in in_process:
                     self._read_one(source, ctx, readings)
+            finally:
+                oneshot.__exit__(None, None, None)
         for source in sources:
             if not source.in_process:
                 self._read_one(source, ctx, readings)
         return readings
-
-    @contextlib.contextmanager
-    def _oneshot(self) -> Iterator[None]:
-        # oneshot() only caches; if it cannot start, the sources still read.
-        try:
-            cm = self._process.oneshot()
-            cm.__enter__()
-        except Exception:  # noqa: BLE001
-            yield
-            return
-        try:
-            yield
-        finally:
-            cm.__exit__(None, None, None)
 
     def _read_one(self, source: Source, ctx: ReadContext, out: dict[str, Reading]) -> None:
         try:
@@ -148,7 +141,8 @@ class SnapshotCache:
                     exc,
                 )
         else:
-            self._failed.discard(source.name)
+            if self._failed:
+                self._failed.discard(source.name)
 
     def _after_fork(self) -> None:
         try:
