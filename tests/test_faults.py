@@ -30,7 +30,11 @@ LOGGER = "opentelemetry.instrumentation.process"
 TARGETS: dict[str, tuple[Any, str]] = {
     "process.memory": (psutil.Process, "memory_info"),
     "process.io": (psutil.Process, "io_counters"),
-    "process.num_threads": (psutil.Process, "num_threads"),
+    "process.num_threads": (
+        (sources_module, "linux_thread_count")
+        if sys.platform.startswith("linux")
+        else (psutil.Process, "num_threads")
+    ),
     "process.num_fds": (psutil.Process, "num_fds"),
     "process.threads": (psutil.Process, "threads"),
     "system.cpu": (psutil, "cpu_times"),

@@ -173,9 +173,10 @@ def test_default_collection_opens_only_its_sources(
     joined = "\n".join(paths)
     for unwanted in ("cpufreq", "/proc/cpuinfo", "diskstats", "/proc/net", "cgroup", "mounts"):
         assert unwanted not in joined, paths
-    # stat is not needed: CPU times come from getrusage(2).
+    # Neither /proc/self/stat nor status is needed: CPU times come from
+    # getrusage(2), and the thread count from the task listing.
     assert sorted(p.rsplit("/", 1)[-1] for p in paths) == sorted(
-        ["status", "statm", "io", "fd", "stat", "meminfo"]
+        ["task", "statm", "io", "fd", "stat", "meminfo"]
     ), paths
     assert len(paths) == len(set(paths))
 

@@ -9,7 +9,6 @@ auto-instrumentation never crashes the host application.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import fnmatch
 import logging
 import os
@@ -129,6 +128,8 @@ def _check_pattern(option: str, pattern: str) -> None:
         return
     metric = METRICS_BY_NAME.get(pattern)
     if metric is None:
+        import difflib  # only on this error path: it costs memory at import
+
         close = difflib.get_close_matches(pattern, METRICS_BY_NAME, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(

@@ -1,0 +1,257 @@
+"""Figures and verdicts from one run's raw samples and counts.
+
+``analyse`` turns them into JSON-able numbers; ``report`` only formats those, so
+the docs page and results/summary.md always agree.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import configs
+import timing
+
+OURS_ORDER = list(configs.ours())
+LEAK_LIMIT = 16 * 1024
+"""Bytes of traced growth allowed between the first and last checkpoint: under one byte
+per collection over 20,000, where a leak of one small object each time shows ~1 MB."""
+
+TARGETS = {
+    "default_vs_peer": 5.0,
+    "process_vs_peer": 1.1,
+    "beyond_floor_vs_bare": 1.25,
+    "opens_default": 7,
+}
+
+
+def analyse(
+    *,
+    info: dict[str, Any],
+    shapes: dict[str, dict[str, Any]],
+    main_run: timing.Samples,
+    b2b: timing.Samples,
+    counts: dict[str, Any],
+    fresh: dict[str, bool],
+    parts: dict[str, Any],
+    cpu_host: dict[str, Any],
+    cpu_synth: dict[str, Any],
+    threads: dict[str, Any],
+    metric_sweep: dict[str, Any],
+    rss: dict[str, Any],
+    leaks: list[dict[str, Any]],
+    resamples: int,
+) -> dict[str, Any]:
+    values = main_run.values
+    stats = {k: timing.stat(v).__dict__ for k, v in values.items() if v}
+    b2b_stats = {k: timing.stat(v).__dict__ for k, v in b2b.values.items() if v}
+
+    def boot(names: Sequence[str], fn: Callable[[Mapping[str, float]], float]) -> dict[str, float]:
+        e = timing.bootstrap(values, names, fn, resamples=resamples)
+        return {"value": e.value, "low": e.low, "high": e.high}
+
+    def ratio(a: str, b: str) -> dict[str, float]:
+        return boot([a, b], lambda m: m[a] / m[b])
+
+    def beyond(ours: str, floor: str, ref: str) -> dict[str, float]:
+        return boot([ours, floor, ref], lambda m: (m[ours] - m[floor]) / m[ref])
+
+    def difference(a: str, b: str) -> dict[str, float]:
+        return boot([a, b], lambda m: m[a] - m[b])
+
+    def over_sum(a: str, b: str, c: str) -> dict[str, float]:
+        return boot([a, b, c], lambda m: m[a] / (m[b] + m[c]))
+
+    ratios = {
+        ours: {
+            "peer_default": ratio("peer_default", ours),
+            "peer_process": ratio("peer_process", ours),
+            "prometheus_client": ratio("prometheus_client", ours),
+            "floor_default": ratio(ours, "floor_default"),
+        }
+        for ours in OURS_ORDER
+    }
+    overhead: dict[str, Any] = {}
+    for name in ("process_set", "default"):
+        floor, bare = f"floor_{name}", f"bare_{name}"
+        row = {
+            "beyond_floor_vs_bare": beyond(name, floor, bare),
+            "beyond_floor_us": difference(name, floor),
+        }
+        kernel = f"kernel_{name}"
+        if kernel in values:
+            row["beyond_floor_vs_kernel"] = beyond(name, floor, kernel)
+            row["bare_vs_kernel"] = ratio(bare, kernel)
+            row["bare_vs_procfs"] = ratio(bare, f"procfs_{name}")
+        overhead[name] = row
+    peer_for = {"process_set": "peer_process", "default": "peer_default"}
+    bounds: dict[str, Any] = {}
+    for name, peer in peer_for.items():
+        floor, bare, kernel = f"floor_{name}", f"bare_{name}", f"kernel_{name}"
+        rows = {
+            "measured": ratio(peer, name),
+            "psutil_bound": over_sum(peer, floor, bare),
+            "floor_only": ratio(peer, floor),
+        }
+        if kernel in values:
+            rows["procfs_bound"] = over_sum(peer, floor, f"procfs_{name}")
+            rows["kernel_bound"] = over_sum(peer, floor, kernel)
+        bounds[name] = rows
+    return {
+        "info": info,
+        "shapes": shapes,
+        "stats": stats,
+        "rounds": main_run.rounds,
+        "min_gap_s": main_run.min_gap,
+        "stopped_early": main_run.stopped_early,
+        "back_to_back": b2b_stats,
+        "ratios": ratios,
+        "overhead": overhead,
+        "bounds": bounds,
+        "frequency": {
+            "everything": ratio("everything", "everything_but_frequency"),
+            "cpu_with_frequency": ratio("cpu_with_frequency", "cpu_usage_only"),
+            "delta_everything_us": boot(
+                ["everything", "everything_but_frequency"],
+                lambda m: m["everything"] - m["everything_but_frequency"],
+            ),
+            "delta_cpu_us": boot(
+                ["cpu_with_frequency", "cpu_usage_only"],
+                lambda m: m["cpu_with_frequency"] - m["cpu_usage_only"],
+            ),
+        },
+        "counts": counts,
+        "kernel_fresh": fresh,
+        "breakdown": parts,
+        "cpu_host": cpu_host,
+        "cpu_synthetic": cpu_synth,
+        "threads": threads,
+        "metric_sweep": metric_sweep,
+        "rss": rss,
+        "leaks": [{**x, "verdict": leak_verdict(x)} for x in leaks],
+    }
+
+
+def leak_verdict(leak: dict[str, Any]) -> dict[str, Any]:
+    points = leak["checkpoints"]
+    if len(points) < 2:
+        return {"growth": 0, "ok": True}
+    growth = points[-1][1] - points[0][1]
+    return {
+        "growth": growth,
+        "per_collection": growth / max(1, points[-1][0] - points[0][0]),
+        "ok": abs(growth) < LEAK_LIMIT,
+    }
+
+
+def opens_of(results: dict[str, Any], name: str) -> tuple[float, str]:
+    """Opens per collection: strace's count when it ran, else the audit hook's."""
+    st = results["counts"].get("strace")
+    if st and name in st:
+        return st[name]["opens"], "strace"
+    return float(min(results["counts"]["audit"][name]["opens"])), "audit hook"
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    r, o = results["ratios"], results["overhead"]
+    shapes = results["shapes"]
+    rows = []
+    d = r["default"]["peer_default"]
+    rows.append(
+        {
+            "target": "Default against default: ours faster than the peer's",
+            "required": f">= {TARGETS['default_vs_peer']:g}x",
+            "measured": f"{fmt_ratio(d)} ({shapes['default']['points']} points against "
+            f"{shapes['peer_default']['points']})",
+            "met": d["value"] >= TARGETS["default_vs_peer"],
+            "by": d["value"] / TARGETS["default_vs_peer"],
+            "sure": d["low"] >= TARGETS["default_vs_peer"]
+            or d["high"] < TARGETS["default_vs_peer"],
+        }
+    )
+    p = r["process_set"]["peer_process"]
+    rows.append(
+        {
+            "target": "Equivalent process set: ours faster than the peer's",
+            "required": f">= {TARGETS['process_vs_peer']:g}x",
+            "measured": f"{fmt_ratio(p, 3)} ({shapes['process_set']['points']} points against "
+            f"{shapes['peer_process']['points']})",
+            "met": p["value"] >= TARGETS["process_vs_peer"],
+            "by": p["value"] / TARGETS["process_vs_peer"],
+            "sure": p["low"] >= TARGETS["process_vs_peer"]
+            or p["high"] < TARGETS["process_vs_peer"],
+        }
+    )
+    b = o["process_set"]["beyond_floor_vs_bare"]
+    rows.append(
+        {
+            "target": "Process set: (ours - SDK floor) against the bare psutil reads",
+            "required": f"<= {TARGETS['beyond_floor_vs_bare']:g}x",
+            "measured": fmt_ratio(b),
+            "met": b["value"] <= TARGETS["beyond_floor_vs_bare"],
+            "by": TARGETS["beyond_floor_vs_bare"] / b["value"],
+            "sure": b["high"] <= TARGETS["beyond_floor_vs_bare"]
+            or b["low"] > TARGETS["beyond_floor_vs_bare"],
+        }
+    )
+    opens, how = opens_of(results, "default")
+    distinct = results["counts"]["audit"]["default"]["distinct_paths"]
+    peer_d, _ = opens_of(results, "peer_default")
+    peer_p, _ = opens_of(results, "peer_process")
+    rows.append(
+        {
+            "target": "Opens per collection, default (no more than distinct sources)",
+            "required": f"<= {TARGETS['opens_default']} and <= distinct files",
+            "measured": f"{opens:g} opens of {distinct} distinct files ({how}); the peer: "
+            f"{peer_d:g} (default), {peer_p:g} (process set)",
+            "met": opens <= min(TARGETS["opens_default"], distinct),
+            "by": None,
+        }
+    )
+    off = {
+        name: max(results["counts"]["audit"][name]["frequency_reads"])
+        for name in OURS_ORDER
+        if name not in configs.FREQUENCY_ON
+    }
+    st = results["counts"].get("strace") or {}
+    off_strace = {n: st[n]["frequency_reads"] for n in off if n in st}
+    worst = max([*off.values(), *off_strace.values()])
+    rows.append(
+        {
+            "target": "Frequency reads per collection with frequency off",
+            "required": "0",
+            "measured": f"{worst:g} in every configuration with frequency off "
+            f"({len(off)} configurations)",
+            "met": worst == 0,
+            "by": None,
+        }
+    )
+    return rows
+
+
+def check_counts(results: dict[str, Any]) -> list[str]:
+    """Deterministic checks, safe on any machine (CI runs them in smoke mode)."""
+    problems = []
+    audit = results["counts"]["audit"]
+    for name in OURS_ORDER:
+        if name not in configs.FREQUENCY_ON and max(audit[name]["frequency_reads"]) != 0:
+            problems.append(f"{name}: frequency off, yet {audit[name]['frequency_reads']} reads")
+    default = audit["default"]
+    calls = default["psutil_calls"]
+    if max(calls) != default["psutil_distinct"]:
+        problems.append(f"default: {calls} psutil calls for {default['psutil_distinct']} distinct")
+    if sys.platform.startswith("linux"):
+        if max(default["opens"]) > TARGETS["opens_default"]:
+            problems.append(f"default: {default['opens']} opens per collection")
+        for name, ok in results["kernel_fresh"].items():
+            if not ok:
+                problems.append(f"{name}: os.pread at offset 0 did not return fresh content")
+    return problems
+
+
+def fmt_ratio(e: Mapping[str, float] | None, digits: int = 2) -> str:
+    """A ratio and its 95% interval, or n/a."""
+    if e is None:
+        return "n/a"
+    return f"{e['value']:.{digits}f}x [{e['low']:.{digits}f}, {e['high']:.{digits}f}]"
