@@ -34,6 +34,7 @@ from opentelemetry.sdk.metrics.export import (
 import configs
 from opentelemetry.instrumentation.process import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.instruments import Live, start, stop
+from opentelemetry.instrumentation.process.sources import linux_thread_count
 
 # The peer reads this when constructed without a config: measure its shipped default.
 os.environ.pop("OTEL_PYTHON_SYSTEM_METRICS_EXCLUDED_METRICS", None)
@@ -192,6 +193,9 @@ except ImportError:  # Windows
     resource = None  # type: ignore[assignment]
 
 
+_LINUX = sys.platform.startswith("linux")
+
+
 def bare_reads(system: bool) -> Callable[[], object]:
     """The OS reads our process set (and, with ``system``, our default) needs, each once,
     done as plainly as sources.py does them: getrusage, one oneshot() around the
@@ -203,7 +207,7 @@ def bare_reads(system: bool) -> Callable[[], object]:
         with proc.oneshot():
             mem = proc.memory_info()
             io = proc.io_counters()
-            nt = proc.num_threads()
+            nt = linux_thread_count(proc.pid) if _LINUX else proc.num_threads()
             nfd = proc.num_fds()
         return ru, mem, io, nt, nfd, gc.get_stats()
 
@@ -216,7 +220,6 @@ def bare_reads(system: bool) -> Callable[[], object]:
 _PROCFS = {
     "statm": "/proc/self/statm",
     "io": "/proc/self/io",
-    "status": "/proc/self/status",
     "stat": "/proc/stat",
     "meminfo": "/proc/meminfo",
 }
@@ -235,13 +238,17 @@ class KernelFloor:
     def __init__(self, system: bool, keep_open: bool = True) -> None:
         self.system = system
         self.page = os.sysconf("SC_PAGE_SIZE")
-        names = (
-            ("statm", "io", "status", "stat", "meminfo") if system else ("statm", "io", "status")
-        )
+        names = ("statm", "io", "stat", "meminfo") if system else ("statm", "io")
         self.names = names
         self.fds = {n: os.open(_PROCFS[n], os.O_RDONLY) for n in names} if keep_open else {}
         self.fd_dir: int | str = (
             os.open("/proc/self/fd", os.O_RDONLY | os.O_DIRECTORY) if keep_open else "/proc/self/fd"
+        )
+        # The package counts threads by listing /proc/self/task, as done here.
+        self.task_dir: int | str = (
+            os.open("/proc/self/task", os.O_RDONLY | os.O_DIRECTORY)
+            if keep_open
+            else "/proc/self/task"
         )
 
     def _read(self, name: str, size: int) -> bytes:
@@ -261,9 +268,7 @@ class KernelFloor:
         io = self._read("io", 4096).split()
         # syscr, syscw, read_bytes, write_bytes
         io_fields = (int(io[5]), int(io[7]), int(io[9]), int(io[11]))
-        status = self._read("status", 8192)
-        at = status.index(b"Threads:") + 8
-        threads = int(status[at : status.index(b"\n", at)])
+        threads = len(os.listdir(self.task_dir))
         nfds = len(os.listdir(self.fd_dir))
         base = (ru.ru_utime, ru.ru_stime, rss, vms, io_fields, threads, nfds, gc.get_stats())
         if not self.system:
@@ -277,8 +282,9 @@ class KernelFloor:
     def close(self) -> None:
         for fd in self.fds.values():
             os.close(fd)
-        if isinstance(self.fd_dir, int):
-            os.close(self.fd_dir)
+        for folder in (self.fd_dir, self.task_dir):
+            if isinstance(folder, int):
+                os.close(folder)
 
     def check_fresh(self) -> bool:
         """Whether the reads see new content: RSS after a 64 MiB touch, one more fd."""
