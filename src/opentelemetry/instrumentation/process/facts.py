@@ -43,7 +43,6 @@ class Facts:
     memory_limit: int
     """Bytes this process may use: host memory, capped by a cgroup memory limit."""
     fd_limit: int | None
-    page_size: int
     cpu_freq_min_hz: int | None
     cpu_freq_max_hz: int | None
 
@@ -71,7 +70,6 @@ def read_facts(
         host_memory=host_memory,
         memory_limit=min(host_memory, mem_limit) if mem_limit else host_memory,
         fd_limit=_fd_limit(),
-        page_size=_page_size(),
         cpu_freq_min_hz=fmin,
         cpu_freq_max_hz=fmax,
     )
@@ -117,13 +115,6 @@ def _fd_limit() -> int | None:
         return None
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     return None if soft == resource.RLIM_INFINITY else soft
-
-
-def _page_size() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return 4096
 
 
 def _cpu_freq_limits() -> tuple[int | None, int | None]:
