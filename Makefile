@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup servers lint typecheck unit bench bench-smoke docs clean
+.PHONY: demo test setup servers lint typecheck unit compat bench bench-smoke docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,17 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
 
+# The oldest supported Python (3.10), where the machine has it: the unit tests only.
+compat:
+	@py=$$(for c in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10; do \
+	  "$$c" -c 'import sys' >/dev/null 2>&1 && echo "$$c" && break; done); \
+	if [ -n "$$py" ]; then \
+	  "$$py" -m venv .venv-py310 && \
+	  .venv-py310/bin/python -m pip install --quiet -e '.[otlp]' pytest && \
+	  .venv-py310/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/e2e \
+	    --ignore=tests/test_docs.py --ignore=tests/test_examples.py; \
+	else echo "compat: python3.10 not found, skipped"; fi
+
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
@@ -41,7 +52,7 @@ bench-smoke: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
 
-test: setup servers lint typecheck unit bench-smoke docs
+test: setup servers lint typecheck unit compat bench-smoke docs
 
 clean:
-	rm -rf $(VENV) docs/_build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-py310 docs/_build .pytest_cache .mypy_cache .ruff_cache
