@@ -32,6 +32,8 @@ LINUX = frozenset({"linux"})
 WINDOWS = frozenset({"windows"})
 POSIX = frozenset({"linux", "darwin", "freebsd", "openbsd", "netbsd", "sunos", "aix"})
 ALL = POSIX | WINDOWS
+# psutil's Process.io_counters() exists on Linux, the BSDs, AIX and Windows.
+PROCESS_IO = ALL - {"darwin", "sunos"}
 
 
 def current_platform() -> str:
@@ -117,10 +119,10 @@ METRICS: tuple[Metric, ...] = (
            "(host memory, capped by a cgroup memory limit).",
            "process", "process.memory", "utilization", (), True, float),
     Metric("process.disk.io", C, "By", "Bytes this process read from and wrote to storage.",
-           "process", "process.io", "bytes", _DIR, True),
+           "process", "process.io", "bytes", _DIR, True, platforms=PROCESS_IO),
     Metric("process.disk.operations", C, "{operation}",
            "Read and write operations of this process (on Linux: read/write syscalls).",
-           "process", "process.io", "operations", _DIR, True),
+           "process", "process.io", "operations", _DIR, True, platforms=PROCESS_IO),
     Metric("process.thread.count", U, "{thread}", "Threads of this process.",
            "process", "process.num_threads", "count", (), True),
     Metric("process.unix.file_descriptor.count", U, "{file_descriptor}",
