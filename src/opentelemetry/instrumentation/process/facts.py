@@ -9,12 +9,17 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 
+from .faultlog import FaultLog
+
 _logger = logging.getLogger("opentelemetry.instrumentation.process")
+_T = TypeVar("_T")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
@@ -32,15 +37,15 @@ class Facts:
     """
 
     pid: int
-    create_time: float
+    create_time: float | None
     start_boottime: float | None
     """Seconds after boot at which the process started (Linux), for a precise uptime."""
     logical_cpus: int | None
     physical_cpus: int | None
-    available_cpus: float
+    available_cpus: float | None
     """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota."""
-    host_memory: int
-    memory_limit: int
+    host_memory: int | None
+    memory_limit: int | None
     """Bytes this process may use: host memory, capped by a cgroup memory limit."""
     fd_limit: int | None
     cpu_freq_min_hz: int | None
@@ -53,26 +58,58 @@ def read_facts(
     cpu_frequency: bool,
     cgroup_root: Path = CGROUP_ROOT,
     proc_self_cgroup: Path = PROC_SELF_CGROUP,
+    faults: FaultLog | None = None,
 ) -> Facts:
-    """Read the static facts of ``process`` (which must be this process)."""
-    logical = psutil.cpu_count(logical=True)
-    host_memory = psutil.virtual_memory().total
-    quota = cgroup_cpu_quota(cgroup_root, proc_self_cgroup)
-    mem_limit = cgroup_memory_limit(cgroup_root, proc_self_cgroup)
-    fmin, fmax = _cpu_freq_limits() if cpu_frequency else (None, None)
+    """Read the static facts of ``process`` (which must be this process).
+
+    Never raises: a fact that cannot be read is ``None``, its failure is
+    logged through ``faults``, and the metrics that need it are left out.
+    """
+    log = faults if faults is not None else FaultLog()
+
+    def get(what: str, read: Callable[[], _T]) -> _T | None:
+        try:
+            return read()
+        except Exception as exc:  # noqa: BLE001 - a fact must never break instrument()
+            log.warning(
+                ("fact", what, type(exc).__name__),
+                "process metrics: could not read %s (%s: %s); the metrics that need it "
+                "are left out.",
+                what,
+                type(exc).__name__,
+                exc,
+            )
+            return None
+
+    logical = get("the logical CPU count", lambda: psutil.cpu_count(logical=True))
+    host_memory = get("the host memory size", lambda: int(psutil.virtual_memory().total))
+    quota = get("the cgroup CPU quota", lambda: cgroup_cpu_quota(cgroup_root, proc_self_cgroup))
+    mem_limit = get(
+        "the cgroup memory limit", lambda: cgroup_memory_limit(cgroup_root, proc_self_cgroup)
+    )
+    affinity = get("the CPU affinity", lambda: _affinity_count(process))
+    limits = get("the CPU frequency limits", _cpu_freq_limits) if cpu_frequency else None
+    fmin, fmax = limits or (None, None)
+    cpus = affinity or logical
     return Facts(
         pid=process.pid,
-        create_time=_create_time(process),
-        start_boottime=_start_boottime(process.pid),
+        create_time=get("the process start time", lambda: float(process.create_time())),
+        start_boottime=get("the process start tick", lambda: _start_boottime(process.pid)),
         logical_cpus=logical,
-        physical_cpus=psutil.cpu_count(logical=False),
-        available_cpus=available_cpus(_affinity_count(process) or logical or 1, quota),
+        physical_cpus=get("the physical CPU count", lambda: psutil.cpu_count(logical=False)),
+        available_cpus=available_cpus(cpus, quota) if cpus else None,
         host_memory=host_memory,
-        memory_limit=min(host_memory, mem_limit) if mem_limit else host_memory,
-        fd_limit=_fd_limit(),
+        memory_limit=_memory_limit(host_memory, mem_limit),
+        fd_limit=get("the file descriptor limit", _fd_limit),
         cpu_freq_min_hz=fmin,
         cpu_freq_max_hz=fmax,
     )
+
+
+def _memory_limit(host: int | None, cgroup: int | None) -> int | None:
+    if host and cgroup:
+        return min(host, cgroup)
+    return host or cgroup or None
 
 
 def available_cpus(affinity: int, quota: float | None) -> float:
@@ -80,32 +117,21 @@ def available_cpus(affinity: int, quota: float | None) -> float:
     return min(float(affinity), quota) if quota else float(affinity)
 
 
-def _create_time(process: psutil.Process) -> float:
-    try:
-        return float(process.create_time())
-    except (psutil.Error, OSError):
-        return time.time()
-
-
 def _start_boottime(pid: int) -> float | None:
     # psutil's create_time() adds this to the boot time, which /proc/stat
     # rounds to whole seconds: an uptime from it can be off by up to 1 s.
-    if not hasattr(time, "CLOCK_BOOTTIME"):
+    if not hasattr(time, "CLOCK_BOOTTIME") or not os.path.exists(f"/proc/{pid}/stat"):
         return None
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])
-        return ticks / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _affinity_count(process: psutil.Process) -> int | None:
-    try:
-        return len(process.cpu_affinity())
-    except (AttributeError, psutil.Error, OSError):
+    if not hasattr(process, "cpu_affinity"):  # macOS has none
         return None
+    return len(process.cpu_affinity())
 
 
 def _fd_limit() -> int | None:
@@ -118,10 +144,7 @@ def _fd_limit() -> int | None:
 
 
 def _cpu_freq_limits() -> tuple[int | None, int | None]:
-    try:
-        freq = psutil.cpu_freq()
-    except (AttributeError, NotImplementedError, OSError, psutil.Error):
-        freq = None
+    freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
     fmin = int(freq.min * 1e6) if freq and freq.min else None
     fmax = int(freq.max * 1e6) if freq and freq.max else None
     if fmin is None or fmax is None:

@@ -25,6 +25,7 @@ from opentelemetry.metrics import (
     get_meter_provider,
 )
 
+from . import forks
 from .metrics import Kind, Metric
 from .options import ProcessMetricsOptions
 from .snapshot import Snapshot, SnapshotCache
@@ -35,7 +36,11 @@ _logger = logging.getLogger("opentelemetry.instrumentation.process")
 
 SCOPE_NAME = "opentelemetry.instrumentation.process"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
-_MAX_ATTRIBUTE_SETS = 4096
+
+# The SDK's default cardinality limit per metric. With cumulative temporality
+# the SDK keeps every attribute set it has seen, not just the current ones,
+# and folds new ones into an overflow point past this limit.
+SDK_CARDINALITY_LIMIT = 2000
 
 
 class Live:
@@ -43,6 +48,7 @@ class Live:
 
     def __init__(self, options: ProcessMetricsOptions) -> None:
         self.options = options
+        self.provider: weakref.ref[Any] | None = None
         self.metrics = options.metrics()
         self.cache = SnapshotCache(
             {m.source for m in self.metrics},
@@ -51,9 +57,14 @@ class Live:
             cpu_frequency=options.cpu_frequency,
         )
         self._attributes = dict(options.attributes)
-        # Attribute dicts by (metric, key): the same few sets come back every
-        # collection, so each is built once. Cleared if thread churn grows it.
-        self._attribute_sets: dict[tuple[str, Key], dict[str, Any]] = {}
+        # Attribute dicts of the last collection, by metric and key: the same
+        # sets mostly come back, so each is built once. Only current keys are
+        # kept, so exited threads do not pile up here.
+        self._attribute_sets: dict[str, dict[Key, dict[str, Any]]] = {}
+        # Hashes of the attribute sets reported so far, per metric, until the
+        # SDK's cardinality limit is passed (then a warning, and no more counting).
+        self._series_seen: dict[str, set[int]] = {}
+        self._series_warned: set[str] = set()
 
     def observe(self, metric: Metric, snap: Snapshot) -> list[Observation]:
         """The points of ``metric`` in ``snap``; none if its source failed."""
@@ -64,18 +75,40 @@ class Live:
         cast = metric.value_type
         if not isinstance(value, Mapping):
             return [Observation(cast(value), self._attributes)]
-        sets = self._attribute_sets
-        if len(sets) > _MAX_ATTRIBUTE_SETS:
-            sets.clear()
+        last = self._attribute_sets.get(metric.name, {})
+        current: dict[Key, dict[str, Any]] = {}
         points = []
         for key, v in value.items():
-            attributes = sets.get((metric.name, key))
+            attributes = last.get(key)
             if attributes is None:
                 named = zip(metric.attributes, key, strict=False)
                 attributes = {**self._attributes, **{n: a for n, a in named if a is not None}}
-                sets[(metric.name, key)] = attributes
+                self._count_series(metric.name, key)
+            current[key] = attributes
             points.append(Observation(cast(v), attributes))
+        self._attribute_sets[metric.name] = current
         return points
+
+    def _count_series(self, name: str, key: Key) -> None:
+        if name in self._series_warned:
+            return
+        seen = self._series_seen.setdefault(name, set())
+        seen.add(hash(key))
+        if len(seen) > SDK_CARDINALITY_LIMIT:
+            self._series_warned.add(name)
+            del self._series_seen[name]
+            _logger.warning(
+                "process metrics: %s has reported more than %d distinct attribute sets "
+                "since instrument() (threads, devices or CPUs that came and went). With "
+                "cumulative temporality the OpenTelemetry SDK keeps every set it has seen "
+                "and, past its cardinality limit (%d per metric by default), folds new "
+                "ones into one otel.metric.overflow=true point. Raise the reader's "
+                "cardinality_limits, use delta temporality, or exclude the metric. "
+                "This is logged once.",
+                name,
+                SDK_CARDINALITY_LIMIT,
+                SDK_CARDINALITY_LIMIT,
+            )
 
 
 class _Observer:
@@ -85,7 +118,6 @@ class _Observer:
         self.metric = metric
         self.live: Live | None = None
         self._seen = 0
-        self._failed = False
 
     def __call__(self, _options: CallbackOptions) -> Iterable[Observation]:
         live = self.live
@@ -95,15 +127,15 @@ class _Observer:
             snap = live.cache.snapshot(self._seen)
             self._seen = snap.generation
             return live.observe(self.metric, snap)
-        except Exception:
-            if not self._failed:
-                self._failed = True
-                _logger.warning(
-                    "process metrics: callback of %s failed; its points are left out. "
-                    "This is logged once.",
-                    self.metric.name,
-                    exc_info=True,
-                )
+        except Exception as exc:  # noqa: BLE001 - a callback never raises into the SDK
+            live.cache.faults.warning(
+                (self.metric.name, type(exc).__name__),
+                "process metrics: the callback of %s failed; its points are left out. "
+                "This fault is logged at most once per %.0f s.",
+                self.metric.name,
+                live.cache.faults.period,
+                exc_info=True,
+            )
             return []
 
 
@@ -142,6 +174,8 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
     live = Live(options)
     for metric in live.metrics:
         registry.observer(metric).live = live
+    live.provider = weakref.ref(provider)
+    forks.guard(provider)
     _logger.debug("process metrics: reporting %d metrics", len(live.metrics))
     return live
 
@@ -152,3 +186,6 @@ def stop(live: Live) -> None:
         for observer in registry.observers.values():
             if observer.live is live:
                 observer.live = None
+    provider = live.provider() if live.provider is not None else None
+    if provider is not None:
+        forks.unguard(provider)

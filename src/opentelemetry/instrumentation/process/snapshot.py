@@ -20,9 +20,8 @@ from dataclasses import dataclass
 import psutil
 
 from .facts import Facts, read_facts
+from .faultlog import FaultLog
 from .sources import SOURCES, ReadContext, Reading, Source
-
-_logger = logging.getLogger("opentelemetry.instrumentation.process")
 
 # Global, so that generations of two caches (before and after a re-instrument)
 # never compare equal.
@@ -61,17 +60,23 @@ class SnapshotCache:
         self._per_cpu = per_cpu
         self._max_threads = max_threads
         self._cpu_frequency = cpu_frequency
-        self._failed: set[str] = set()
+        self.faults = FaultLog()
+        """Rate-limits the log lines of failing sources and facts."""
+        self._failing: set[str] = set()
         self.refreshes = 0
         self._reset()
         _live_caches.add(self)
 
     def _reset(self) -> None:
         """(Re)bind to the current process: new lock, facts and baselines."""
+        # The lock first: after a fork the old one may be held by a thread
+        # that does not exist in the child.
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._process = psutil.Process()
-        self.facts: Facts = read_facts(self._process, cpu_frequency=self._cpu_frequency)
+        self.facts: Facts = read_facts(
+            self._process, cpu_frequency=self._cpu_frequency, faults=self.faults
+        )
         self._ctx = ReadContext(
             process=self._process,
             facts=self.facts,
@@ -131,24 +136,40 @@ class SnapshotCache:
         try:
             out[source.name] = source.read(ctx)
         except Exception as exc:  # noqa: BLE001 - a source must never break a collection
-            if source.name not in self._failed:
-                self._failed.add(source.name)
-                _logger.warning(
-                    "process metrics: source %r failed (%s: %s); the metrics it feeds "
-                    "are left out while it keeps failing. This is logged once.",
-                    source.name,
-                    type(exc).__name__,
-                    exc,
-                )
+            self._failing.add(source.name)
+            self.faults.warning(
+                (source.name, type(exc).__name__),
+                "process metrics: source %r failed (%s: %s); the metrics it feeds are left "
+                "out while it fails. This fault is logged at most once per %.0f s.",
+                source.name,
+                type(exc).__name__,
+                exc,
+                self.faults.period,
+            )
         else:
-            if self._failed:
-                self._failed.discard(source.name)
+            if self._failing and source.name in self._failing:
+                self._failing.discard(source.name)
+                self.faults.log(
+                    logging.INFO,
+                    (source.name, "recovered"),
+                    "process metrics: source %r works again; the metrics it feeds are back.",
+                    source.name,
+                )
 
     def _after_fork(self) -> None:
         try:
             self._reset()
-        except Exception:
-            _logger.warning("process metrics: re-initialising after fork failed", exc_info=True)
+        except Exception as exc:  # noqa: BLE001 - never break the forking program
+            # Reporting the parent's process from the child would be wrong: report none.
+            self.sources = ()
+            self.faults.warning(
+                ("fork", type(exc).__name__),
+                "process metrics: re-initialising after fork failed (%s: %s); this child "
+                "reports no process metrics.",
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
 
 
 _live_caches: weakref.WeakSet[SnapshotCache] = weakref.WeakSet()

@@ -141,22 +141,23 @@ def _rusage(ctx: ReadContext) -> Reading:
                 ("involuntary",): ctxsw.involuntary,
             }
         }
-    cpus = ctx.facts.available_cpus
+    cpus = ctx.facts.available_cpus or 0.0
 
     def share(deltas: Mapping[Key, float], elapsed: float) -> dict[Key, float]:
         return {k: d / (elapsed * cpus) for k, d in deltas.items()}
 
-    util = ctx.delta("process.cpu").step(ctx.now, times, share)
+    # Without a CPU count the utilisation is unknown: left out, not 0.
+    util = ctx.delta("process.cpu").step(ctx.now, times, share) if cpus else None
     return {"cpu_time": times, "cpu_utilization": util or {}, **extra}
 
 
 def _memory(ctx: ReadContext) -> Reading:
     mem = ctx.process.memory_info()
-    return {
-        "rss": mem.rss,
-        "vms": mem.vms,
-        "utilization": mem.rss / ctx.facts.memory_limit,
-    }
+    limit = ctx.facts.memory_limit
+    reading: dict[str, Value] = {"rss": mem.rss, "vms": mem.vms}
+    if limit:
+        reading["utilization"] = mem.rss / limit
+    return reading
 
 
 def _io(ctx: ReadContext) -> Reading:
@@ -196,7 +197,8 @@ def _uptime(ctx: ReadContext) -> Reading:
     start = ctx.facts.start_boottime
     if start is not None:
         return {"uptime": time.clock_gettime(time.CLOCK_BOOTTIME) - start}
-    return {"uptime": time.time() - ctx.facts.create_time}
+    created = ctx.facts.create_time
+    return {"uptime": time.time() - created} if created is not None else {}
 
 
 def _threads(ctx: ReadContext) -> Reading:
