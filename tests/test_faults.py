@@ -1,16 +1,18 @@
 """Fault injection: a failing source drops only its own points, logs once, raises nothing.
 
 These faults cannot be produced for real on demand (AccessDenied on our own
-process, a field missing on this platform), so the psutil call behind each
+process, a field missing on this platform), so the OS call behind each
 source is replaced by one that raises, and put back afterwards.
 """
 
 from __future__ import annotations
 
+import builtins
 import functools
 import gc
 import logging
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,47 +21,80 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import METRICS, ProcessInstrumentor
+from opentelemetry.instrumentation.process import facts as facts_module
 from opentelemetry.instrumentation.process import sources as sources_module
+from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
 from opentelemetry.instrumentation.process.instruments import _registries
+from opentelemetry.instrumentation.process.snapshot import SnapshotCache
+from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .conftest import collect, points
 
 LOGGER = "opentelemetry.instrumentation.process"
+ON_LINUX = sys.platform.startswith("linux")
 
-# The OS call behind each source that reads one.
+# The OS call behind each source that reads one. The two sources that read a
+# procfs file themselves go through the module's ``open``.
 TARGETS: dict[str, tuple[Any, str]] = {
     "process.memory": (psutil.Process, "memory_info"),
     "process.io": (psutil.Process, "io_counters"),
     "process.num_threads": (
-        (sources_module, "linux_thread_count")
-        if sys.platform.startswith("linux")
-        else (psutil.Process, "num_threads")
+        (sources_module, "linux_thread_count") if ON_LINUX else (psutil.Process, "num_threads")
     ),
     "process.num_fds": (psutil.Process, "num_fds"),
+    "process.num_handles": (psutil.Process, "num_handles"),
     "process.threads": (psutil.Process, "threads"),
+    "process.signals": (sources_module, "open"),
     "system.cpu": (psutil, "cpu_times"),
     "system.memory": (psutil, "virtual_memory"),
     "system.cpu_freq": (psutil, "cpu_freq"),
     "system.disk": (psutil, "disk_io_counters"),
     "system.network": (psutil, "net_io_counters"),
     "system.swap": (psutil, "swap_memory"),
+    "system.vmstat": (sources_module, "open"),
     "system.filesystem": (psutil, "disk_partitions"),
     "system.connections": (psutil, "net_connections"),
     "cpython.gc": (gc, "get_stats"),
+    "process.rusage": (
+        (sources_module._resource, "getrusage")
+        if sources_module._resource is not None
+        else (psutil.Process, "cpu_times")
+    ),
 }
-if sources_module._resource is not None:
-    TARGETS["process.rusage"] = (sources_module._resource, "getrusage")
+# Sources that read nothing from the OS at collection time.
+NO_OS_READ = {"static", "snapshot", "process.uptime"}
 
+# Every exception psutil (or the OS call) can raise there.
 ERRORS: dict[str, Callable[[], BaseException]] = {
     "AccessDenied": lambda: psutil.AccessDenied(1),
     "NoSuchProcess": lambda: psutil.NoSuchProcess(1),
+    "ZombieProcess": lambda: psutil.ZombieProcess(1),
     "NotImplementedError": lambda: NotImplementedError("not on this platform"),
     "OSError": lambda: OSError(5, "Input/output error"),
+    "PermissionError": lambda: PermissionError(13, "Permission denied"),
+    "AttributeError": lambda: AttributeError("module 'psutil' has no attribute 'x'"),
 }
 
 
 class _NoFields:
     """What a platform returns when it lacks the fields a source needs."""
+
+
+class _EmptyFile(_NoFields):
+    """A procfs file without the lines a source needs."""
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __enter__(self) -> _EmptyFile:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+
+def test_every_source_has_a_fault_target() -> None:
+    assert set(SOURCES) == set(TARGETS) | NO_OS_READ
 
 
 def _options_for(source: str) -> dict[str, Any]:
@@ -88,7 +123,7 @@ def test_failing_source_drops_only_its_points(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     owner, name = TARGETS[source]
-    real = getattr(owner, name)
+    real = getattr(owner, name, builtins.open)
     instrument(**_options_for(source))
     healthy = collect(reader)
     fed = {m.name for m in METRICS if m.source == source} & set(healthy)
@@ -98,6 +133,8 @@ def test_failing_source_drops_only_its_points(
     if error == "missing-field":
 
         def broken(*_a: Any, **_k: Any) -> Any:
+            if name == "open":
+                return _EmptyFile()
             return [_NoFields()] if source == "process.threads" else _NoFields()
     else:
 
@@ -105,7 +142,7 @@ def test_failing_source_drops_only_its_points(
             raise ERRORS[error]()
 
     # wraps() keeps the attributes psutil's oneshot() expects on its methods.
-    monkeypatch.setattr(owner, name, functools.wraps(real)(broken))
+    monkeypatch.setattr(owner, name, functools.wraps(real)(broken), raising=False)
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     first = collect(reader)
     second = collect(reader)
@@ -198,3 +235,205 @@ def test_signals_source_failure_is_contained(
     got = collect(reader)
     assert "process.signals_pending" not in got
     assert "process.memory.usage" in got
+
+
+def _cache() -> SnapshotCache:
+    live = ProcessInstrumentor()._live
+    assert live is not None
+    return live.cache
+
+
+def _ours(caplog: pytest.LogCaptureFixture, level: int = logging.WARNING) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
+
+
+class Switch:
+    """Makes one real psutil call fail while ``failing`` holds the error to raise."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> None:
+        self.failing: BaseException | None = None
+        real = getattr(owner, name)
+
+        @functools.wraps(real)
+        def maybe_broken(*args: Any, **kwargs: Any) -> Any:
+            if self.failing is not None:
+                raise self.failing
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, name, maybe_broken)
+
+
+def test_fault_log_period_is_documented_and_sane() -> None:
+    assert FAULT_LOG_PERIOD == 300.0
+    assert SnapshotCache(()).faults.period == FAULT_LOG_PERIOD
+
+
+def test_flapping_source_resumes_every_time_and_logs_once_per_period(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    switch = Switch(monkeypatch, psutil.Process, "memory_info")
+    instrument()
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    fed = {"process.memory.usage", "process.memory.virtual", "process.memory.utilization"}
+    for _ in range(5):
+        switch.failing = psutil.AccessDenied(1)
+        got = collect(reader)
+        assert not fed & set(got)
+        assert "process.cpu.time" in got
+        switch.failing = None
+        got = collect(reader)
+        assert fed <= set(got), "the metrics must come back when the source recovers"
+        assert points(got["process.memory.usage"])
+    warnings = _ours(caplog)
+    assert len(warnings) == 1, warnings
+    assert "'process.memory' failed (AccessDenied" in warnings[0]
+    assert "at most once per 300 s" in warnings[0]
+    recovered = _ours(caplog, logging.INFO)
+    assert recovered == [
+        "process metrics: source 'process.memory' works again; the metrics it feeds are back."
+    ]
+
+
+def test_distinct_faults_of_one_source_are_logged_separately(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    switch = Switch(monkeypatch, psutil, "virtual_memory")
+    instrument()
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    for error in (psutil.AccessDenied(1), OSError(5, "EIO"), psutil.AccessDenied(1)):
+        switch.failing = error
+        assert "system.memory.usage" not in collect(reader)
+    warnings = _ours(caplog)
+    assert len(warnings) == 2, warnings
+    assert "AccessDenied" in warnings[0] and "OSError" in warnings[1]
+
+
+def test_a_repeating_fault_is_logged_again_after_the_period_with_a_count(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    switch = Switch(monkeypatch, psutil.Process, "num_fds")
+    instrument()
+    _cache().faults.period = 0.3  # the real 300 s, scaled down
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    switch.failing = psutil.AccessDenied(1)
+    for _ in range(4):
+        collect(reader)
+    assert len(_ours(caplog)) == 1
+    time.sleep(0.35)
+    collect(reader)
+    warnings = _ours(caplog)
+    assert len(warnings) == 2, warnings
+    assert "(3 more times since it was last logged" in warnings[1]
+
+
+def test_a_failing_callback_never_raises_into_the_sdk_and_logs_once(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A platform returning a non-number where a number belongs breaks the
+    # callback's conversion, not the source's read.
+    real = gc.get_stats
+    monkeypatch.setattr(gc, "get_stats", lambda: [dict(s, collected="?") for s in real()])
+    instrument()
+    caplog.set_level(logging.WARNING)
+    for _ in range(3):
+        got = collect(reader)
+        assert "cpython.gc.collected_objects" not in got
+        assert "cpython.gc.collections" in got and "process.cpu.time" in got
+    ours = _ours(caplog)
+    assert len(ours) == 1 and "cpython.gc.collected_objects" in ours[0], ours
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry.sdk")]
+    monkeypatch.setattr(gc, "get_stats", real)
+    assert "cpython.gc.collected_objects" in collect(reader)
+
+
+# (what is read, where to break it, the metrics that need it)
+FACT_FAULTS = [
+    pytest.param(
+        [(psutil, "cpu_count"), (psutil.Process, "cpu_affinity")],
+        {"process.cpu.utilization", "system.cpu.logical.count", "system.cpu.physical.count"},
+        id="cpu-count",
+    ),
+    pytest.param(
+        [(psutil.Process, "create_time"), (facts_module, "_start_boottime")],
+        {"process.uptime"},
+        id="start-time",
+    ),
+    pytest.param(
+        [(facts_module, "cgroup_memory_limit"), (psutil, "virtual_memory")],
+        {"process.memory.utilization"},
+        id="memory-limit",
+    ),
+    pytest.param(
+        [(facts_module, "_fd_limit")], {"process_metrics.unix.file_descriptor.limit"}, id="fd-limit"
+    ),
+]
+
+
+@pytest.mark.parametrize(("targets", "needing"), FACT_FAULTS)
+@pytest.mark.parametrize("error", ["AccessDenied", "OSError", "PermissionError"])
+def test_unreadable_static_facts_leave_out_only_what_needs_them(
+    targets: list[tuple[Any, str]],
+    needing: set[str],
+    error: str,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    include = ["process_metrics.unix.file_descriptor.limit"] if ON_LINUX else []
+    instrument(include=include)
+    healthy = set(collect(reader))
+    ProcessInstrumentor().uninstrument()
+    needing &= healthy
+    if not needing:
+        pytest.skip("not reported on this host")
+
+    def broken(*_a: Any, **_k: Any) -> Any:
+        raise ERRORS[error]()
+
+    for owner, name in targets:
+        if hasattr(owner, name):
+            monkeypatch.setattr(owner, name, functools.wraps(getattr(owner, name))(broken))
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    instrument(include=include)  # must not raise
+    assert ProcessInstrumentor().is_instrumented_by_opentelemetry
+    monkeypatch.undo()  # only the facts read at instrument() were broken
+    got = set(collect(reader))
+    # Unknown is left out, never reported as a misleading 0.
+    assert got == healthy - needing, (healthy - needing) ^ got
+    warnings = _ours(caplog)
+    assert warnings and all("could not read" in w and error in w for w in warnings), warnings
+
+
+def test_garbage_in_cgroup_files_is_a_warning_not_a_crash(
+    tmp_path: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "cgroup"
+    (root / "app").mkdir(parents=True)
+    (root / "app" / "cpu.max").write_text("lots 100000\n")
+    (root / "app" / "memory.max").write_text("plenty\n")
+    self_cgroup = tmp_path / "self-cgroup"
+    self_cgroup.write_text("0::/app\n")
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    facts = facts_module.read_facts(
+        psutil.Process(), cpu_frequency=False, cgroup_root=root, proc_self_cgroup=self_cgroup
+    )
+    # No quota or limit known: the host's figures stand.
+    assert facts.available_cpus == len(psutil.Process().cpu_affinity()) if ON_LINUX else True
+    assert facts.memory_limit == psutil.virtual_memory().total
+    warnings = _ours(caplog)
+    assert len(warnings) == 2, warnings
+    assert "the cgroup CPU quota" in warnings[0] and "ValueError" in warnings[0]
+    assert "the cgroup memory limit" in warnings[1]

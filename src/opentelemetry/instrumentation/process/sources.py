@@ -217,11 +217,14 @@ def _threads(ctx: ReadContext) -> Reading:
 
 
 def _signals_pending(ctx: ReadContext) -> Reading:
-    pending = 0
+    pending, found = 0, 0
     with open(f"/proc/{ctx.facts.pid}/status", "rb") as f:
         for line in f:
             if line.startswith((b"SigPnd:", b"ShdPnd:")):
                 pending |= int(line.split()[1], 16)
+                found += 1
+    if found != 2:
+        raise LookupError("SigPnd/ShdPnd not in /proc/<pid>/status")  # unknown, not 0
     return {"count": bin(pending).count("1")}
 
 
