@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup servers lint typecheck unit compat bench bench-smoke docs clean
+.PHONY: demo test setup servers lint typecheck unit compat stress bench bench-smoke docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,10 +38,15 @@ compat:
 	  "$$c" -c 'import sys' >/dev/null 2>&1 && echo "$$c" && break; done); \
 	if [ -n "$$py" ]; then \
 	  "$$py" -m venv .venv-py310 && \
-	  .venv-py310/bin/python -m pip install --quiet -e '.[otlp]' pytest && \
+	  .venv-py310/bin/python -m pip install --quiet -e '.[otlp]' pytest 'hypothesis>=6.100' && \
 	  .venv-py310/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/e2e \
 	    --ignore=tests/test_docs.py --ignore=tests/test_examples.py; \
 	else echo "compat: python3.10 not found, skipped"; fi
+
+# The hardening tests at the sizes of the issue (minutes); `make test` runs short variants.
+stress: $(STAMP)
+	PROCESS_METRICS_LONG=1 $(BIN)/python -m pytest -q tests/test_properties.py \
+	  tests/test_faults.py tests/test_stress.py tests/test_fork_stress.py tests/test_fork.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
