@@ -199,3 +199,16 @@ def test_dashboard_page_lists_every_query(built: Path) -> None:
     assert exprs
     for expr in exprs:
         assert squash(expr) in text
+
+
+def test_documented_hardening_figures_are_the_code_constants() -> None:
+    from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
+    from opentelemetry.instrumentation.process.forks import FORK_WAIT_SECONDS
+    from opentelemetry.instrumentation.process.instruments import SDK_CARDINALITY_LIMIT
+
+    period = f"{FAULT_LOG_PERIOD:.0f} s"
+    for page in ("reliability", "troubleshooting", "design"):
+        assert period in squash((DOCS / f"{page}.md").read_text()), page
+    assert f"at most {FORK_WAIT_SECONDS:.0f} s" in squash((DOCS / "prefork.md").read_text())
+    for page in ("reliability", "troubleshooting", "design"):
+        assert str(SDK_CARDINALITY_LIMIT) in (DOCS / f"{page}.md").read_text(), page

@@ -108,3 +108,14 @@ print("process.cpu.time" in names, "process.memory.usage" in names)
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.split() == ["True", "True"], out.stderr
+
+
+def test_only_an_instrumented_provider_is_guarded_across_fork(
+    instrument: Callable[..., ProcessInstrumentor], provider: Any
+) -> None:
+    from opentelemetry.instrumentation.process import forks
+
+    instrument()
+    assert provider in forks._guarded
+    ProcessInstrumentor().uninstrument()
+    assert provider not in forks._guarded
