@@ -51,13 +51,23 @@ BAD_CODE = [
     ({"max_thread_series": True}, "max_thread_series: expected a whole number >= 0, got True"),
     (
         {"attributes": ["a"]},
-        "attributes: expected a mapping of str to str, bool, int, float or a sequence of "
-        "those, got ['a']",
+        "attributes: expected a mapping of str to str, bool, int (64-bit), float or a "
+        "sequence of one of those, got ['a']",
     ),
     (
         {"attributes": {"k": object}},
-        "attributes: expected a mapping of str to str, bool, int, float or a sequence of "
-        "those, got 'k': <class 'object'>",
+        "attributes: expected a mapping of str to str, bool, int (64-bit), float or a "
+        "sequence of one of those, got 'k': <class 'object'>",
+    ),
+    (
+        {"attributes": {"k": 2**63}},
+        "attributes: expected a mapping of str to str, bool, int (64-bit), float or a "
+        "sequence of one of those, got 'k': 9223372036854775808",
+    ),
+    (
+        {"attributes": {"k": ["a", 1]}},
+        "attributes: expected a mapping of str to str, bool, int (64-bit), float or a "
+        "sequence of one of those, got 'k': ['a', 1]",
     ),
 ]
 

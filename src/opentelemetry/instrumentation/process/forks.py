@@ -50,6 +50,15 @@ def _consumer(provider: Any) -> Any:
     return getattr(_sdk_provider(provider), "_measurement_consumer", None)
 
 
+def _readers(provider: Any, consumer: Any) -> list[Any]:
+    # Readers added after the provider was built are only in the storages;
+    # older SDKs also list them in their configuration.
+    readers = list(getattr(consumer, "_reader_storages", None) or ())
+    config = getattr(_sdk_provider(provider), "_sdk_config", None)
+    readers += [r for r in getattr(config, "metric_readers", ()) if r not in readers]
+    return readers
+
+
 def _is_lock(lock: Any) -> bool:
     return callable(getattr(lock, "acquire", None)) and callable(getattr(lock, "release", None))
 
@@ -82,8 +91,7 @@ def _after_in_child() -> None:
         if id(consumer) not in taken and _locked(lock):
             # The fork did not wait it out: its holder does not exist here.
             consumer._lock = threading.Lock()
-        config = getattr(_sdk_provider(provider), "_sdk_config", None)
-        for reader in getattr(config, "metric_readers", ()):
+        for reader in _readers(provider, consumer):
             export_lock = getattr(reader, "_export_lock", None)
             if _locked(export_lock):
                 reader._export_lock = threading.Lock()

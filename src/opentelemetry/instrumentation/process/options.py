@@ -36,8 +36,11 @@ ENV_VARS: Mapping[str, str] = {
 
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
-_ATTRIBUTE_TYPES = (str, bool, int, float)
-_ATTRIBUTES_ALLOWED = "a mapping of str to str, bool, int, float or a sequence of those"
+_ATTRIBUTE_TYPES = (str, bool, int, float)  # bool before int: see _kind
+_ATTRIBUTES_ALLOWED = (
+    "a mapping of str to str, bool, int (64-bit), float or a sequence of one of those"
+)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,7 @@ class ProcessMetricsOptions:
         for name in ("cpu_frequency", "per_thread", "per_cpu"):
             value = getattr(self, name)
             if not isinstance(value, bool):
-                raise ValueError(f"{name}: expected True or False, got {value!r}")
+                raise ValueError(f"{name}: expected True or False, got {_show(value)}")
         for name in ("include", "exclude"):
             patterns = _as_patterns(name, getattr(self, name))
             for pattern in patterns:
@@ -75,7 +78,7 @@ class ProcessMetricsOptions:
             object.__setattr__(self, name, patterns)
         cap = self.max_thread_series
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-            raise ValueError(f"max_thread_series: expected a whole number >= 0, got {cap!r}")
+            raise ValueError(f"max_thread_series: expected a whole number >= 0, got {_show(cap)}")
         object.__setattr__(self, "attributes", _check_attributes(self.attributes))
 
     def metrics(self, platform: str | None = None) -> tuple[Metric, ...]:
@@ -95,6 +98,15 @@ class ProcessMetricsOptions:
         )
 
 
+def _show(value: object, limit: int = 200) -> str:
+    """``repr(value)`` for an error message, shortened, even when repr() itself fails."""
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):  # int over the str limit; nesting too deep
+        return f"<{type(value).__name__} that cannot be shown>"
+    return text if len(text) <= limit else text[: limit - 5] + "...)" + text[-1]
+
+
 def _is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
@@ -106,14 +118,14 @@ def _match(metric: Metric, pattern: str) -> bool:
 def _as_patterns(option: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
         raise ValueError(
-            f"{option}: expected a list of metric names or globs, got {value!r}"
+            f"{option}: expected a list of metric names or globs, got {_show(value)}"
             + (f" (write [{value!r}])" if isinstance(value, str) else "")
         )
     patterns = tuple(value)
     for p in patterns:
         if not isinstance(p, str) or not p.strip():
             raise ValueError(
-                f"{option}: expected metric names or globs (non-empty strings), got {p!r}"
+                f"{option}: expected metric names or globs (non-empty strings), got {_show(p)}"
             )
     return tuple(p.strip() for p in patterns)
 
@@ -144,14 +156,32 @@ def _check_pattern(option: str, pattern: str) -> None:
 
 def _check_attributes(value: object) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValueError(f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {value!r}")
+        raise ValueError(f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {_show(value)}")
     for key, v in value.items():
-        ok = isinstance(v, _ATTRIBUTE_TYPES) or (
-            isinstance(v, (list, tuple)) and all(isinstance(x, _ATTRIBUTE_TYPES) for x in v)
-        )
-        if not isinstance(key, str) or not key or not ok:
-            raise ValueError(f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {key!r}: {v!r}")
+        if not isinstance(key, str) or not key or not _attribute_value_ok(v):
+            raise ValueError(
+                f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {_show(key)}: {_show(v)}"
+            )
     return MappingProxyType(dict(value))
+
+
+def _attribute_value_ok(value: object) -> bool:
+    # OTLP carries ints as int64 and arrays of one type: anything else is
+    # dropped by the exporter at every export, with an error each time.
+    if isinstance(value, (list, tuple)):
+        kinds = {_kind(x) for x in value}
+        return None not in kinds and len(kinds) <= 1
+    return _kind(value) is not None
+
+
+def _kind(value: object) -> type | None:
+    """The OTLP scalar type that ``value`` is sent as, or None if it cannot be."""
+    for kind in _ATTRIBUTE_TYPES:  # bool before int: bool is an int subclass
+        if isinstance(value, kind):
+            if kind is int and not _INT64_MIN <= value <= _INT64_MAX:  # type: ignore[operator]
+                return None
+            return kind
+    return None
 
 
 def _parse_env(name: str, raw: str) -> Any:
@@ -211,6 +241,6 @@ def resolve(
     base = explicit.pop("options", None)
     if base is not None:
         if not isinstance(base, ProcessMetricsOptions):
-            raise ValueError(f"options: expected a ProcessMetricsOptions, got {base!r}")
+            raise ValueError(f"options: expected a ProcessMetricsOptions, got {_show(base)}")
         return dataclasses.replace(base, **explicit)
     return ProcessMetricsOptions(**{**from_environment(environ), **explicit})

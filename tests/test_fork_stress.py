@@ -1,0 +1,410 @@
+"""Forks under load: the export thread runs, locks are held, every child reports itself.
+
+Each child has a hard timeout on both sides (an alarm in the child, a deadline
+in the parent that kills it), so a deadlock after fork fails the test as
+"child N hung" instead of hanging the suite. Sizes: ``tests/stress.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import (
+    InMemoryMetricReader,
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
+
+from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
+from opentelemetry.instrumentation.process.instruments import Live
+
+from . import forkapps
+from .stress import size
+
+pytestmark = [
+    pytest.mark.skipif(
+        sys.platform != "linux" or not hasattr(os, "fork"), reason="forks and reads /proc"
+    ),
+    # Forking while other threads run (the export thread, a lock holder) is the
+    # point of these tests; Python 3.12+ warns on every such fork.
+    pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning"),
+]
+
+CHILD_TIMEOUT = 10
+"""Seconds before a child's alarm ends it; a healthy child needs well under one."""
+PARENT_GRACE = 5.0
+"""Seconds the parent waits past the child's alarm before it kills the child itself."""
+POOL_TIMEOUT = 60.0
+"""Seconds for a multiprocessing pool's results; spawn starts fresh interpreters."""
+HOLD_MAX = 5.0
+"""Seconds a helper thread holds a lock at most: the longest a fork may wait for it."""
+TICK = 1 / os.sysconf("SC_CLK_TCK")
+MIB = 1 << 20
+
+
+class RecordingExporter(MetricExporter):
+    """Counts exports per pid, and keeps the thread count each pid last exported.
+
+    Exports made by ``stall_pid`` wait for ``resume`` (``HOLD_MAX`` at most):
+    an export in flight, as a slow network makes one.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exports: dict[int, int] = {}
+        self.threads: dict[int, int] = {}
+        self.stall_pid: int | None = None
+        self.stalled = threading.Event()
+        self.resume = threading.Event()
+
+    def export(
+        self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
+    ) -> MetricExportResult:
+        pid = os.getpid()
+        if pid == self.stall_pid:
+            self.stalled.set()
+            self.resume.wait(HOLD_MAX)
+        for rm in metrics_data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics if sm.scope.name == SCOPE_NAME else ():
+                    if m.name == "process.thread.count":
+                        point: Any = m.data.data_points[0]
+                        self.threads[pid] = int(point.value)
+        self.exports[pid] = self.exports.get(pid, 0) + 1
+        return MetricExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return True
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        pass
+
+
+@dataclass
+class Setup:
+    provider: MeterProvider
+    reader: InMemoryMetricReader
+    live: Live
+    exporter: RecordingExporter | None
+    periodic: PeriodicExportingMetricReader | None
+
+
+def _wait(condition: Callable[[], bool], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+@pytest.fixture
+def setup() -> Iterator[Callable[[bool], Setup]]:
+    """Instrument a provider with an in-memory reader, and optionally a 1 ms export thread."""
+    made: list[Setup] = []
+
+    def _make(export_thread: bool) -> Setup:
+        reader = InMemoryMetricReader()
+        exporter = RecordingExporter() if export_thread else None
+        # 1 ms: the export thread is nearly always inside a collection, so
+        # forks land on every phase of it.
+        periodic = (
+            PeriodicExportingMetricReader(exporter, export_interval_millis=1) if exporter else None
+        )
+        provider = MeterProvider(metric_readers=[reader, periodic] if periodic else [reader])
+        inst = ProcessInstrumentor()
+        inst.instrument(meter_provider=provider)
+        live = inst._live
+        assert live is not None
+        made.append(Setup(provider, reader, live, exporter, periodic))
+        if exporter is not None:
+            assert _wait(lambda: exporter.exports.get(os.getpid(), 0) >= 3, 10), "no exports"
+        return made[-1]
+
+    yield _make
+    ProcessInstrumentor().uninstrument()
+    for s in made:
+        s.provider.shutdown()
+
+
+# -- one forked child, with timeouts on both sides -------------------------------------
+
+
+def run_child(body: Callable[[], dict[str, Any]], name: str) -> dict[str, Any]:
+    """Run ``body`` in a forked child; return its result (a JSON object)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _child_main(body, read_end, write_end)
+    os.close(write_end)
+    return _await_child(pid, read_end, name)
+
+
+def _child_main(body: Callable[[], dict[str, Any]], read_end: int, write_end: int) -> NoReturn:
+    try:
+        os.close(read_end)
+        # The default action of SIGALRM ends the process even while its only
+        # Python thread is blocked on a lock.
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)
+        signal.alarm(CHILD_TIMEOUT)
+        try:
+            result = body()
+        except BaseException as exc:  # noqa: BLE001 - anything goes back to the parent
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        data = json.dumps(result).encode()
+        while data:
+            data = data[os.write(write_end, data) :]
+    finally:
+        os._exit(0)  # never back into pytest
+
+
+def _await_child(pid: int, read_end: int, name: str) -> dict[str, Any]:
+    limit = CHILD_TIMEOUT + PARENT_GRACE
+    deadline = time.monotonic() + limit
+    data = b""
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([pipe], [], [], left)[0]:
+                break
+            chunk = pipe.read(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    status = None
+    while status is None and time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done == 0:
+            status = None
+            time.sleep(0.001)
+    if status is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"{name} hung: deadlock after fork (no result in {limit:.0f} s; killed)")
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGALRM:
+            pytest.fail(f"{name} hung: deadlock after fork ({CHILD_TIMEOUT} s alarm fired)")
+        pytest.fail(f"{name} died by signal {signal.Signals(sig).name}")
+    result: dict[str, Any] = json.loads(data or b"{}")
+    if "error" in result:
+        pytest.fail(f"{name} failed: {result['error']}")
+    return result
+
+
+@contextmanager
+def held_by_another_thread(lock: Any) -> Iterator[Callable[[], bool]]:
+    """``lock`` is held by a helper thread inside the block, for ``HOLD_MAX`` at most.
+
+    Yields ``held()``: whether the helper still holds it. Bounded, so that a
+    fork guard that waited for the lock would make the fork late (and the
+    test fail on ``held()``) rather than deadlock the parent.
+    """
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(HOLD_MAX)
+
+    holder = threading.Thread(target=hold, name="lock-holder", daemon=True)
+    holder.start()
+    try:
+        assert taken.wait(10), "the helper thread could not take the lock"
+        yield holder.is_alive
+    finally:
+        release.set()
+        holder.join(10)
+
+
+# -- what a child must report ------------------------------------------------------------
+
+
+def check_own(
+    got: dict[str, Any],
+    name: str,
+    *,
+    parent: int,
+    since: float,
+    allocated_mib: int,
+    parent_cpu: float | None = None,
+) -> None:
+    """``got`` (from ``forkapps.measure``) describes the child, not its parent."""
+    assert got["facts_pid"] == got["pid"] != parent, f"{name}: pid {got}"
+    # Its own memory: the block it allocated, and what the kernel says.
+    assert got["rss"] >= got["floor"] + allocated_mib * MIB * 3 // 4, f"{name}: rss {got}"
+    assert abs(got["rss"] - got["rss_after"]) < 8 * MIB, f"{name}: rss vs statm {got}"
+    # Its own CPU time, read during the collection: between the readings around it.
+    assert got["cpu_before"] - 1e-6 <= got["cpu"] <= got["cpu_after"] + 1e-6, f"{name}: cpu {got}"
+    if parent_cpu is not None:
+        assert got["cpu"] < parent_cpu, f"{name}: cpu {got} vs parent's {parent_cpu}"
+    assert got["threads"] == got["tasks"], f"{name}: threads {got}"
+    # It started after ``since`` (its start time is floored to a clock tick).
+    assert 0 <= got["uptime"] <= got["now"] - since + 2 * TICK, f"{name}: uptime {got}"
+
+
+# -- 1. fork and exit in a loop while the export thread runs -----------------------------
+
+
+def _loop_child(s: Setup) -> dict[str, Any]:
+    assert s.exporter is not None
+    exports = s.exporter.exports
+    pid = os.getpid()
+    refreshes = [s.live.cache.refreshes]
+    first = forkapps.measure(s.reader, allocate_mib=32, busy=0.0)
+    refreshes.append(s.live.cache.refreshes)
+    # The SDK restarts the export thread in the child: its exports carry this pid.
+    exported = _wait(lambda: exports.get(pid, 0) > 0, CHILD_TIMEOUT / 3)
+    seen = exports.get(pid, 0)
+    exported_again = _wait(lambda: exports.get(pid, 0) > seen, CHILD_TIMEOUT / 3)
+    second = forkapps.measure(s.reader, allocate_mib=0, busy=0.0)
+    refreshes.append(s.live.cache.refreshes)
+    return {
+        "first": first,
+        "second": second,
+        "refreshes": refreshes,
+        "exported": exported,
+        "exported_again": exported_again,
+        "exported_threads": s.exporter.threads.get(pid),
+        "python_threads": threading.active_count(),
+    }
+
+
+def test_fork_loop_while_the_export_thread_runs(setup: Callable[[bool], Setup]) -> None:
+    s = setup(True)
+    assert s.exporter is not None
+    parent = os.getpid()
+    for i in range(size(40, 400)):
+        name = f"child {i}"
+        parent_cpu = forkapps.cpu_seconds()
+        since = forkapps.boottime()
+        got = run_child(lambda: _loop_child(s), name)
+        first, second = got["first"], got["second"]
+        check_own(first, name, parent=parent, since=since, allocated_mib=32, parent_cpu=parent_cpu)
+        check_own(second, name, parent=parent, since=since, allocated_mib=0, parent_cpu=parent_cpu)
+        before, after_first, after_second = got["refreshes"]
+        assert before < after_first < after_second, f"{name}: no refresh {got['refreshes']}"
+        # Main thread and the restarted export thread, as the child itself sees them.
+        assert first["tasks"] == got["python_threads"], f"{name}: threads {got}"
+        assert got["exported"], f"{name}: the restarted export thread never exported"
+        assert got["exported_again"], f"{name}: the restarted export thread stopped"
+        assert got["exported_threads"] == first["tasks"], f"{name}: exported threads {got}"
+    # The parent is unaffected and keeps exporting.
+    assert s.live.cache.facts.pid == parent
+    exports = s.exporter.exports
+    seen = exports[parent]
+    assert _wait(lambda: exports[parent] > seen, 10), "the parent stopped exporting"
+
+
+# -- 2. multiprocessing, fork and spawn --------------------------------------------------
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_multiprocessing_children_report_themselves(
+    method: str, setup: Callable[[bool], Setup]
+) -> None:
+    # The parent is instrumented either way: a fork child inherits it, a
+    # spawned one must not (it instruments itself on its own provider).
+    s = setup(False)
+    forkapps.collect(s.reader)
+    target = forkapps.fork_report if method == "fork" else forkapps.spawn_report
+    forkapps.INHERITED = s.reader
+    since = forkapps.boottime()
+    try:
+        with multiprocessing.get_context(method).Pool(2) as pool:
+            results = pool.map_async(target, range(2), chunksize=1).get(timeout=POOL_TIMEOUT)
+    except multiprocessing.TimeoutError:
+        pytest.fail(f"{method} pool hung: no results in {POOL_TIMEOUT:.0f} s")
+    finally:
+        forkapps.INHERITED = None
+    assert len(results) == 2
+    for i, got in enumerate(results):
+        check_own(got, f"{method} task {i}", parent=os.getpid(), since=since, allocated_mib=100)
+    assert s.live.cache.facts.pid == os.getpid()
+
+
+# -- 3. a lock held across fork must not hang the child ----------------------------------
+
+
+def _measure_child(s: Setup) -> dict[str, Any]:
+    return forkapps.measure(s.reader, allocate_mib=8, busy=0.0)
+
+
+@pytest.mark.parametrize("export_thread", [False, True], ids=["quiet", "exporting"])
+def test_cache_lock_held_at_fork(export_thread: bool, setup: Callable[[bool], Setup]) -> None:
+    s = setup(export_thread)
+    consumer_lock = s.provider._measurement_consumer._lock
+    parent = os.getpid()
+    for i in range(size(3, 30)):
+        name = f"child {i} (snapshot cache lock held at fork)"
+        since = forkapps.boottime()
+        with held_by_another_thread(s.live.cache._lock) as held:
+            if export_thread:
+                # The export thread's next collection blocks on the cache lock
+                # while it holds the SDK's collection lock: both are held at fork.
+                assert _wait(consumer_lock.locked, 10), "the export thread never collected"
+                time.sleep(0.02)
+            got = run_child(lambda: _measure_child(s), name)
+            assert held(), f"{name}: the fork waited until the lock was let go"
+        check_own(got, name, parent=parent, since=since, allocated_mib=8)
+
+
+def test_sdk_collection_lock_held_at_fork(setup: Callable[[bool], Setup]) -> None:
+    s = setup(False)
+    consumer_lock = s.provider._measurement_consumer._lock
+    parent = os.getpid()
+    for i in range(size(3, 30)):
+        name = f"child {i} (SDK collection lock held at fork)"
+        since = forkapps.boottime()
+        with held_by_another_thread(consumer_lock) as held:
+            got = run_child(lambda: _measure_child(s), name)
+            assert held(), f"{name}: the fork waited until the lock was let go"
+        check_own(got, name, parent=parent, since=since, allocated_mib=8)
+    # The parent collects as before once the holder let go.
+    assert "process.memory.usage" in forkapps.collect(s.reader)
+
+
+def _export_child(s: Setup) -> dict[str, Any]:
+    assert s.exporter is not None
+    exports, pid = s.exporter.exports, os.getpid()
+    return {
+        "exported": _wait(lambda: exports.get(pid, 0) > 0, CHILD_TIMEOUT / 3),
+        "measured": _measure_child(s),
+    }
+
+
+def test_export_in_flight_at_fork(setup: Callable[[bool], Setup]) -> None:
+    s = setup(True)
+    assert s.exporter is not None and s.periodic is not None
+    export_lock = s.periodic._export_lock
+    parent = os.getpid()
+    for i in range(size(3, 30)):
+        name = f"child {i} (export in flight at fork)"
+        since = forkapps.boottime()
+        s.exporter.stalled.clear()
+        s.exporter.resume.clear()
+        s.exporter.stall_pid = parent
+        try:
+            assert s.exporter.stalled.wait(10), "the export thread never exported"
+            got = run_child(lambda: _export_child(s), name)
+            assert export_lock.locked(), f"{name}: the fork waited for the export to end"
+        finally:
+            s.exporter.stall_pid = None
+            s.exporter.resume.set()
+        # The export lock the child inherited was held by a thread it does not have.
+        assert got["exported"], f"{name}: the restarted export thread never exported"
+        check_own(got["measured"], name, parent=parent, since=since, allocated_mib=8)
