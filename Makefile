@@ -60,4 +60,4 @@ docs: $(STAMP)
 test: setup servers lint typecheck unit compat bench-smoke docs
 
 clean:
-	rm -rf $(VENV) .venv-py310 docs/_build .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .venv-py310 docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis
