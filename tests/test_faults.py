@@ -437,3 +437,31 @@ def test_garbage_in_cgroup_files_is_a_warning_not_a_crash(
     assert len(warnings) == 2, warnings
     assert "the cgroup CPU quota" in warnings[0] and "ValueError" in warnings[0]
     assert "the cgroup memory limit" in warnings[1]
+
+
+@pytest.mark.skipif(not ON_LINUX, reason="iowait is a Linux field")
+def test_host_cpu_time_never_goes_down_when_the_kernel_moves_iowait_back(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # proc(5): "the iowait value ... may decrease in certain conditions".
+    real = psutil.cpu_times
+    shift = {"iowait": 0.0}
+
+    def drifting(percpu: bool = False) -> Any:
+        rows = real(percpu=percpu)
+        fix = lambda row: row._replace(iowait=max(0.0, row.iowait + shift["iowait"]))  # noqa: E731
+        return [fix(r) for r in rows] if percpu else fix(rows)
+
+    monkeypatch.setattr(psutil, "cpu_times", drifting)
+    instrument(per_cpu=True)
+    shift["iowait"] = 100.0
+    before = points(collect(reader)["system.cpu.time"])
+    shift["iowait"] = 0.0  # iowait drops by 100 s
+    after = points(collect(reader)["system.cpu.time"])
+    assert set(before) == set(after)
+    for attributes, value in after.items():
+        assert value >= before[attributes], dict(attributes)
+    utilization = points(collect(reader)["system.cpu.utilization"])
+    assert all(0.0 <= v <= 1.0 for v in utilization.values())

@@ -37,9 +37,10 @@ _logger = logging.getLogger("opentelemetry.instrumentation.process")
 SCOPE_NAME = "opentelemetry.instrumentation.process"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
 
-# The SDK's default cardinality limit per metric. With cumulative temporality
-# the SDK keeps every attribute set it has seen, not just the current ones,
-# and folds new ones into an overflow point past this limit.
+# The SDK's default cardinality limit per metric. The SDK keeps every
+# attribute set an observable instrument has reported, not just the current
+# ones (whatever the temporality), and folds new ones into an overflow point
+# past this limit.
 SDK_CARDINALITY_LIMIT = 2000
 
 
@@ -99,12 +100,12 @@ class Live:
             del self._series_seen[name]
             _logger.warning(
                 "process metrics: %s has reported more than %d distinct attribute sets "
-                "since instrument() (threads, devices or CPUs that came and went). With "
-                "cumulative temporality the OpenTelemetry SDK keeps every set it has seen "
+                "since instrument() (threads, devices or CPUs that came and went). The "
+                "OpenTelemetry SDK keeps every set an observable instrument has reported "
                 "and, past its cardinality limit (%d per metric by default), folds new "
                 "ones into one otel.metric.overflow=true point. Raise the reader's "
-                "cardinality_limits, use delta temporality, or exclude the metric. "
-                "This is logged once.",
+                "cardinality_limits (each set costs the SDK about 1 KiB) or exclude the "
+                "metric. This is logged once.",
                 name,
                 SDK_CARDINALITY_LIMIT,
                 SDK_CARDINALITY_LIMIT,

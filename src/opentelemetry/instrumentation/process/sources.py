@@ -98,9 +98,18 @@ class ReadContext:
     per_cpu: bool = False
     max_threads: int = 0
     deltas: dict[str, Delta] = field(default_factory=dict)
+    floors: dict[str, dict[Key, float]] = field(default_factory=dict)
 
     def delta(self, name: str) -> Delta:
         return self.deltas.setdefault(name, Delta())
+
+    def monotonic(self, name: str, values: dict[Key, float]) -> dict[Key, float]:
+        """``values``, none below its previous reading (a counter never goes down)."""
+        floor = self.floors.get(name)
+        if floor:
+            values = {k: v if v >= floor.get(k, v) else floor[k] for k, v in values.items()}
+        self.floors[name] = values
+        return values
 
 
 @dataclass(frozen=True)
@@ -251,6 +260,8 @@ def _system_cpu(ctx: ReadContext) -> Reading:
             if mode is not None:
                 key = (number, mode)
                 times[key] = times.get(key, 0.0) + value
+    # Linux may move iowait backwards (proc(5)): keep the last value instead.
+    times = ctx.monotonic("system.cpu", times)
 
     def share(deltas: Mapping[Key, float], _elapsed: float) -> dict[Key, float]:
         totals: dict[Any, float] = {}
