@@ -76,19 +76,24 @@ class Live:
         cast = metric.value_type
         if not isinstance(value, Mapping):
             return [Observation(cast(value), self._attributes)]
-        last = self._attribute_sets.get(metric.name, {})
+        sets = self._attribute_sets.get(metric.name)
+        if sets is None or sets.keys() != value.keys():
+            sets = self._attribute_sets[metric.name] = self._renew(metric, value, sets or {})
+        return [Observation(cast(v), sets[key]) for key, v in value.items()]
+
+    def _renew(
+        self, metric: Metric, value: Mapping[Key, Any], last: Mapping[Key, dict[str, Any]]
+    ) -> dict[Key, dict[str, Any]]:
+        """Attribute dicts for the keys of ``value``: kept from ``last``, or new."""
         current: dict[Key, dict[str, Any]] = {}
-        points = []
-        for key, v in value.items():
+        for key in value:
             attributes = last.get(key)
             if attributes is None:
                 named = zip(metric.attributes, key, strict=False)
                 attributes = {**self._attributes, **{n: a for n, a in named if a is not None}}
                 self._count_series(metric.name, key)
             current[key] = attributes
-            points.append(Observation(cast(v), attributes))
-        self._attribute_sets[metric.name] = current
-        return points
+        return current
 
     def _count_series(self, name: str, key: Key) -> None:
         if name in self._series_warned:
