@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric, MetricsData
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
 
@@ -19,7 +19,11 @@ Points = dict[frozenset[tuple[str, Any]], Any]
 
 def collect(reader: InMemoryMetricReader) -> dict[str, Metric]:
     """One collection: this package's metrics by name."""
-    data = reader.get_metrics_data()
+    return ours(reader.get_metrics_data())
+
+
+def ours(data: MetricsData | None) -> dict[str, Metric]:
+    """This package's metrics in ``data`` by name; each name at most once."""
     found: dict[str, Metric] = {}
     if data is None:
         return found

@@ -43,7 +43,6 @@ from opentelemetry.sdk.metrics.export import (
 import opentelemetry.instrumentation.process as process_package
 from opentelemetry.instrumentation.process import (
     METRICS,
-    SCOPE_NAME,
     Kind,
     ProcessInstrumentor,
     ProcessMetricsOptions,
@@ -55,7 +54,7 @@ from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.instruments import Live
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 
-from .conftest import Points, collect, points
+from .conftest import Points, collect, ours, points
 from .stress import seconds, size
 
 # Concurrency: readers collecting at once for this long, per variant.
@@ -202,16 +201,7 @@ def uninstrument() -> None:
 
 def by_name(data: MetricsData | None) -> dict[str, Points]:
     """This package's metrics in one collection, as points by attribute set."""
-    found: dict[str, Points] = {}
-    if data is None:
-        return found
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            if sm.scope.name == SCOPE_NAME:
-                for m in sm.metrics:
-                    assert m.name not in found, f"{m.name} reported twice"
-                    found[m.name] = points(m)
-    return found
+    return {name: points(metric) for name, metric in ours(data).items()}
 
 
 def one(found: Mapping[str, Points], name: str, **attributes: Any) -> Any:
