@@ -7,6 +7,7 @@ what the OS says at the same moment, so the test process can compare.
 
 from __future__ import annotations
 
+import mmap
 import os
 import resource
 import time
@@ -67,7 +68,12 @@ def boottime() -> float:
 def measure(reader: InMemoryMetricReader, allocate_mib: int, busy: float) -> dict[str, Any]:
     """Allocate, burn CPU, collect once; the package's values with the OS's around them."""
     floor = statm_rss()
-    block = b"x" * (allocate_mib * MIB)  # bytes() fills it, so every page is resident
+    # A fresh anonymous mapping with every page touched: new resident memory
+    # even when the heap inherited from a big parent has free pages to reuse.
+    block = mmap.mmap(-1, allocate_mib * MIB) if allocate_mib else None
+    if block is not None:
+        for offset in range(0, len(block), mmap.PAGESIZE):
+            block[offset] = 1
     end = time.thread_time() + busy
     while time.thread_time() < end:
         sum(range(2_000))
@@ -91,9 +97,10 @@ def measure(reader: InMemoryMetricReader, allocate_mib: int, busy: float) -> dic
         "tasks": tasks,
         "uptime": one(got["process.uptime"]),
         "now": now,
-        "kept": len(block),
+        "kept": len(block) if block is not None else 0,
     }
-    del block
+    if block is not None:
+        block.close()
     return result
 
 
