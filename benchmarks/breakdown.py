@@ -17,6 +17,7 @@ So ``collect - callbacks`` is what the SDK costs on our observations, and
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import statistics
 import time
@@ -35,16 +36,12 @@ from opentelemetry.instrumentation.process.sources import ReadContext, Source
 
 def _source_reader(cache: Any, source: Source) -> Callable[[], object]:
     def read() -> object:
-        ctx = ReadContext(
-            process=cache._process,
-            facts=cache.facts,
-            now=time.monotonic(),
-            per_cpu=cache._per_cpu,
-            max_threads=cache._max_threads,
-            deltas={},  # a throwaway baseline: the live one is left alone
+        # A throwaway baseline: the live one is left alone.
+        ctx: ReadContext = dataclasses.replace(
+            cache._ctx, now=time.monotonic(), deltas={}, floors={}
         )
         if source.in_process:
-            with cache._process.oneshot():
+            with ctx.process.oneshot():
                 return source.read(ctx)
         return source.read(ctx)
 

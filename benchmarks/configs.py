@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from opentelemetry.instrumentation.process import METRICS, ProcessMetricsOptions
+from opentelemetry.instrumentation.process import ProcessMetricsOptions
+from opentelemetry.instrumentation.process.metrics import METRICS
 
 # Threads alive (besides the main one) while ``with_threads`` is measured.
 WITH_THREADS_N = 16

@@ -34,7 +34,7 @@ from opentelemetry.sdk.metrics.export import (
 import configs
 from opentelemetry.instrumentation.process import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.instruments import Live, start, stop
-from opentelemetry.instrumentation.process.sources import linux_thread_count
+from opentelemetry.instrumentation.process.linux.procfs import thread_count
 
 # The peer reads this when constructed without a config: measure its shipped default.
 os.environ.pop("OTEL_PYTHON_SYSTEM_METRICS_EXCLUDED_METRICS", None)
@@ -207,7 +207,7 @@ def bare_reads(system: bool) -> Callable[[], object]:
         with proc.oneshot():
             mem = proc.memory_info()
             io = proc.io_counters()
-            nt = linux_thread_count(proc.pid) if _LINUX else proc.num_threads()
+            nt = thread_count() if _LINUX else proc.num_threads()
             nfd = proc.num_fds()
         return ru, mem, io, nt, nfd, gc.get_stats()
 

@@ -83,7 +83,7 @@ def measure(reader: InMemoryMetricReader, allocate_mib: int, busy: float) -> dic
     rss_after = statm_rss()
     tasks = len(os.listdir("/proc/self/task"))
     now = boottime()
-    live = ProcessInstrumentor()._live
+    live = ProcessInstrumentor()._metrics._live
     result = {
         "pid": os.getpid(),
         "facts_pid": live.cache.facts.pid if live is not None else None,

@@ -21,8 +21,9 @@ from types import ModuleType
 
 import pytest
 
-from opentelemetry.instrumentation.process import ENV_VARS, METRICS, ProcessMetricsOptions
-from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
+from opentelemetry.instrumentation.process import ProcessMetricsOptions
+from opentelemetry.instrumentation.process.environment import ENV_VARS
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
@@ -203,12 +204,12 @@ def test_dashboard_page_lists_every_query(built: Path) -> None:
 
 def test_documented_hardening_figures_are_the_code_constants() -> None:
     from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
-    from opentelemetry.instrumentation.process.forks import FORK_WAIT_SECONDS
-    from opentelemetry.instrumentation.process.instruments import SDK_CARDINALITY_LIMIT
+    from opentelemetry.instrumentation.process.instruments import SERIES_WARNING_THRESHOLD
+    from opentelemetry.instrumentation.process.sdk_fork_guard import FORK_WAIT_SECONDS
 
     period = f"{FAULT_LOG_PERIOD:.0f} s"
     for page in ("reliability", "troubleshooting", "design"):
         assert period in squash((DOCS / f"{page}.md").read_text()), page
     assert f"at most {FORK_WAIT_SECONDS:.0f} s" in squash((DOCS / "prefork.md").read_text())
     for page in ("reliability", "troubleshooting", "design"):
-        assert str(SDK_CARDINALITY_LIMIT) in (DOCS / f"{page}.md").read_text(), page
+        assert str(SERIES_WARNING_THRESHOLD) in (DOCS / f"{page}.md").read_text(), page

@@ -29,8 +29,7 @@ from typing import IO, Any
 import psutil
 import pytest
 
-from opentelemetry.instrumentation.process import METRICS
-from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"

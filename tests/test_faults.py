@@ -20,15 +20,18 @@ import psutil
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from opentelemetry.instrumentation.process import METRICS, ProcessInstrumentor
+from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process import facts as facts_module
-from opentelemetry.instrumentation.process import sources as sources_module
 from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
 from opentelemetry.instrumentation.process.instruments import _registries
+from opentelemetry.instrumentation.process.linux import procfs
+from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
+from opentelemetry.instrumentation.process.sources import process as process_sources
 
 from .conftest import collect, points
+from .conftest import value as value_of
 
 LOGGER = "opentelemetry.instrumentation.process"
 ON_LINUX = sys.platform.startswith("linux")
@@ -38,31 +41,29 @@ ON_LINUX = sys.platform.startswith("linux")
 TARGETS: dict[str, tuple[Any, str]] = {
     "process.memory": (psutil.Process, "memory_info"),
     "process.io": (psutil.Process, "io_counters"),
-    "process.num_threads": (
-        (sources_module, "linux_thread_count") if ON_LINUX else (psutil.Process, "num_threads")
-    ),
+    "process.num_threads": (psutil.Process, "num_threads"),
     "process.num_fds": (psutil.Process, "num_fds"),
     "process.num_handles": (psutil.Process, "num_handles"),
     "process.threads": (psutil.Process, "threads"),
-    "process.signals": (sources_module, "open"),
+    "process.signals": (procfs, "open"),
     "system.cpu": (psutil, "cpu_times"),
     "system.memory": (psutil, "virtual_memory"),
     "system.cpu_freq": (psutil, "cpu_freq"),
     "system.disk": (psutil, "disk_io_counters"),
     "system.network": (psutil, "net_io_counters"),
     "system.swap": (psutil, "swap_memory"),
-    "system.vmstat": (sources_module, "open"),
+    "system.vmstat": (procfs, "open"),
     "system.filesystem": (psutil, "disk_partitions"),
     "system.connections": (psutil, "net_connections"),
     "cpython.gc": (gc, "get_stats"),
     "process.rusage": (
-        (sources_module._resource, "getrusage")
-        if sources_module._resource is not None
+        (process_sources._resource, "getrusage")
+        if process_sources._resource is not None
         else (psutil.Process, "cpu_times")
     ),
 }
 # Sources that read nothing from the OS at collection time.
-NO_OS_READ = {"static", "snapshot", "process.uptime"}
+NO_OS_READ = {"static", "refresh", "process.uptime"}
 
 # Every exception psutil (or the OS call) can raise there.
 ERRORS: dict[str, Callable[[], BaseException]] = {
@@ -97,12 +98,18 @@ def test_every_source_has_a_fault_target() -> None:
     assert set(SOURCES) == set(TARGETS) | NO_OS_READ
 
 
+# Sources whose direct Linux read falls back to psutil: broken with direct reads off
+# (the fallback itself is tested below).
+FALLS_BACK = {"process.num_threads"}
+
+
 def _options_for(source: str) -> dict[str, Any]:
     fed = [m for m in METRICS if m.source == source and m.supported()]
     gated = {m.option for m in fed if m.option}
+    direct = {"direct_reads": False} if source in FALLS_BACK else {}
     if gated:
-        return {option: True for option in gated if option}
-    return {"include": [m.name for m in fed if not m.default]}
+        return {**direct, **{option: True for option in gated if option}}
+    return {**direct, "include": [m.name for m in fed if not m.default]}
 
 
 CASES = [
@@ -149,7 +156,7 @@ def test_failing_source_drops_only_its_points(
     for got in (first, second):
         assert not fed & set(got), f"{fed & set(got)} still reported"
         assert set(got) == set(healthy) - fed
-    ours = [r for r in caplog.records if r.name == LOGGER]
+    ours = [r for r in caplog.records if r.name.startswith(LOGGER)]
     assert len(ours) == 1, [r.getMessage() for r in ours]
     assert source in ours[0].getMessage()
 
@@ -220,6 +227,28 @@ def test_metric_without_a_source_on_this_platform_is_not_registered(
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux-only sources")
+@pytest.mark.skipif(not ON_LINUX, reason="direct reads are Linux-only")
+@pytest.mark.parametrize("error", ["OSError", "PermissionError"])
+def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
+    error: str,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    instrument()
+
+    def broken() -> int:
+        raise ERRORS[error]()
+
+    monkeypatch.setattr(procfs, "thread_count", broken)
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    counts = [value_of(collect(reader)["process.thread.count"]) for _ in range(3)]
+    assert counts == [psutil.Process().num_threads()] * 3
+    said = [m for m in _ours(caplog) if "direct Linux read 'thread_count'" in m]
+    assert len(said) == 1 and "psutil is used instead" in said[0], _ours(caplog)
+
+
 def test_signals_source_failure_is_contained(
     instrument: Callable[..., ProcessInstrumentor],
     reader: InMemoryMetricReader,
@@ -231,20 +260,22 @@ def test_signals_source_failure_is_contained(
     def denied(*_a: Any, **_k: Any) -> Any:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(sources_module, "open", denied, raising=False)
+    monkeypatch.setattr(procfs, "open", denied, raising=False)
     got = collect(reader)
     assert "process.signals_pending" not in got
     assert "process.memory.usage" in got
 
 
 def _cache() -> SnapshotCache:
-    live = ProcessInstrumentor()._live
+    live = ProcessInstrumentor()._metrics._live
     assert live is not None
     return live.cache
 
 
 def _ours(caplog: pytest.LogCaptureFixture, level: int = logging.WARNING) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == LOGGER and r.levelno == level]
+    return [
+        r.getMessage() for r in caplog.records if r.name.startswith(LOGGER) and r.levelno == level
+    ]
 
 
 class Switch:
@@ -265,7 +296,7 @@ class Switch:
 
 def test_fault_log_period_is_documented_and_sane() -> None:
     assert FAULT_LOG_PERIOD == 300.0
-    assert SnapshotCache(()).faults.period == FAULT_LOG_PERIOD
+    assert SnapshotCache(ProcessMetricsOptions(), ()).faults.period == FAULT_LOG_PERIOD
 
 
 def test_flapping_source_resumes_every_time_and_logs_once_per_period(
@@ -362,7 +393,12 @@ def test_a_failing_callback_never_raises_into_the_sdk_and_logs_once(
 FACT_FAULTS = [
     pytest.param(
         [(psutil, "cpu_count"), (psutil.Process, "cpu_affinity")],
-        {"process.cpu.utilization", "system.cpu.logical.count", "system.cpu.physical.count"},
+        {
+            "process.cpu.utilization",
+            "process_metrics.cpu.available",
+            "system.cpu.logical.count",
+            "system.cpu.physical.count",
+        },
         id="cpu-count",
     ),
     pytest.param(
@@ -372,7 +408,7 @@ FACT_FAULTS = [
     ),
     pytest.param(
         [(facts_module, "cgroup_memory_limit"), (psutil, "virtual_memory")],
-        {"process.memory.utilization"},
+        {"process.memory.utilization", "process_metrics.memory.limit"},
         id="memory-limit",
     ),
     pytest.param(

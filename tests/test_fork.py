@@ -60,7 +60,7 @@ def test_child_reports_its_own_memory_pid_and_cpu(
         while time.thread_time() < end:
             sum(range(2_000))
         got = collect(reader)
-        live = inst._live
+        live = inst._metrics._live
         assert live is not None
         return {
             "rss": value(got["process.memory.usage"]),
@@ -87,7 +87,7 @@ def test_lock_held_at_fork_does_not_deadlock_the_child(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
     inst = instrument()
-    live = inst._live
+    live = inst._metrics._live
     assert live is not None
     held, release = threading.Event(), threading.Event()
 
@@ -114,7 +114,7 @@ def test_parent_is_unaffected_by_the_child(
     inst = instrument()
     collect(reader)
     _in_child(lambda: {"n": len(collect(reader))})
-    live = inst._live
+    live = inst._metrics._live
     assert live is not None
     assert live.cache.facts.pid == os.getpid()
     rss = value(collect(reader)["process.memory.usage"])

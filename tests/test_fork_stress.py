@@ -129,7 +129,7 @@ def setup() -> Iterator[Callable[[bool], Setup]]:
         provider = MeterProvider(metric_readers=[reader, periodic] if periodic else [reader])
         inst = ProcessInstrumentor()
         inst.instrument(meter_provider=provider)
-        live = inst._live
+        live = inst._metrics._live
         assert live is not None
         made.append(Setup(provider, reader, live, exporter, periodic))
         if exporter is not None:

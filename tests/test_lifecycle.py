@@ -113,7 +113,7 @@ print("process.cpu.time" in names, "process.memory.usage" in names)
 def test_only_an_instrumented_provider_is_guarded_across_fork(
     instrument: Callable[..., ProcessInstrumentor], provider: Any
 ) -> None:
-    from opentelemetry.instrumentation.process import forks
+    from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 
     instrument()
     assert provider in forks._guarded

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
 
-from opentelemetry.instrumentation.process import METRICS, ProcessInstrumentor
-from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, Kind, Metric
+from opentelemetry.instrumentation.process import ProcessInstrumentor
+from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Kind, Metric
 
 from .conftest import collect, points
 

@@ -11,12 +11,12 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
-from opentelemetry.instrumentation.process.options import (
-    DEFAULT_MAX_THREAD_SERIES,
+from opentelemetry.instrumentation.process.environment import (
     ENV_VARS,
     from_environment,
     resolve,
 )
+from opentelemetry.instrumentation.process.options import DEFAULT_MAX_THREAD_SERIES
 
 from .conftest import collect
 
@@ -41,7 +41,36 @@ BAD_CODE = [
         "include: expected a list of metric names or globs, got 'system.disk.*' "
         "(write ['system.disk.*'])",
     ),
-    ({"exclude": [3]}, "exclude: expected metric names or globs (non-empty strings), got 3"),
+    (
+        {"exclude": [3]},
+        "exclude: expected metric names or globs (non-empty strings of at most 200 "
+        "characters), got 3",
+    ),
+    (
+        {"include": ["x" * 2**20]},
+        "include: expected metric names or globs (non-empty strings of at most 200 "
+        "characters), got '" + "x" * 194 + "...)'",
+    ),
+    (
+        {"exclude": ["process.*"] * 101},
+        "exclude: expected at most 100 metric names or globs, got more",
+    ),
+    (
+        {"max_thread_series": 1},
+        "max_thread_series: expected an even number (each thread has a user and a system "
+        "series), got 1",
+    ),
+    (
+        {"attributes": {f"k{i}": i for i in range(129)}},
+        "attributes: expected at most 128 attributes (OTEL_ATTRIBUTE_COUNT_LIMIT), got 129",
+    ),
+    (
+        {"attributes": {"k": list(range(1_000_000))}},
+        "attributes: 'k': expected a value of at most 4096 characters or elements "
+        "(OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT), got 1000000: [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, "
+        "10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, "
+        "31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, ...)]",
+    ),
     (
         {"include": ["system.cpu.frequency"]},
         "include: 'system.cpu.frequency' is turned on by cpu_frequency=True, not by include",
@@ -156,12 +185,15 @@ def test_bad_env_warns_once_and_uses_the_default(
     monkeypatch.setenv(var, raw)
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     inst = instrument()
-    warnings = [r for r in caplog.records if r.name == LOGGER and r.levelno >= logging.WARNING]
+    warnings = [
+        r for r in caplog.records if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
+    ]
     assert len(warnings) == 1
     text = warnings[0].getMessage()
     assert var in text and repr(raw) in text and reason in text
     default = getattr(ProcessMetricsOptions(), option)
-    assert f"using the default, {default!r}" in text
+    shown = "none" if default == () else repr(default)
+    assert text.endswith(f"using the default, {shown}.")
     assert inst.options is not None
     assert getattr(inst.options, option) == default
     assert "process.cpu.time" in collect(reader)

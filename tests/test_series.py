@@ -12,7 +12,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
-from opentelemetry.instrumentation.process.instruments import SDK_CARDINALITY_LIMIT
+from opentelemetry.instrumentation.process.instruments import SERIES_WARNING_THRESHOLD
 
 from .conftest import collect, points
 
@@ -51,7 +51,7 @@ def test_exited_threads_leave_nothing_behind(
 ) -> None:
     inst = instrument(per_thread=True)
     ids = _with_threads(5, lambda: collect(reader))
-    live = inst._live
+    live = inst._metrics._live
     assert live is not None
     cached = {key[1] for key in live._attribute_sets[THREAD_CPU]}
     assert set(ids) <= cached, "the live threads' attribute sets are cached"
@@ -70,7 +70,7 @@ def test_passing_the_sdk_cardinality_limit_is_announced_once(
     caplog.set_level(logging.WARNING, logger="opentelemetry.instrumentation.process")
     instrument(per_thread=True, exclude=["system.*", "cpython.*"])
     # Two series per thread: the limit is passed by the thread after the limit / 2.
-    threads_needed = SDK_CARDINALITY_LIMIT // 2 + 1
+    threads_needed = SERIES_WARNING_THRESHOLD // 2 + 1
     done = 0
     while done < threads_needed + 5:
         _with_threads(10, lambda: collect(reader))
@@ -82,4 +82,4 @@ def test_passing_the_sdk_cardinality_limit_is_announced_once(
             assert warned == [], f"warned after only {done} threads"
     assert len(warned) == 1, warned
     assert warned[0].startswith(f"process metrics: {THREAD_CPU} has reported more than 2000")
-    assert "otel.metric.overflow=true" in warned[0] and "cardinality_limits" in warned[0]
+    assert "otel.metric.overflow=true" in warned[0] and "Raise that limit" in warned[0]

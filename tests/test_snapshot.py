@@ -13,7 +13,8 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from opentelemetry.instrumentation.process import METRICS, ProcessInstrumentor
+from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
+from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
 from .conftest import OpenRecorder, collect, points
@@ -52,7 +53,7 @@ def counter(monkeypatch: pytest.MonkeyPatch) -> Iterator[CallCounter]:
 
 
 def _cache() -> SnapshotCache:
-    live = ProcessInstrumentor()._live
+    live = ProcessInstrumentor()._metrics._live
     assert live is not None
     return live.cache
 
@@ -133,7 +134,8 @@ def test_concurrent_collections_never_see_a_half_built_snapshot(
 
 
 def test_snapshot_is_complete_for_concurrent_callers(monkeypatch: pytest.MonkeyPatch) -> None:
-    cache = SnapshotCache(["process.memory", "system.memory", "system.cpu", "cpython.gc"])
+    sources = {"process.memory", "system.memory", "system.cpu", "cpython.gc", "refresh"}
+    cache = SnapshotCache(ProcessMetricsOptions(), sources)
     real = psutil.virtual_memory
 
     def slow() -> Any:
@@ -155,9 +157,8 @@ def test_snapshot_is_complete_for_concurrent_callers(monkeypatch: pytest.MonkeyP
         t.start()
     for t in threads:
         t.join()
-    full = {"process.memory", "system.memory", "system.cpu", "cpython.gc", "snapshot"}
     assert len(seen) == 180
-    assert all(s == full for s in seen)
+    assert all(s == sources for s in seen)
 
 
 @linux_only

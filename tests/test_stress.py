@@ -42,8 +42,6 @@ from opentelemetry.sdk.metrics.export import (
 
 import opentelemetry.instrumentation.process as process_package
 from opentelemetry.instrumentation.process import (
-    METRICS,
-    Kind,
     ProcessInstrumentor,
     ProcessMetricsOptions,
     instruments,
@@ -51,7 +49,10 @@ from opentelemetry.instrumentation.process import (
     sources,
 )
 from opentelemetry.instrumentation.process.facts import read_facts
+from opentelemetry.instrumentation.process.faultlog import FaultLog
 from opentelemetry.instrumentation.process.instruments import Live
+from opentelemetry.instrumentation.process.metrics import METRICS, Kind
+from opentelemetry.instrumentation.process.selection import enabled_metrics
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 
 from .conftest import Points, collect, ours, points
@@ -209,24 +210,29 @@ def one(found: Mapping[str, Points], name: str, **attributes: Any) -> Any:
 
 
 def current_live() -> Live:
-    live = ProcessInstrumentor()._live
+    live = ProcessInstrumentor()._metrics._live
     assert live is not None, "not instrumented"
     return live
 
 
 def names_for(options: Mapping[str, Any]) -> set[str]:
     """Every metric ``options`` enable: one instrument each."""
-    return {m.name for m in ProcessMetricsOptions(**options).metrics()}
+    return {m.name for m in enabled_metrics(ProcessMetricsOptions(**options))}
 
 
 def expected_names(options: Mapping[str, Any]) -> set[str]:
     """The metrics a collection has with ``options``: static facts unknown here are absent."""
     process = psutil.Process()
-    ctx = ReadContext(process=process, facts=read_facts(process, cpu_frequency=False), now=0.0)
+    ctx = ReadContext(
+        process=process,
+        facts=read_facts(process, cpu_frequency=False),
+        options=ProcessMetricsOptions(**options),
+        faults=FaultLog(),
+    )
     known = SOURCES["static"].read(ctx)
     return {
         m.name
-        for m in ProcessMetricsOptions(**options).metrics()
+        for m in enabled_metrics(ProcessMetricsOptions(**options))
         if m.source != "static" or m.field in known
     }
 
@@ -521,7 +527,7 @@ def _gone(tid: int) -> bool:
 def test_thread_churn_keeps_series_and_memory_bounded(
     thread_errors: Problems, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(instruments, "SDK_CARDINALITY_LIMIT", TALLY_LIMIT)
+    monkeypatch.setattr(instruments, "SERIES_WARNING_THRESHOLD", TALLY_LIMIT)
     rng = random.Random(20260509)
     n = LONG_RUN_COLLECTIONS
     warm_up = max(500, n // 10)
@@ -622,7 +628,7 @@ def test_thread_churn_keeps_series_and_memory_bounded(
     tally = [
         r
         for r in logged
-        if r.name == "opentelemetry.instrumentation.process"
+        if r.name.startswith("opentelemetry.instrumentation.process")
         and r.levelno == logging.WARNING
         and THREAD_METRIC in r.getMessage()
     ]

@@ -54,7 +54,7 @@ def test_first_collection_gives_utilization_of_one_busy_core(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
     inst = instrument()
-    available = inst._live.cache.facts.available_cpus  # type: ignore[union-attr]
+    available = inst._metrics._live.cache.facts.available_cpus  # type: ignore[union-attr]
     _busy(0.6)
     util = points(collect(reader)["process.cpu.utilization"])
     total = sum(util.values())

@@ -25,17 +25,13 @@ from sphinx.pycode import ModuleAnalyzer
 from sphinx.util import logging as sphinx_logging
 from sphinx.util.docutils import SphinxDirective
 
-from opentelemetry.instrumentation.process import (
-    ENV_VARS,
-    METRICS,
-    ProcessInstrumentor,
-    ProcessMetricsOptions,
-)
+from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
+from opentelemetry.instrumentation.process import environment as environment_module
 from opentelemetry.instrumentation.process import metrics as metrics_module
 from opentelemetry.instrumentation.process import options as options_module
-from opentelemetry.instrumentation.process import sources as sources_module
-from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME, Kind, Metric
-from opentelemetry.instrumentation.process.options import from_environment
+from opentelemetry.instrumentation.process import platforms as platforms_module
+from opentelemetry.instrumentation.process.environment import ENV_VARS, from_environment
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, Kind, Metric
 from opentelemetry.instrumentation.process.sources import SOURCES
 
 _log = sphinx_logging.getLogger(__name__)
@@ -124,11 +120,13 @@ def table(
 class _Generated(SphinxDirective):
     """Base: rebuild the page when the package source it reads changes."""
 
-    depends_on: ClassVar[tuple[Any, ...]] = (metrics_module, sources_module, options_module)
+    depends_on: ClassVar[tuple[Any, ...]] = (metrics_module, options_module, environment_module)
 
     def note_dependencies(self, *paths: Path) -> None:
         for module in self.depends_on:
             self.env.note_dependency(str(Path(module.__file__)))
+        for source in SOURCES.values():  # the table reads each source's cost and platforms
+            self.env.note_dependency(str(Path(sys.modules[source.read.__module__].__file__ or "")))
         for path in paths:
             self.env.note_dependency(str(path))
 
@@ -136,10 +134,10 @@ class _Generated(SphinxDirective):
 # --- the metric reference ----------------------------------------------------
 
 _PLATFORMS = {
-    metrics_module.ALL: "all",
-    metrics_module.POSIX: "POSIX (Linux, macOS, BSD, ...)",
-    metrics_module.LINUX: "Linux",
-    metrics_module.WINDOWS: "Windows",
+    platforms_module.ALL: "all",
+    platforms_module.POSIX: "POSIX (Linux, macOS, BSD, ...)",
+    platforms_module.LINUX: "Linux",
+    platforms_module.WINDOWS: "Windows",
 }
 _UNIT_WORDS = {"s": "seconds", "By": "bytes", "Hz": "hertz"}
 
@@ -276,7 +274,7 @@ class SourceTable(_Generated):
                 flags.append("keeps a baseline, first read at `instrument()`")
             if source.name == "static":
                 when = "once per process (and again after fork)"
-            elif source.name == "snapshot":
+            elif source.name == "refresh":
                 when = "timed by the refresh itself"
             else:
                 when = "once per collection, when a metric that needs it is on"
@@ -405,7 +403,7 @@ class EnvWarnings(_Generated):
 
     def run(self) -> list[nodes.Node]:
         self.note_dependencies()
-        logger = logging.getLogger("opentelemetry.instrumentation.process")
+        logger = logging.getLogger(ProcessInstrumentor.__module__)
         rows = []
         for option, raw in ENV_CASES:
             var = ENV_VARS[option]
@@ -486,7 +484,7 @@ class DashboardQueries(_Generated):
         self.note_dependencies(DASHBOARD_QUERIES, queries.DASHBOARD)
         dashboard = queries.load()
         rows = []
-        for panel in queries._panels(dashboard["panels"]):
+        for panel in queries.panels(dashboard["panels"]):
             exprs = [t["expr"] for t in panel.get("targets", []) if t.get("expr")]
             if not exprs:
                 continue

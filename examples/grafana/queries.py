@@ -46,10 +46,11 @@ def load(path: Path = DASHBOARD) -> dict[str, Any]:
     return data
 
 
-def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    for panel in panels:
+def panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Every panel of ``items``, the panels inside collapsed rows included."""
+    for panel in items:
         yield panel
-        yield from _panels(panel.get("panels", []))  # collapsed rows hold their panels
+        yield from panels(panel.get("panels", []))  # collapsed rows hold their panels
 
 
 def expand(expr: str, variables: Mapping[str, str] | None = None, interval: str = "1m") -> str:
@@ -95,7 +96,7 @@ def queries(
             metric = f"{metric}{{{selector}}}"
         expr = f"group by ({label}) ({metric})"
         found.append(Query(f"variable {var['name']}", expand(expr, values, interval)))
-    for panel in _panels(dashboard.get("panels", [])):
+    for panel in panels(dashboard.get("panels", [])):
         for target in panel.get("targets", []):
             if target.get("expr"):
                 source = f"panel {panel['title']} / {target['refId']}"

@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 
 import psutil
 
-from opentelemetry.instrumentation.process import Kind, Metric, ProcessMetricsOptions
+from opentelemetry.instrumentation.process import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.facts import read_facts
+from opentelemetry.instrumentation.process.metrics import Kind, Metric
+from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 from .servers import VictoriaMetrics, wait_until
 
@@ -69,7 +71,7 @@ PROMETHEUS = Naming(prometheus=True)
 
 def default_metrics() -> tuple[Metric, ...]:
     """The metrics the package reports by default on this host."""
-    found = ProcessMetricsOptions().metrics()
+    found = enabled_metrics(ProcessMetricsOptions())
     if psutil.cpu_count(logical=False) is None:  # left out, never reported as 0
         found = tuple(m for m in found if m.name != "system.cpu.physical.count")
     return found

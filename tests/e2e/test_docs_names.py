@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from opentelemetry.instrumentation.process import METRICS
+from opentelemetry.instrumentation.process.metrics import METRICS
 
 from .launch import unique_name
 from .servers import REPO, VictoriaMetrics, child_env

@@ -8,7 +8,8 @@ Usage::
     ProcessInstrumentor().instrument(cpu_frequency=True)   # opt in to frequency
 
 Every option can also come from an ``OTEL_PYTHON_PROCESS_METRICS_*``
-environment variable; see :class:`ProcessMetricsOptions`.
+environment variable; see :class:`ProcessMetricsOptions`. The names exported
+here are the public API; every module is internal.
 """
 
 from __future__ import annotations
@@ -20,20 +21,16 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from .instruments import SCHEMA_URL, SCOPE_NAME, Live, start, stop
-from .metrics import METRICS, Kind, Metric
-from .options import ENV_VARS, ProcessMetricsOptions, resolve
+from .environment import resolve
+from .instruments import SCOPE_NAME, ProcessMetrics
+from .options import ProcessMetricsOptions
 from .package import _instruments
 from .version import __version__
 
 __all__ = [
-    "ENV_VARS",
-    "METRICS",
-    "SCHEMA_URL",
     "SCOPE_NAME",
-    "Kind",
-    "Metric",
     "ProcessInstrumentor",
+    "ProcessMetrics",
     "ProcessMetricsOptions",
     "__version__",
 ]
@@ -51,7 +48,7 @@ class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     every point; ``instrument()`` again resumes, with the new options.
     """
 
-    _live: Live | None = None
+    _metrics: ProcessMetrics | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
@@ -61,14 +58,14 @@ class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         for name in _IGNORED_KWARGS:
             kwargs.pop(name, None)
         options = resolve(kwargs)
-        self._live = start(options, meter_provider)
+        self._metrics = ProcessMetrics(options, meter_provider=meter_provider)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        if self._live is not None:
-            stop(self._live)
-            self._live = None
+        if self._metrics is not None:
+            self._metrics.close()
+            self._metrics = None
 
     @property
     def options(self) -> ProcessMetricsOptions | None:
         """The options in force, or ``None`` while not instrumented."""
-        return self._live.options if self._live is not None else None
+        return self._metrics.options if self._metrics is not None else None

@@ -18,7 +18,7 @@ import psutil
 
 from .faultlog import FaultLog
 
-_logger = logging.getLogger("opentelemetry.instrumentation.process")
+_logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -44,7 +44,6 @@ class Facts:
     physical_cpus: int | None
     available_cpus: float | None
     """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota."""
-    host_memory: int | None
     memory_limit: int | None
     """Bytes this process may use: host memory, capped by a cgroup memory limit."""
     fd_limit: int | None
@@ -98,7 +97,6 @@ def read_facts(
         logical_cpus=logical,
         physical_cpus=get("the physical CPU count", lambda: psutil.cpu_count(logical=False)),
         available_cpus=available_cpus(cpus, quota) if cpus else None,
-        host_memory=host_memory,
         memory_limit=_memory_limit(host_memory, mem_limit),
         fd_limit=get("the file descriptor limit", _fd_limit),
         cpu_freq_min_hz=fmin,

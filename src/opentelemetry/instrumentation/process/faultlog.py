@@ -19,14 +19,17 @@ FAULT_LOG_PERIOD = 300.0
 
 _MAX_FAULTS = 256  # distinct faults remembered; the oldest is forgotten first
 
-logger = logging.getLogger("opentelemetry.instrumentation.process")
+_default_logger = logging.getLogger(__name__)
 
 
 class FaultLog:
     """Rate-limits log lines per distinct fault; see the module docstring."""
 
-    def __init__(self, period: float = FAULT_LOG_PERIOD) -> None:
+    def __init__(
+        self, period: float = FAULT_LOG_PERIOD, *, logger: logging.Logger | None = None
+    ) -> None:
         self.period = period
+        self.logger = logger or _default_logger
         # fault -> (monotonic time it was last logged, repeats not logged since)
         self._faults: dict[Hashable, tuple[float, int]] = {}
 
@@ -47,7 +50,7 @@ class FaultLog:
             msg += " (%d more times since it was last logged %.0f s ago)"
             args = (*args, last[1], now - last[0])
         try:
-            logger.log(level, msg, *args, exc_info=exc_info)
+            self.logger.log(level, msg, *args, exc_info=exc_info)
         except Exception:  # noqa: BLE001 - a broken log handler must not break a collection
             return False
         return True

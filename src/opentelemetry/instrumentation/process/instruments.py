@@ -25,23 +25,27 @@ from opentelemetry.metrics import (
     get_meter_provider,
 )
 
-from . import forks
+from . import sdk_fork_guard
 from .metrics import Kind, Metric
 from .options import ProcessMetricsOptions
+from .selection import enabled_metrics
 from .snapshot import Snapshot, SnapshotCache
 from .sources import Key
 from .version import __version__
 
-_logger = logging.getLogger("opentelemetry.instrumentation.process")
+_logger = logging.getLogger(__name__)
 
 SCOPE_NAME = "opentelemetry.instrumentation.process"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
 
-# The SDK's default cardinality limit per metric. The SDK keeps every
-# attribute set an observable instrument has reported, not just the current
-# ones (whatever the temporality), and folds new ones into an overflow point
-# past this limit.
-SDK_CARDINALITY_LIMIT = 2000
+SERIES_WARNING_THRESHOLD = 2000
+"""Distinct attribute sets of one metric past which a warning explains the SDK's limit.
+
+It is the SDK's default cardinality limit per metric. The SDK keeps every
+attribute set an observable instrument has reported, not just the current ones
+(whatever the temporality), and folds new ones into an overflow point past
+its limit, which a View or the reader may set to another value.
+"""
 
 
 class Live:
@@ -50,13 +54,8 @@ class Live:
     def __init__(self, options: ProcessMetricsOptions) -> None:
         self.options = options
         self.provider: weakref.ref[Any] | None = None
-        self.metrics = options.metrics()
-        self.cache = SnapshotCache(
-            {m.source for m in self.metrics},
-            per_cpu=options.per_cpu,
-            max_threads=options.max_thread_series // 2,
-            cpu_frequency=options.cpu_frequency,
-        )
+        self.metrics = enabled_metrics(options)
+        self.cache = SnapshotCache(options, {m.source for m in self.metrics})
         self._attributes = dict(options.attributes)
         # Attribute dicts of the last collection, by metric and key: the same
         # sets mostly come back, so each is built once. Only current keys are
@@ -100,20 +99,20 @@ class Live:
             return
         seen = self._series_seen.setdefault(name, set())
         seen.add(hash(key))
-        if len(seen) > SDK_CARDINALITY_LIMIT:
+        if len(seen) > SERIES_WARNING_THRESHOLD:
             self._series_warned.add(name)
             del self._series_seen[name]
             _logger.warning(
                 "process metrics: %s has reported more than %d distinct attribute sets "
                 "since instrument() (threads, devices or CPUs that came and went). The "
                 "OpenTelemetry SDK keeps every set an observable instrument has reported "
-                "and, past its cardinality limit (%d per metric by default), folds new "
-                "ones into one otel.metric.overflow=true point. Raise the reader's "
-                "cardinality_limits (each set costs the SDK about 1 KiB) or exclude the "
-                "metric. This is logged once.",
+                "and, past its cardinality limit (%d per metric unless a View or the "
+                "reader sets another), folds new ones into one otel.metric.overflow=true "
+                "point. Raise that limit (each set costs the SDK about 1 KiB) or exclude "
+                "the metric. This is logged once.",
                 name,
-                SDK_CARDINALITY_LIMIT,
-                SDK_CARDINALITY_LIMIT,
+                SERIES_WARNING_THRESHOLD,
+                SERIES_WARNING_THRESHOLD,
             )
 
 
@@ -181,7 +180,7 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
     for metric in live.metrics:
         registry.observer(metric).live = live
     live.provider = weakref.ref(provider)
-    forks.guard(provider)
+    sdk_fork_guard.guard(provider)
     _logger.debug("process metrics: reporting %d metrics", len(live.metrics))
     return live
 
@@ -192,6 +191,44 @@ def stop(live: Live) -> None:
         for observer in registry.observers.values():
             if observer.live is live:
                 observer.live = None
+    live.cache.close()
     provider = live.provider() if live.provider is not None else None
     if provider is not None:
-        forks.unguard(provider)
+        sdk_fork_guard.unguard(provider)
+
+
+class ProcessMetrics:
+    """This process's metrics on one meter provider, from construction until :meth:`close`.
+
+    The building block of :class:`ProcessInstrumentor`, for when the
+    instrumentor's one-per-process model does not fit (tests, benchmarks,
+    several providers). ``options`` default to ``ProcessMetricsOptions()``;
+    the environment is not read. A second one on the same provider takes over
+    its instruments from the first.
+    """
+
+    def __init__(
+        self,
+        options: ProcessMetricsOptions | None = None,
+        *,
+        meter_provider: MeterProvider | None = None,
+    ) -> None:
+        self._live: Live | None = start(options or ProcessMetricsOptions(), meter_provider)
+        self._options = self._live.options
+
+    @property
+    def options(self) -> ProcessMetricsOptions:
+        """The options in force."""
+        return self._options
+
+    def close(self) -> None:
+        """Stop every point and every hook; idempotent."""
+        if self._live is not None:
+            stop(self._live)
+            self._live = None
+
+    def __enter__(self) -> ProcessMetrics:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()

@@ -1,41 +1,40 @@
-"""Options of the instrumentor: one frozen dataclass, validated in one place.
+"""The options of the instrumentor: one frozen dataclass, checked when it is built.
 
-Precedence, for each option: an explicit argument, then its environment
-variable, then the default. A bad argument raises ``ValueError``; a bad
-environment variable logs one warning and falls back to the default, so that
-auto-instrumentation never crashes the host application.
+A bad value raises ``ValueError`` naming the option, a bounded excerpt of the
+value, and what is allowed. Reading the options from the environment is in
+``environment.py``; which metrics they turn on is in ``selection.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
-import logging
+import itertools
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from .metrics import METRICS, METRICS_BY_NAME, Metric
-
-_logger = logging.getLogger("opentelemetry.instrumentation.process")
+from .metrics import BOOLEAN_OPTIONS, METRICS, METRICS_BY_NAME
 
 DEFAULT_MAX_THREAD_SERIES = 200
 """100 threads, each with a ``user`` and a ``system`` series."""
 
-ENV_PREFIX = "OTEL_PYTHON_PROCESS_METRICS_"
-ENV_VARS: Mapping[str, str] = {
-    "cpu_frequency": ENV_PREFIX + "CPU_FREQUENCY",
-    "per_thread": ENV_PREFIX + "PER_THREAD",
-    "per_cpu": ENV_PREFIX + "PER_CPU",
-    "include": ENV_PREFIX + "INCLUDE",
-    "exclude": ENV_PREFIX + "EXCLUDE",
-    "max_thread_series": ENV_PREFIX + "MAX_THREAD_SERIES",
-}
+MAX_PATTERNS = 100
+"""Most names or globs in ``include`` or in ``exclude``: the whole table has fewer metrics."""
+MAX_PATTERN_LENGTH = 200
+"""Longest name or glob: every metric name is far shorter."""
 
-_TRUE = {"true", "1", "yes"}
-_FALSE = {"false", "0", "no"}
+DEFAULT_ATTRIBUTE_COUNT_LIMIT = 128
+"""Most constant attributes, as ``OTEL_ATTRIBUTE_COUNT_LIMIT``'s default."""
+DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT = 4096
+"""Longest string, and most elements of a sequence, in one constant attribute value.
+
+The specification's default is no limit; constant attributes are copied onto
+every point of every collection, so this package bounds them by default.
+``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` overrides it.
+"""
+
 _ATTRIBUTE_TYPES = (str, bool, int, float)  # bool before int: see _kind
 _ATTRIBUTES_ALLOWED = (
     "a mapping of str to str, bool, int (64-bit), float or a sequence of one of those"
@@ -47,8 +46,10 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 class ProcessMetricsOptions:
     """What to report. Every field is checked when the object is built.
 
-    Raises ``ValueError`` naming the option, the value given and what is
-    allowed.
+    Raises ``ValueError`` naming the option, the value given (shortened) and
+    what is allowed. Built directly, it does not read the
+    ``OTEL_PYTHON_PROCESS_METRICS_*`` variables (``instrument()`` does); only
+    the attribute limits come from ``OTEL_ATTRIBUTE_*_LIMIT``.
     """
 
     cpu_frequency: bool = False
@@ -58,48 +59,42 @@ class ProcessMetricsOptions:
     per_cpu: bool = False
     """Break ``system.cpu.*`` down by ``cpu.logical_number``."""
     include: tuple[str, ...] = ()
-    """Metric names or globs to report on top of the defaults."""
+    """Metric names or globs to report on top of the defaults (any iterable of str)."""
     exclude: tuple[str, ...] = ()
     """Metric names or globs not to report; exclude wins over everything."""
     max_thread_series: int = DEFAULT_MAX_THREAD_SERIES
-    """Cap on per-thread series (two per thread); the busiest threads are kept."""
+    """Cap on per-thread series, an even number (two per thread); the busiest threads are kept."""
     attributes: Mapping[str, Any] = field(default_factory=dict)
-    """Constant attributes added to every point."""
+    """Constant attributes added to every point (bounded: see the configuration reference)."""
+    direct_reads: bool = True
+    """On Linux, read a few kernel interfaces directly where psutil costs more per item.
+
+    Turn off to troubleshoot: psutil is then used wherever it has the value.
+    """
 
     def __post_init__(self) -> None:
-        for name in ("cpu_frequency", "per_thread", "per_cpu"):
+        for name in ("cpu_frequency", "per_thread", "per_cpu", "direct_reads"):
             value = getattr(self, name)
             if not isinstance(value, bool):
-                raise ValueError(f"{name}: expected True or False, got {_show(value)}")
+                raise ValueError(f"{name}: expected True or False, got {show(value)}")
         for name in ("include", "exclude"):
-            patterns = _as_patterns(name, getattr(self, name))
-            for pattern in patterns:
-                _check_pattern(name, pattern)
-            object.__setattr__(self, name, patterns)
-        cap = self.max_thread_series
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-            raise ValueError(f"max_thread_series: expected a whole number >= 0, got {_show(cap)}")
+            object.__setattr__(self, name, _check_patterns(name, getattr(self, name)))
+        _check_thread_cap(self.max_thread_series)
         object.__setattr__(self, "attributes", _check_attributes(self.attributes))
 
-    def metrics(self, platform: str | None = None) -> tuple[Metric, ...]:
-        """The metrics these options turn on, in table order, on ``platform``."""
-        return tuple(m for m in METRICS if m.supported(platform) and self._enabled(m))
 
-    def _enabled(self, metric: Metric) -> bool:
-        if any(fnmatch.fnmatchcase(metric.name, p) for p in self.exclude):
-            return False
-        if metric.option is not None:
-            return bool(getattr(self, metric.option))
-        if metric.default:
-            return True
-        return any(
-            p == metric.name or (_is_glob(p) and not metric.exact_only and _match(metric, p))
-            for p in self.include
-        )
+OPTION_NAMES = tuple(f.name for f in fields(ProcessMetricsOptions))
+if not set(BOOLEAN_OPTIONS) <= set(OPTION_NAMES):  # the table names only real options
+    raise RuntimeError(f"metric table: an option of {BOOLEAN_OPTIONS} is not an option")
 
 
-def _show(value: object, limit: int = 200) -> str:
-    """``repr(value)`` for an error message, shortened, even when repr() itself fails."""
+def show(value: object, limit: int = 200) -> str:
+    """``repr(value)`` for a message, at most ``limit`` characters, even when repr() fails."""
+    # repr() of a huge value costs its whole size: shorten it first.
+    if isinstance(value, (str, list, tuple)) and len(value) > limit:
+        value = value[: limit + 1]
+    elif isinstance(value, dict) and len(value) > limit:
+        value = dict(itertools.islice(value.items(), limit + 1))
     try:
         text = repr(value)
     except (ValueError, RecursionError):  # int over the str limit; nesting too deep
@@ -107,34 +102,39 @@ def _show(value: object, limit: int = 200) -> str:
     return text if len(text) <= limit else text[: limit - 5] + "...)" + text[-1]
 
 
-def _is_glob(pattern: str) -> bool:
+def is_glob(pattern: str) -> bool:
+    """Whether ``pattern`` has a glob character (``*``, ``?`` or ``[``)."""
     return any(c in pattern for c in "*?[")
 
 
-def _match(metric: Metric, pattern: str) -> bool:
-    return fnmatch.fnmatchcase(metric.name, pattern)
-
-
-def _as_patterns(option: str, value: object) -> tuple[str, ...]:
+def _check_patterns(option: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
+        hint = f" (write [{show(value, 60)}])" if isinstance(value, str) else ""
         raise ValueError(
-            f"{option}: expected a list of metric names or globs, got {_show(value)}"
-            + (f" (write [{value!r}])" if isinstance(value, str) else "")
+            f"{option}: expected a list of metric names or globs, got {show(value)}{hint}"
         )
-    patterns = tuple(value)
-    for p in patterns:
-        if not isinstance(p, str) or not p.strip():
+    patterns: list[str] = []
+    for p in value:
+        if len(patterns) == MAX_PATTERNS:
             raise ValueError(
-                f"{option}: expected metric names or globs (non-empty strings), got {_show(p)}"
+                f"{option}: expected at most {MAX_PATTERNS} metric names or globs, got more"
             )
-    return tuple(p.strip() for p in patterns)
+        if not isinstance(p, str) or not p.strip() or len(p.strip()) > MAX_PATTERN_LENGTH:
+            raise ValueError(
+                f"{option}: expected metric names or globs (non-empty strings of at most "
+                f"{MAX_PATTERN_LENGTH} characters), got {show(p)}"
+            )
+        patterns.append(p.strip())
+    for pattern in patterns:
+        _check_pattern(option, pattern)
+    return tuple(patterns)
 
 
 def _check_pattern(option: str, pattern: str) -> None:
-    if _is_glob(pattern):
-        if not any(_match(m, pattern) for m in METRICS):
+    if is_glob(pattern):
+        if not any(fnmatch.fnmatchcase(m.name, pattern) for m in METRICS):
             raise ValueError(
-                f"{option}: the glob {pattern!r} matches no metric; allowed: names or "
+                f"{option}: the glob {show(pattern)} matches no metric; allowed: names or "
                 "globs over the names in the metric reference"
             )
         return
@@ -145,7 +145,7 @@ def _check_pattern(option: str, pattern: str) -> None:
         close = difflib.get_close_matches(pattern, METRICS_BY_NAME, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
-            f"{option}: unknown metric name {pattern!r}{hint}; allowed: names or globs "
+            f"{option}: unknown metric name {show(pattern)}{hint}; allowed: names or globs "
             "over the names in the metric reference"
         )
     if option == "include" and metric.option is not None:
@@ -154,15 +154,68 @@ def _check_pattern(option: str, pattern: str) -> None:
         )
 
 
+def _check_thread_cap(cap: object) -> None:
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise ValueError(f"max_thread_series: expected a whole number >= 0, got {show(cap)}")
+    if cap % 2:
+        raise ValueError(
+            f"max_thread_series: expected an even number (each thread has a user and a "
+            f"system series), got {cap}"
+        )
+
+
+def attribute_limits(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """``(count limit, value length limit)`` for constant attributes.
+
+    From ``OTEL_ATTRIBUTE_COUNT_LIMIT`` and ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``
+    where they hold a whole number >= 0, else the defaults (the environment
+    module warns about a bad value once).
+    """
+    environ = os.environ if environ is None else environ
+    return (
+        _limit(environ, "OTEL_ATTRIBUTE_COUNT_LIMIT", DEFAULT_ATTRIBUTE_COUNT_LIMIT),
+        _limit(environ, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT),
+    )
+
+
+def _limit(environ: Mapping[str, str], name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    return int(raw) if raw.isascii() and raw.isdigit() else default
+
+
 def _check_attributes(value: object) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValueError(f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {_show(value)}")
+        raise ValueError(f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {show(value)}")
+    count_limit, length_limit = attribute_limits()
+    if len(value) > count_limit:
+        raise ValueError(
+            f"attributes: expected at most {count_limit} attributes "
+            f"(OTEL_ATTRIBUTE_COUNT_LIMIT), got {len(value)}"
+        )
     for key, v in value.items():
+        length = _length(v, length_limit)
+        if isinstance(key, str) and key and length > length_limit:
+            raise ValueError(
+                f"attributes: {show(key)}: expected a value of at most {length_limit} "
+                f"characters or elements (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT), got "
+                f"{length}: {show(v)}"
+            )
         if not isinstance(key, str) or not key or not _attribute_value_ok(v):
             raise ValueError(
-                f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {_show(key)}: {_show(v)}"
+                f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {show(key)}: {show(v)}"
             )
     return MappingProxyType(dict(value))
+
+
+def _length(value: object, limit: int) -> int:
+    """Characters of a string; elements of a sequence, or its longest string if longer."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, (list, tuple)):
+        if len(value) > limit:
+            return len(value)  # refused anyway: do not walk a huge sequence
+        return max([len(value), *(len(x) for x in value if isinstance(x, str))])
+    return 0
 
 
 def _attribute_value_ok(value: object) -> bool:
@@ -182,65 +235,3 @@ def _kind(value: object) -> type | None:
                 return None
             return kind
     return None
-
-
-def _parse_env(name: str, raw: str) -> Any:
-    """The value of environment variable ``raw`` for option ``name``, unvalidated."""
-    default = getattr(ProcessMetricsOptions(), name)
-    if isinstance(default, bool):
-        word = raw.strip().lower()
-        if word in _TRUE | _FALSE:
-            return word in _TRUE
-        raise ValueError("expected one of true, false, 1, 0, yes, no")
-    if isinstance(default, int):
-        try:
-            return int(raw.strip())
-        except ValueError:
-            raise ValueError("expected a whole number >= 0") from None
-    return tuple(p.strip() for p in raw.split(",") if p.strip())
-
-
-def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """Options set by ``OTEL_PYTHON_PROCESS_METRICS_*``; bad ones are warned about and left out."""
-    environ = os.environ if environ is None else environ
-    found: dict[str, Any] = {}
-    for name, var in ENV_VARS.items():
-        raw = environ.get(var, "")
-        if not raw.strip():
-            continue
-        try:
-            value = _parse_env(name, raw)
-            ProcessMetricsOptions(**{name: value})
-        except ValueError as exc:
-            default = getattr(ProcessMetricsOptions(), name)
-            _logger.warning(
-                "%s=%r is not valid (%s); using the default, %r.", var, raw, exc, default
-            )
-            continue
-        found[name] = value
-    return found
-
-
-def resolve(
-    explicit: Mapping[str, Any],
-    environ: Mapping[str, str] | None = None,
-) -> ProcessMetricsOptions:
-    """Options from code, then the environment, then defaults.
-
-    ``explicit`` holds keyword arguments of ``instrument()``; an ``options``
-    key may hold a whole :class:`ProcessMetricsOptions`, in which case the
-    environment is not read and other keywords override its fields.
-    """
-    explicit = dict(explicit)
-    names = {f.name for f in dataclasses.fields(ProcessMetricsOptions)}
-    unknown = sorted(set(explicit) - names - {"options"})
-    if unknown:
-        raise ValueError(
-            f"unknown option {unknown[0]!r}; allowed: options, {', '.join(sorted(names))}"
-        )
-    base = explicit.pop("options", None)
-    if base is not None:
-        if not isinstance(base, ProcessMetricsOptions):
-            raise ValueError(f"options: expected a ProcessMetricsOptions, got {_show(base)}")
-        return dataclasses.replace(base, **explicit)
-    return ProcessMetricsOptions(**{**from_environment(environ), **explicit})

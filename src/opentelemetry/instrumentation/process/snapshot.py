@@ -3,6 +3,10 @@
 A refresh reads each enabled source once (the process ones inside one
 ``Process.oneshot()``) and publishes an immutable :class:`Snapshot`. Readers
 never see a half-built one. Nothing here knows about OpenTelemetry.
+
+The cache is bound to one process. It notices by itself when it runs in
+another one (a fork, with or without Python's at-fork hooks) and re-binds
+before it reads anything: new lock, psutil handle, facts, baselines and hooks.
 """
 
 from __future__ import annotations
@@ -16,12 +20,20 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
 
 from .facts import Facts, read_facts
 from .faultlog import FaultLog
+from .platforms import ON_LINUX
 from .sources import SOURCES, ReadContext, Reading, Source
+from .sources.process import REFRESH
+
+if TYPE_CHECKING:  # the options are only read here, never built
+    from .options import ProcessMetricsOptions
+
+_logger = logging.getLogger(__name__)
 
 # Global, so that generations of two caches (before and after a re-instrument)
 # never compare equal.
@@ -30,12 +42,11 @@ _generations = itertools.count(1)
 
 @dataclass(frozen=True)
 class Snapshot:
-    """Readings of one refresh. A failed source is absent from ``readings``."""
+    """Readings of one refresh, in process ``pid``. A failed source is absent."""
 
     generation: int
+    pid: int
     readings: Mapping[str, Reading]
-    duration: float
-    """Wall time the refresh took, in seconds."""
 
 
 class SnapshotCache:
@@ -47,44 +58,42 @@ class SnapshotCache:
     of that collection then finds a generation it has not seen and shares it.
     """
 
-    def __init__(
-        self,
-        source_names: Iterable[str],
-        *,
-        per_cpu: bool = False,
-        max_threads: int = 0,
-        cpu_frequency: bool = False,
-    ) -> None:
+    def __init__(self, options: ProcessMetricsOptions, source_names: Iterable[str]) -> None:
         names = set(source_names)
+        self.options = options
         self.sources: tuple[Source, ...] = tuple(s for s in SOURCES.values() if s.name in names)
-        self._per_cpu = per_cpu
-        self._max_threads = max_threads
-        self._cpu_frequency = cpu_frequency
-        self.faults = FaultLog()
+        self.faults = FaultLog(logger=_logger)
         """Rate-limits the log lines of failing sources and facts."""
-        self._failing: set[str] = set()
         self.refreshes = 0
-        self._reset()
+        self._failing: set[str] = set()
+        self._closed = False
+        self._bind()
         _live_caches.add(self)
 
-    def _reset(self) -> None:
-        """(Re)bind to the current process: new lock, facts and baselines."""
+    def _bind(self) -> None:
+        """Bind to the current process: new lock, facts, baselines and hooks."""
         # The lock first: after a fork the old one may be held by a thread
         # that does not exist in the child.
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
-        self._process = psutil.Process()
-        self.facts: Facts = read_facts(
-            self._process, cpu_frequency=self._cpu_frequency, faults=self.faults
-        )
+        self._pid = os.getpid()
+        process = psutil.Process()
+        facts = read_facts(process, cpu_frequency=self.options.cpu_frequency, faults=self.faults)
         self._ctx = ReadContext(
-            process=self._process,
-            facts=self.facts,
-            now=time.monotonic(),
-            per_cpu=self._per_cpu,
-            max_threads=self._max_threads,
+            process=process,
+            facts=facts,
+            options=self.options,
+            faults=self.faults,
+            direct=ON_LINUX and self.options.direct_reads,
         )
+        for source in self.sources:
+            self._hook(source, "open")
         self._read(tuple(s for s in self.sources if s.stateful))
+
+    @property
+    def facts(self) -> Facts:
+        """The static facts of the process this cache is bound to."""
+        return self._ctx.facts
 
     def snapshot(self, seen_generation: int = 0) -> Snapshot:
         """The snapshot of the current collection.
@@ -93,8 +102,12 @@ class SnapshotCache:
         still the current one, this call starts a new collection and refreshes.
         """
         snap = self._snapshot
-        if snap is not None and snap.generation != seen_generation:
+        pid = os.getpid()
+        if snap is not None and snap.generation != seen_generation and snap.pid == pid:
             return snap
+        if pid != self._pid:
+            # A fork that skipped Python's at-fork hooks (uWSGI does by default).
+            self._rebind()
         with self._lock:
             snap = self._snapshot
             # Another thread may have refreshed while we waited for the lock.
@@ -104,12 +117,15 @@ class SnapshotCache:
             return snap
 
     def _refresh(self) -> Snapshot:
-        start = time.perf_counter()
+        wall, cpu = time.perf_counter(), time.thread_time()
         readings = self._read(self.sources)
-        duration = time.perf_counter() - start
-        readings["snapshot"] = {"duration": duration}
+        if any(s.name == REFRESH for s in self.sources):
+            readings[REFRESH] = {
+                "duration": time.perf_counter() - wall,
+                "cpu_time": time.thread_time() - cpu,
+            }
         self.refreshes += 1
-        return Snapshot(next(_generations), readings, duration)
+        return Snapshot(next(_generations), self._pid, readings)
 
     def _read(self, sources: tuple[Source, ...]) -> dict[str, Reading]:
         ctx = self._ctx
@@ -118,7 +134,7 @@ class SnapshotCache:
         in_process = [s for s in sources if s.in_process]
         if in_process:
             try:
-                oneshot = self._process.oneshot()
+                oneshot = ctx.process.oneshot()
                 oneshot.__enter__()
             except Exception:  # noqa: BLE001 - oneshot() only caches; read without it
                 oneshot = contextlib.nullcontext()
@@ -156,12 +172,45 @@ class SnapshotCache:
                     source.name,
                 )
 
-    def _after_fork(self) -> None:
+    def _hook(self, source: Source, which: str) -> None:
+        hook = source.open if which == "open" else source.close
+        if hook is None:
+            return
         try:
-            self._reset()
+            hook(self._ctx)
+        except Exception as exc:  # noqa: BLE001 - a hook must never break the host
+            self.faults.warning(
+                (source.name, which, type(exc).__name__),
+                "process metrics: could not %s source %r (%s: %s); the metrics it feeds "
+                "may be missing.",
+                which,
+                source.name,
+                type(exc).__name__,
+                exc,
+            )
+
+    def close(self) -> None:
+        """Stop for good: remove every hook; later snapshots read nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        for source in self.sources:
+            self._hook(source, "close")
+        self.sources = ()
+        self._snapshot = None
+        _live_caches.discard(self)
+
+    def _rebind(self) -> None:
+        """Re-bind in a new process; if that fails, report nothing rather than the parent."""
+        try:
+            for source in self.sources:
+                self._hook(source, "close")
+            self._bind()
         except Exception as exc:  # noqa: BLE001 - never break the forking program
-            # Reporting the parent's process from the child would be wrong: report none.
             self.sources = ()
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            self._snapshot = None
             self.faults.warning(
                 ("fork", type(exc).__name__),
                 "process metrics: re-initialising after fork failed (%s: %s); this child "
@@ -175,10 +224,11 @@ class SnapshotCache:
 _live_caches: weakref.WeakSet[SnapshotCache] = weakref.WeakSet()
 
 
-def _reinit_after_fork() -> None:
+def _rebind_after_fork() -> None:
     for cache in list(_live_caches):
-        cache._after_fork()
+        if cache._pid != os.getpid():
+            cache._rebind()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reinit_after_fork)
+    os.register_at_fork(after_in_child=_rebind_after_fork)

@@ -1,0 +1,129 @@
+"""Options from ``OTEL_PYTHON_PROCESS_METRICS_*`` environment variables.
+
+Precedence, for each option: an explicit argument, then its environment
+variable, then the default. A bad variable logs one warning, with a bounded
+excerpt of its value, and the default is used, so that auto-instrumentation
+never crashes the host application.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .options import OPTION_NAMES, ProcessMetricsOptions, show
+
+_logger = logging.getLogger(__name__)
+
+ENV_PREFIX = "OTEL_PYTHON_PROCESS_METRICS_"
+ENV_VARS: Mapping[str, str] = {
+    "cpu_frequency": ENV_PREFIX + "CPU_FREQUENCY",
+    "per_thread": ENV_PREFIX + "PER_THREAD",
+    "per_cpu": ENV_PREFIX + "PER_CPU",
+    "include": ENV_PREFIX + "INCLUDE",
+    "exclude": ENV_PREFIX + "EXCLUDE",
+    "max_thread_series": ENV_PREFIX + "MAX_THREAD_SERIES",
+    "direct_reads": ENV_PREFIX + "DIRECT_READS",
+}
+"""The environment variable of each option that has one."""
+
+ATTRIBUTE_LIMIT_VARS = ("OTEL_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+
+
+def _boolean(raw: str) -> bool:
+    word = raw.strip().lower()
+    if word in _TRUE | _FALSE:
+        return word in _TRUE
+    raise ValueError("expected one of true, false, 1, 0, yes, no")
+
+
+def _whole_number(raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ValueError("expected a whole number >= 0") from None
+
+
+def _patterns(raw: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+_PARSERS: Mapping[str, Callable[[str], Any]] = {
+    "cpu_frequency": _boolean,
+    "per_thread": _boolean,
+    "per_cpu": _boolean,
+    "include": _patterns,
+    "exclude": _patterns,
+    "max_thread_series": _whole_number,
+    "direct_reads": _boolean,
+}
+
+
+def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Options set by ``OTEL_PYTHON_PROCESS_METRICS_*``; bad ones are warned about and left out."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, Any] = {}
+    for name, var in ENV_VARS.items():
+        raw = environ.get(var, "")
+        if not raw.strip():
+            continue
+        try:
+            value = _PARSERS[name](raw)
+            ProcessMetricsOptions(**{name: value})
+        except ValueError as exc:
+            _warn(var, raw, str(exc), _default(name))
+            continue
+        found[name] = value
+    _check_attribute_limits(environ)
+    return found
+
+
+def _default(name: str) -> str:
+    value = getattr(ProcessMetricsOptions(), name)
+    if isinstance(value, tuple):
+        return "none" if not value else ",".join(value)
+    return show(value)
+
+
+def _warn(var: str, raw: str, why: str, default: str) -> None:
+    _logger.warning(
+        "%s=%s is not valid (%s); using the default, %s.", var, show(raw), why[:300], default
+    )
+
+
+def _check_attribute_limits(environ: Mapping[str, str]) -> None:
+    for var in ATTRIBUTE_LIMIT_VARS:
+        raw = environ.get(var, "").strip()
+        if raw and not (raw.isascii() and raw.isdigit()):
+            _warn(var, raw, "expected a whole number >= 0", "this package's limit")
+
+
+def resolve(
+    explicit: Mapping[str, Any],
+    environ: Mapping[str, str] | None = None,
+) -> ProcessMetricsOptions:
+    """Options from code, then the environment, then defaults.
+
+    ``explicit`` holds keyword arguments of ``instrument()``; an ``options``
+    key may hold a whole :class:`ProcessMetricsOptions`, in which case the
+    environment is not read and other keywords override its fields.
+    """
+    explicit = dict(explicit)
+    unknown = sorted(set(explicit) - set(OPTION_NAMES) - {"options"})
+    if unknown:
+        raise ValueError(
+            f"unknown option {show(unknown[0], 60)}; allowed: options, "
+            f"{', '.join(sorted(OPTION_NAMES))}"
+        )
+    base = explicit.pop("options", None)
+    if base is not None:
+        if not isinstance(base, ProcessMetricsOptions):
+            raise ValueError(f"options: expected a ProcessMetricsOptions, got {show(base)}")
+        return dataclasses.replace(base, **explicit)
+    return ProcessMetricsOptions(**{**from_environment(environ), **explicit})

@@ -1,0 +1,143 @@
+"""A guard for two OpenTelemetry SDK locks that a fork can leave held in the child.
+
+This module touches private state of the SDK (``opentelemetry-sdk``), and
+only that; it is kept apart so that it is easy to review and to delete.
+
+The problem, upstream: the SDK holds one lock per meter provider (its
+measurement consumer's ``_lock``) across every observable callback of a
+collection, and does not re-create it in a forked child
+(open-telemetry/opentelemetry-python#4345; the fix proposed upstream is PR
+#4767). A fork while the export thread collects leaves every collection in
+the child waiting forever: 17-19 % of children did in our fork-stress test.
+A periodic reader's ``_export_lock`` can be left held the same way by an
+export in flight.
+
+What this guard does, as the logging module does for its own locks:
+
+- before a fork, it takes each guarded provider's collection lock (waiting at
+  most ``FORK_WAIT_SECONDS``), so no collection is in flight, and releases it
+  on both sides afterwards;
+- in the child, a periodic reader's export lock that is held (its holder does
+  not exist there) is replaced by a fresh one, and so is a collection lock
+  that the fork did not wait out.
+
+Every private attribute is feature-detected. Checked against SDK 1.27 to 1.45
+(``_real_meter_provider`` of the API's proxy; ``_measurement_consumer._lock``,
+``_reader_storages`` and ``_sdk_config.metric_readers`` of the SDK provider;
+``_export_lock`` of ``PeriodicExportingMetricReader``). Where a provider is an
+SDK provider without them, the guard does nothing for it and says so once, at
+DEBUG level, on this module's logger.
+
+It runs only from Python's at-fork hooks. A fork that skips them (uWSGI
+without ``--py-call-osafterfork``) is not guarded: the SDK's own at-fork hooks
+do not run there either, so its export thread is not restarted in the child.
+Instrument in each worker after such a fork (see the pre-fork page).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from typing import Any
+
+_logger = logging.getLogger(__name__)
+
+FORK_WAIT_SECONDS = 1.0
+"""How long a fork waits for a collection in flight (a collection takes milliseconds)."""
+
+_guarded: weakref.WeakSet[Any] = weakref.WeakSet()
+_held: list[tuple[Any, Any]] = []  # (consumer, lock) taken in _before
+_said_unsupported = False
+
+
+def guard(provider: Any) -> None:
+    """Keep ``provider``'s SDK locks consistent across ``os.fork()``."""
+    _guarded.add(provider)
+
+
+def unguard(provider: Any) -> None:
+    """Stop guarding ``provider`` (after ``uninstrument()``)."""
+    _guarded.discard(provider)
+
+
+def _is_lock(lock: Any) -> bool:
+    return all(callable(getattr(lock, name, None)) for name in ("acquire", "release", "locked"))
+
+
+def _sdk_provider(provider: Any) -> Any:
+    # The API's global provider may be a proxy that forwards to the real one.
+    return getattr(provider, "_real_meter_provider", None) or provider
+
+
+def _is_sdk_provider(provider: Any) -> bool:
+    return type(provider).__module__.startswith("opentelemetry.sdk.")
+
+
+def consumer_lock(provider: Any) -> tuple[Any, Any] | None:
+    """``(consumer, lock)`` of an SDK provider's collections, or None where the SDK differs."""
+    real = _sdk_provider(provider)
+    consumer = getattr(real, "_measurement_consumer", None)
+    lock = getattr(consumer, "_lock", None)
+    if _is_lock(lock):
+        return consumer, lock
+    if _is_sdk_provider(real):
+        _unsupported(real)
+    return None
+
+
+def _unsupported(provider: Any) -> None:
+    global _said_unsupported
+    if not _said_unsupported:
+        _said_unsupported = True
+        _logger.debug(
+            "process metrics: %s has no measurement consumer lock where SDK 1.27-1.45 keep "
+            "it; the fork guard does nothing for it.",
+            type(provider).__name__,
+        )
+
+
+def readers(provider: Any) -> list[Any]:
+    """The metric readers of an SDK provider, as far as they can be found."""
+    real = _sdk_provider(provider)
+    consumer = getattr(real, "_measurement_consumer", None)
+    # Readers added after the provider was built are only in the storages;
+    # older SDKs also list them in their configuration.
+    found = list(getattr(consumer, "_reader_storages", None) or ())
+    config = getattr(real, "_sdk_config", None)
+    found += [r for r in getattr(config, "metric_readers", ()) if r not in found]
+    return found
+
+
+def _before() -> None:
+    for provider in list(_guarded):
+        found = consumer_lock(provider)
+        if found is not None and found[1].acquire(timeout=FORK_WAIT_SECONDS):
+            _held.append(found)
+
+
+def _after_in_parent() -> None:
+    while _held:
+        _, lock = _held.pop()
+        lock.release()
+
+
+def _after_in_child() -> None:
+    taken = {id(consumer) for consumer, _lock in _held}
+    _after_in_parent()
+    for provider in list(_guarded):
+        found = consumer_lock(provider)
+        if found is not None and id(found[0]) not in taken and found[1].locked():
+            # The fork did not wait it out: its holder does not exist here.
+            found[0]._lock = threading.Lock()
+        for reader in readers(provider):
+            export_lock: Any = getattr(reader, "_export_lock", None)
+            if _is_lock(export_lock) and export_lock.locked():
+                reader._export_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child
+    )

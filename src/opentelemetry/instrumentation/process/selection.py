@@ -1,0 +1,36 @@
+"""Which metrics a set of options turns on.
+
+The rules, in order: ``exclude`` wins over everything; a metric gated by a
+boolean option is on exactly when that option is; a default metric is on; any
+other metric is on when ``include`` names it, or when a glob of ``include``
+matches it and it is not one that only its exact name enables.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+
+from .metrics import METRICS, Metric
+from .options import ProcessMetricsOptions, is_glob
+
+
+def enabled_metrics(
+    options: ProcessMetricsOptions, platform: str | None = None
+) -> tuple[Metric, ...]:
+    """The metrics ``options`` turn on, in table order, that ``platform`` supports."""
+    return tuple(m for m in METRICS if m.supported(platform) and is_enabled(m, options))
+
+
+def is_enabled(metric: Metric, options: ProcessMetricsOptions) -> bool:
+    """Whether ``options`` turn ``metric`` on, on any platform."""
+    if any(fnmatch.fnmatchcase(metric.name, p) for p in options.exclude):
+        return False
+    if metric.option is not None:
+        return bool(getattr(options, metric.option))
+    if metric.default:
+        return True
+    return any(
+        p == metric.name
+        or (is_glob(p) and not metric.exact_only and fnmatch.fnmatchcase(metric.name, p))
+        for p in options.include
+    )

@@ -1,0 +1,20 @@
+"""Snapshot sources: each one reads one thing from the OS or the runtime.
+
+Sources are grouped by what they read: this process (``process.py``), the
+host (``host.py``) and the Python runtime (``runtime.py``). Direct reads of
+Linux kernel interfaces live in the ``linux`` package. Nothing here knows
+about OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from . import host, process, runtime
+from .base import Delta, Key, ReadContext, Reading, Source, Value
+
+SOURCES: Mapping[str, Source] = {
+    s.name: s for s in (*process.SOURCES, *runtime.SOURCES, *host.SOURCES)
+}
+
+__all__ = ["SOURCES", "Delta", "Key", "ReadContext", "Reading", "Source", "Value"]

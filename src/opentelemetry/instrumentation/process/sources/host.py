@@ -1,0 +1,202 @@
+"""Sources about the host: CPU time, memory, frequency, disks, network, swap, filesystems."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+import psutil
+
+from ..linux import procfs
+from ..platforms import LINUX
+from .base import Key, ReadContext, Reading, Source
+
+_CPU_MODES = {
+    "user": "user",
+    "nice": "nice",
+    "system": "system",
+    "idle": "idle",
+    "iowait": "iowait",
+    "irq": "interrupt",
+    "softirq": "interrupt",
+    "interrupt": "interrupt",
+    "dpc": "interrupt",
+    "steal": "steal",
+    # guest and guest_nice are already counted in user and nice.
+}
+
+_TCP_STATES = {
+    "SYN_RECV": "syn_received",
+    "FIN_WAIT1": "fin_wait_1",
+    "FIN_WAIT2": "fin_wait_2",
+    "CLOSE": "closed",
+    "DELETE_TCB": "delete",
+}
+
+
+def _system_cpu(ctx: ReadContext) -> Reading:
+    per_cpu = ctx.options.per_cpu
+    rows = psutil.cpu_times(percpu=True) if per_cpu else [psutil.cpu_times()]
+    times: dict[Key, float] = {}
+    for cpu, row in enumerate(rows):
+        number = cpu if per_cpu else None
+        for field_name, value in row._asdict().items():
+            mode = _CPU_MODES.get(field_name)
+            if mode is not None:
+                key = (number, mode)
+                times[key] = times.get(key, 0.0) + value
+    # Linux may move iowait backwards (proc(5)): keep the last value instead.
+    times = ctx.monotonic("system.cpu", times)
+
+    def share(deltas: Mapping[Key, float], _elapsed: float) -> dict[Key, float]:
+        totals: dict[Any, float] = {}
+        for (number, _mode), d in deltas.items():
+            totals[number] = totals.get(number, 0.0) + d
+        return {k: (d / totals[k[0]] if totals[k[0]] else 0.0) for k, d in deltas.items()}
+
+    util = ctx.delta("system.cpu").step(ctx.now, times, share)
+    return {"time": times, "utilization": util or {}}
+
+
+def _system_memory(ctx: ReadContext) -> Reading:
+    vm = psutil.virtual_memory()
+    usage: dict[Key, int] = {("used",): vm.total - vm.available, ("free",): vm.free}
+    for state in ("buffers", "cached"):
+        value = getattr(vm, state, None)
+        if value is not None:
+            usage[(state,)] = value
+    return {
+        "usage": usage,
+        "utilization": {k: v / vm.total for k, v in usage.items()},
+        "limit": vm.total,
+    }
+
+
+def _cpu_freq(ctx: ReadContext) -> Reading:
+    rows = psutil.cpu_freq(percpu=True) or []
+    # A CPU that reports 0 MHz does not expose its frequency: leave it out.
+    return {"current": {(n,): int(f.current * 1e6) for n, f in enumerate(rows) if f.current}}
+
+
+def _system_disk(ctx: ReadContext) -> Reading:
+    disks = psutil.disk_io_counters(perdisk=True) or {}
+    return {
+        "bytes": _by_direction(disks, "read_bytes", "write_bytes"),
+        "operations": _by_direction(disks, "read_count", "write_count"),
+    }
+
+
+def _system_network(ctx: ReadContext) -> Reading:
+    nics = psutil.net_io_counters(pernic=True) or {}
+    return {
+        "bytes": _by_direction(nics, "bytes_recv", "bytes_sent", "receive", "transmit"),
+        "packets": _by_direction(nics, "packets_recv", "packets_sent", "receive", "transmit"),
+        "dropped": _by_direction(nics, "dropin", "dropout", "receive", "transmit"),
+        "errors": _by_direction(nics, "errin", "errout", "receive", "transmit"),
+    }
+
+
+def _by_direction(
+    rows: Mapping[str, Any], a: str, b: str, a_name: str = "read", b_name: str = "write"
+) -> dict[Key, int]:
+    out: dict[Key, int] = {}
+    for device, row in rows.items():
+        out[(device, a_name)] = getattr(row, a)
+        out[(device, b_name)] = getattr(row, b)
+    return out
+
+
+def _swap(ctx: ReadContext) -> Reading:
+    swap = psutil.swap_memory()
+    usage: dict[Key, int] = {("used",): swap.used, ("free",): swap.free}
+    util = {k: v / swap.total for k, v in usage.items()} if swap.total else {}
+    return {"usage": usage, "utilization": util}
+
+
+def _vmstat(ctx: ReadContext) -> Reading:
+    major, minor = procfs.page_faults()
+    return {"faults": {("major",): major, ("minor",): minor}}
+
+
+def _filesystem(ctx: ReadContext) -> Reading:
+    usage: dict[Key, int] = {}
+    util: dict[Key, float] = {}
+    for part in psutil.disk_partitions(all=False):
+        try:
+            du = psutil.disk_usage(part.mountpoint)
+        except OSError:
+            continue  # unmounted or unreadable since it was listed
+        mode = "ro" if "ro" in part.opts.split(",") else "rw"
+        states = {"used": du.used, "free": du.free, "reserved": du.total - du.used - du.free}
+        for state, value in states.items():
+            key = (part.device, state, part.fstype, mode, part.mountpoint)
+            usage[key] = value
+            if du.total:
+                util[key] = value / du.total
+    return {"usage": usage, "utilization": util}
+
+
+def _connections(ctx: ReadContext) -> Reading:
+    counts: dict[Key, int] = {}
+    for conn in psutil.net_connections(kind="inet"):
+        transport = "tcp" if conn.type == socket.SOCK_STREAM else "udp"
+        status = conn.status
+        state = None if status == psutil.CONN_NONE else _TCP_STATES.get(status, status.lower())
+        key = (state, transport)
+        counts[key] = counts.get(key, 0) + 1
+    return {"count": counts}
+
+
+def _psutil_has(name: str) -> bool:
+    return hasattr(psutil, name)
+
+
+SOURCES: tuple[Source, ...] = (
+    Source(
+        "system.cpu",
+        _system_cpu,
+        frozenset({"time", "utilization"}),
+        "/proc/stat",
+        stateful=True,
+    ),
+    Source(
+        "system.memory",
+        _system_memory,
+        frozenset({"usage", "utilization", "limit"}),
+        "/proc/meminfo",
+    ),
+    Source(
+        "system.cpu_freq",
+        _cpu_freq,
+        frozenset({"current"}),
+        "per CPU: sysfs cpufreq files, or /proc/cpuinfo",
+        available=lambda: _psutil_has("cpu_freq"),
+    ),
+    Source("system.disk", _system_disk, frozenset({"bytes", "operations"}), "/proc/diskstats"),
+    Source(
+        "system.network",
+        _system_network,
+        frozenset({"bytes", "packets", "dropped", "errors"}),
+        "/proc/net/dev",
+    ),
+    Source(
+        "system.swap",
+        _swap,
+        frozenset({"usage", "utilization"}),
+        "/proc/meminfo and /proc/vmstat",
+    ),
+    Source("system.vmstat", _vmstat, frozenset({"faults"}), "/proc/vmstat", platforms=LINUX),
+    Source(
+        "system.filesystem",
+        _filesystem,
+        frozenset({"usage", "utilization"}),
+        "/proc/self/mounts, one statvfs per mount",
+    ),
+    Source(
+        "system.connections",
+        _connections,
+        frozenset({"count"}),
+        "walks the fds of every process on the host, and /proc/net/*",
+    ),
+)

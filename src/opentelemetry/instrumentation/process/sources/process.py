@@ -1,0 +1,243 @@
+"""Sources about this process: CPU, memory, I/O, threads, descriptors, uptime.
+
+Most go through psutil, inside one ``Process.oneshot()``. Two use a better
+call for the same fact: getrusage(2) (CPU time to the microsecond, context
+switches of all threads) and, on Linux, the ``/proc/self/task`` listing for
+the thread count.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+
+from ..linux import procfs
+from ..platforms import LINUX, POSIX, WINDOWS
+from .base import Key, ReadContext, Reading, Source, Value
+
+try:
+    import resource as _resource
+except ImportError:  # Windows
+    _resource = None  # type: ignore[assignment]
+
+SERIES_PER_THREAD = 2
+"""Per-thread CPU time has a ``user`` and a ``system`` series for each thread."""
+
+
+def _rusage(ctx: ReadContext) -> Reading:
+    # One getrusage(2) gives CPU time at microsecond resolution, and context
+    # switches summed over all threads (psutil's /proc/<pid>/status counts
+    # only the main thread's).
+    if _resource is not None:
+        ru = _resource.getrusage(_resource.RUSAGE_SELF)
+        times: dict[Key, float] = {("user",): ru.ru_utime, ("system",): ru.ru_stime}
+        extra: dict[str, Value] = {
+            "context_switches": {("voluntary",): ru.ru_nvcsw, ("involuntary",): ru.ru_nivcsw},
+            "paging_faults": {("major",): ru.ru_majflt, ("minor",): ru.ru_minflt},
+        }
+    else:
+        cpu = ctx.process.cpu_times()
+        switches = ctx.process.num_ctx_switches()
+        times = {("user",): cpu.user, ("system",): cpu.system}
+        extra = {
+            "context_switches": {
+                ("voluntary",): switches.voluntary,
+                ("involuntary",): switches.involuntary,
+            }
+        }
+    cpus = ctx.facts.available_cpus or 0.0
+
+    def share(deltas: Mapping[Key, float], elapsed: float) -> dict[Key, float]:
+        return {k: d / (elapsed * cpus) for k, d in deltas.items()}
+
+    # Without a CPU count the utilisation is unknown: left out, not 0.
+    util = ctx.delta("process.cpu").step(ctx.now, times, share) if cpus else None
+    return {"cpu_time": times, "cpu_utilization": util or {}, **extra}
+
+
+def _memory(ctx: ReadContext) -> Reading:
+    mem = ctx.process.memory_info()
+    limit = ctx.facts.memory_limit
+    reading: dict[str, Value] = {"rss": mem.rss, "vms": mem.vms}
+    if limit:
+        reading["utilization"] = mem.rss / limit
+    return reading
+
+
+def _io(ctx: ReadContext) -> Reading:
+    io = ctx.process.io_counters()
+    return {
+        "bytes": {("read",): io.read_bytes, ("write",): io.write_bytes},
+        "operations": {("read",): io.read_count, ("write",): io.write_count},
+    }
+
+
+def _num_threads(ctx: ReadContext) -> Reading:
+    if ctx.use_direct("thread_count"):
+        try:
+            return {"count": procfs.thread_count()}
+        except OSError as exc:
+            ctx.direct_failed_once("thread_count", exc)
+    return {"count": int(ctx.process.num_threads())}
+
+
+def _num_fds(ctx: ReadContext) -> Reading:
+    return {"count": int(ctx.process.num_fds())}
+
+
+def _num_handles(ctx: ReadContext) -> Reading:
+    # Windows only, so typing stubs on other platforms do not know it.
+    num_handles: Callable[[], int] = getattr(ctx.process, "num_handles")  # noqa: B009
+    return {"count": int(num_handles())}
+
+
+def _uptime(ctx: ReadContext) -> Reading:
+    start = ctx.facts.start_boottime
+    if start is not None:
+        return {"uptime": time.clock_gettime(time.CLOCK_BOOTTIME) - start}
+    created = ctx.facts.create_time
+    return {"uptime": time.time() - created} if created is not None else {}
+
+
+def max_threads(ctx: ReadContext) -> int:
+    """Threads to report: the series cap, in whole threads."""
+    return ctx.options.max_thread_series // SERIES_PER_THREAD
+
+
+def _threads(ctx: ReadContext) -> Reading:
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    busiest = sorted(ctx.process.threads(), key=lambda t: (-(t.user_time + t.system_time), t.id))
+    times: dict[Key, float] = {}
+    for t in busiest[: max_threads(ctx)]:
+        # Threads Python did not start (C extensions) have no Python name: the
+        # attribute is left out rather than set to "".
+        name = names.get(t.id)
+        times[("user", t.id, name)] = t.user_time
+        times[("system", t.id, name)] = t.system_time
+    return {"cpu_time": times}
+
+
+def _signals_pending(ctx: ReadContext) -> Reading:
+    return {"count": procfs.pending_signals()}
+
+
+def _static(ctx: ReadContext) -> Reading:
+    facts = ctx.facts
+    found = {
+        "logical_cpus": facts.logical_cpus,
+        "physical_cpus": facts.physical_cpus,
+        "fd_limit": facts.fd_limit,
+        "cpu_freq_min": facts.cpu_freq_min_hz,
+        "cpu_freq_max": facts.cpu_freq_max_hz,
+        "available_cpus": facts.available_cpus,
+        "memory_limit": facts.memory_limit,
+    }
+    # Unknown is left out, never reported as 0.
+    return {k: v for k, v in found.items() if v}
+
+
+def _not_read(ctx: ReadContext) -> Reading:
+    return {}
+
+
+def _has(name: str) -> Callable[[], bool]:
+    import psutil
+
+    return lambda: hasattr(psutil.Process, name)
+
+
+# psutil's Process.io_counters() exists on Linux, the BSDs, AIX and Windows.
+_PROCESS_IO = (POSIX | WINDOWS) - {"darwin", "sunos"}
+
+REFRESH = "refresh"
+"""The source whose reading the snapshot cache fills with its own cost."""
+
+SOURCES: tuple[Source, ...] = (
+    Source(
+        "process.rusage",
+        _rusage,
+        frozenset({"cpu_time", "cpu_utilization", "context_switches", "paging_faults"}),
+        "one getrusage(2) syscall",
+        in_process=True,
+        stateful=True,
+    ),
+    Source(
+        "process.memory",
+        _memory,
+        frozenset({"rss", "vms", "utilization"}),
+        "/proc/self/statm, in oneshot",
+        in_process=True,
+    ),
+    Source(
+        "process.io",
+        _io,
+        frozenset({"bytes", "operations"}),
+        "/proc/self/io, in oneshot",
+        platforms=_PROCESS_IO,
+        in_process=True,
+        available=_has("io_counters"),
+    ),
+    Source(
+        "process.num_threads",
+        _num_threads,
+        frozenset({"count"}),
+        "lists /proc/self/task (elsewhere: psutil, in oneshot)",
+        in_process=True,
+    ),
+    Source(
+        "process.num_fds",
+        _num_fds,
+        frozenset({"count"}),
+        "lists /proc/self/fd, in oneshot",
+        platforms=POSIX,
+        in_process=True,
+        available=_has("num_fds"),
+    ),
+    Source(
+        "process.num_handles",
+        _num_handles,
+        frozenset({"count"}),
+        "one Windows API call, in oneshot",
+        platforms=WINDOWS,
+        in_process=True,
+        available=_has("num_handles"),
+    ),
+    Source("process.uptime", _uptime, frozenset({"uptime"}), "none: create time is a static fact"),
+    Source(
+        "process.threads",
+        _threads,
+        frozenset({"cpu_time"}),
+        "lists /proc/self/task and reads one stat file per thread",
+        in_process=True,
+    ),
+    Source(
+        "process.signals",
+        _signals_pending,
+        frozenset({"count"}),
+        "/proc/self/status, one extra open",
+        platforms=LINUX,
+    ),
+    Source(
+        "static",
+        _static,
+        frozenset(
+            {
+                "logical_cpus",
+                "physical_cpus",
+                "fd_limit",
+                "cpu_freq_min",
+                "cpu_freq_max",
+                "available_cpus",
+                "memory_limit",
+            }
+        ),
+        "none: static facts, read once",
+    ),
+    Source(
+        REFRESH,
+        _not_read,
+        frozenset({"duration", "cpu_time"}),
+        "none: the snapshot cache times its own refresh",
+    ),
+)
