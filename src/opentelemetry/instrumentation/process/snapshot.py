@@ -20,7 +20,6 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import psutil
 
@@ -28,10 +27,8 @@ from .facts import Facts, read_facts
 from .faultlog import FaultLog
 from .platforms import ON_LINUX
 from .sources import SOURCES, ReadContext, Reading, Source
+from .sources.base import ReadOptions
 from .sources.process import REFRESH
-
-if TYPE_CHECKING:  # the options are only read here, never built
-    from .options import ProcessMetricsOptions
 
 _logger = logging.getLogger(__name__)
 
@@ -58,7 +55,7 @@ class SnapshotCache:
     of that collection then finds a generation it has not seen and shares it.
     """
 
-    def __init__(self, options: ProcessMetricsOptions, source_names: Iterable[str]) -> None:
+    def __init__(self, options: ReadOptions, source_names: Iterable[str]) -> None:
         names = set(source_names)
         self.options = options
         self.sources: tuple[Source, ...] = tuple(s for s in SOURCES.values() if s.name in names)

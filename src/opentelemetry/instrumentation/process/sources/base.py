@@ -10,16 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import psutil
 
 from ..facts import Facts
 from ..faultlog import FaultLog
 from ..platforms import ALL, current_platform
-
-if TYPE_CHECKING:  # the options are only read here, never built
-    from ..options import ProcessMetricsOptions
 
 Key = tuple[str | int | None, ...]
 Value = int | float | Mapping[Key, int | float]
@@ -61,6 +58,19 @@ class Delta:
         return self._last
 
 
+class ReadOptions(Protocol):
+    """The options this side reads; ``ProcessMetricsOptions`` is one."""
+
+    @property
+    def per_cpu(self) -> bool: ...
+    @property
+    def cpu_frequency(self) -> bool: ...
+    @property
+    def max_thread_series(self) -> int: ...
+    @property
+    def direct_reads(self) -> bool: ...
+
+
 @dataclass
 class ReadContext:
     """What a source may use: this process, its facts, the options, and state between reads.
@@ -70,7 +80,7 @@ class ReadContext:
 
     process: psutil.Process
     facts: Facts
-    options: ProcessMetricsOptions
+    options: ReadOptions
     faults: FaultLog
     now: float = 0.0
     direct: bool = False
