@@ -734,5 +734,7 @@ def test_unknown_keyword_is_refused_by_name(
     finally:
         undo(inst)
     assert message is not None, f"{sorted(unknown)} accepted"
-    assert message.startswith(f"unknown option {min(unknown)!r}; allowed: "), message
+    shown = repr(min(unknown))  # a bounded excerpt of the name, whatever its size
+    excerpt = shown if len(shown) <= 200 else shown[:195] + "...)" + shown[-1]
+    assert message.startswith(f"unknown option {excerpt}; allowed: "), message
     assert_still_usable(provider, reader)

@@ -118,7 +118,7 @@ def resolve(
     unknown = sorted(set(explicit) - set(OPTION_NAMES) - {"options"})
     if unknown:
         raise ValueError(
-            f"unknown option {show(unknown[0], 60)}; allowed: options, "
+            f"unknown option {show(unknown[0])}; allowed: options, "
             f"{', '.join(sorted(OPTION_NAMES))}"
         )
     base = explicit.pop("options", None)
