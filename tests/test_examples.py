@@ -159,14 +159,19 @@ def test_console_demo() -> None:
     out = run(
         [sys.executable, "examples/console_demo.py"], DEMO_SECONDS="1.5", DEMO_INTERVAL_MS="500"
     ).stdout
-    exports = out.split("--- export ---")[1:]
-    assert len(exports) >= 2, out
+    assert out.startswith("Process metrics of this demo, 3 exports, one every 0.5 s.\n"), out
+    exports = re.split(r"^== export \d of 3, at [\d.]+ s ==$", out, flags=re.MULTILINE)[1:]
+    assert len(exports) == 3, out  # exactly the announced number, none at shutdown
     first = exports[0]
-    names = set(re.findall(r"^([\w.]+)\{", first, re.MULTILINE))
+    names = set(re.findall(r"^([a-z][\w.]+) ", first, re.MULTILINE))
     assert names == {m.name for m in METRICS if m.default and m.supported()}
-    rss = re.search(r"^process\.memory\.usage\{\} = (\d+) By$", first, re.MULTILINE)
-    assert rss is not None and int(rss.group(1)) > 1_000_000
-    assert re.search(r"^process\.cpu\.time\{cpu\.mode=user\} = [\d.e-]+ s$", first, re.MULTILINE)
+    assert len(first.strip().splitlines()) == len(names)  # one line per metric
+    rss = re.search(r"^process\.memory\.usage +([\d,.]+) MiB$", first, re.MULTILINE)
+    assert rss is not None and float(rss.group(1).replace(",", "")) > 1
+    assert re.search(r"^process\.cpu\.time +user=[\d.,]+ m?s  system=", first, re.MULTILINE)
+    assert re.search(r"^cpython\.gc\.collections +generation 0=\d+", first, re.MULTILINE)
+    # Values are rounded for reading: no float printed to 17 digits.
+    assert not re.search(r"\d\.\d{5,}", out), out
 
 
 def test_instrument_configured_by_environment() -> None:
