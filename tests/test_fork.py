@@ -21,10 +21,30 @@ from .conftest import collect, points, value
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
-def _in_child(body: Callable[[], dict[str, Any]], timeout: float = 20.0) -> dict[str, Any]:
-    """Run ``body`` in a forked child; return what it returned (as JSON)."""
+def _c_fork() -> int:
+    """fork(2) called from C, as uWSGI does: no Python at-fork hook runs.
+
+    ``PyDLL`` keeps the GIL across the call, so the child holds it, as it would
+    after a fork in a C server's master process.
+    """
+    import ctypes
+
+    libc = ctypes.PyDLL(None)
+    libc.fork.restype = ctypes.c_int
+    pid: int = libc.fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    return pid
+
+
+def _in_child(
+    body: Callable[[], dict[str, Any]],
+    timeout: float = 20.0,
+    fork: Callable[[], int] = os.fork,
+) -> dict[str, Any]:
+    """Run ``body`` in a child made by ``fork``; return what it returned (as JSON)."""
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # child
         os.close(read_end)
         signal.alarm(int(timeout))  # a deadlock ends the child instead of hanging the suite
@@ -79,6 +99,45 @@ def test_child_reports_its_own_memory_pid_and_cpu(
     assert got["start"] >= parent_start + 0.19
     # A fresh baseline at fork: the first child collection sees its own busy loop.
     assert got["cpu"] >= 0.5 / got["available"]
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
+def test_fork_without_python_hooks_reports_the_child_not_the_parent(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    from .forkapps import measure
+
+    inst = instrument()
+    seen = collect(reader)
+    parent_rss = value(seen["process.memory.usage"])
+    live = inst._metrics._live
+    assert live is not None
+    # A collection in flight at the fork: the parent has refreshed a snapshot
+    # that no callback has read yet. The child's callbacks must not use it.
+    last = live.cache.snapshot()
+    in_flight = live.cache.snapshot(last.generation)
+    assert in_flight.generation != last.generation and in_flight.pid == os.getpid()
+
+    def child() -> dict[str, Any]:
+        got = measure(reader, allocate_mib=40, busy=0.1)
+        with open("/proc/self/stat", "rb") as f:
+            ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
+        got["own_start"] = ticks / os.sysconf("SC_CLK_TCK")
+        names = collect(reader)
+        got["fds"] = value(names["process.unix.file_descriptor.count"])
+        got["own_fds"] = len(os.listdir("/proc/self/fd"))  # its own fd counted, as psutil does
+        return got
+
+    got = _in_child(child, fork=_c_fork)
+    assert got["facts_pid"] == got["pid"] != os.getpid()
+    assert got["floor"] <= got["rss"] <= got["rss_after"], got
+    assert got["rss"] != parent_rss
+    # Its own CPU time (getrusage starts at 0 in a child), not the parent's.
+    assert got["cpu_before"] <= got["cpu"] <= got["cpu_after"] < 5, got
+    assert got["threads"] == got["tasks"] == 1, got
+    # Its own start, to a clock tick, not the parent's.
+    assert abs(got["uptime"] - (got["now"] - got["own_start"])) <= 0.05, got
+    assert got["fds"] == got["own_fds"], got
 
 
 # Forking with a live thread is the point of this test (Python 3.12+ warns).
