@@ -27,6 +27,7 @@ ENV_VARS: Mapping[str, str] = {
     "exclude": ENV_PREFIX + "EXCLUDE",
     "max_thread_series": ENV_PREFIX + "MAX_THREAD_SERIES",
     "direct_reads": ENV_PREFIX + "DIRECT_READS",
+    "thread_series_by": ENV_PREFIX + "THREAD_SERIES_BY",
 }
 """The environment variable of each option that has one."""
 
@@ -62,6 +63,7 @@ _PARSERS: Mapping[str, Callable[[str], Any]] = {
     "exclude": _patterns,
     "max_thread_series": _whole_number,
     "direct_reads": _boolean,
+    "thread_series_by": lambda raw: raw.strip().lower(),
 }
 
 

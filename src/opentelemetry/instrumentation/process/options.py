@@ -35,6 +35,9 @@ every point of every collection, so this package bounds them by default.
 ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` overrides it.
 """
 
+THREAD_SERIES_BY = ("thread", "name")
+"""What a per-thread series stands for: one thread, or one thread-name pattern."""
+
 _ATTRIBUTE_TYPES = (str, bool, int, float)  # bool before int: see _kind
 _ATTRIBUTES_ALLOWED = (
     "a mapping of str to str, bool, int (64-bit), float or a sequence of one of those"
@@ -64,6 +67,13 @@ class ProcessMetricsOptions:
     """Metric names or globs not to report; exclude wins over everything."""
     max_thread_series: int = DEFAULT_MAX_THREAD_SERIES
     """Cap on per-thread series, an even number (two per thread); the busiest threads are kept."""
+    thread_series_by: str = "thread"
+    """``"thread"``: a series per thread. ``"name"``: a series per thread-name pattern.
+
+    ``"name"`` replaces each run of digits in a thread's name with ``N``, so
+    that threads started one per request or per scrape (``Thread-12 (...)``)
+    add up in one stable series instead of a new series each.
+    """
     attributes: Mapping[str, Any] = field(default_factory=dict)
     """Constant attributes added to every point (bounded: see the configuration reference)."""
     direct_reads: bool = True
@@ -80,6 +90,11 @@ class ProcessMetricsOptions:
         for name in ("include", "exclude"):
             object.__setattr__(self, name, _check_patterns(name, getattr(self, name)))
         _check_thread_cap(self.max_thread_series)
+        if self.thread_series_by not in THREAD_SERIES_BY:
+            raise ValueError(
+                f"thread_series_by: expected one of {', '.join(map(repr, THREAD_SERIES_BY))}, "
+                f"got {show(self.thread_series_by)}"
+            )
         object.__setattr__(self, "attributes", _check_attributes(self.attributes))
 
 
