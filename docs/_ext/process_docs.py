@@ -295,6 +295,7 @@ class SourceTable(_Generated):
 _ENV_FORMATS = {
     bool: "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
     int: "a whole number",
+    str: "one of the words the option allows (any case)",
     tuple: "comma-separated names or globs, e.g. `cpython.gc.*,system.disk.io`",
 }
 
