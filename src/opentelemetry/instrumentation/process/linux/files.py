@@ -76,8 +76,9 @@ def flat_keyed(keys: tuple[Key, ...]) -> Callable[[bytes], Values]:
         for needle, k in needles:
             at = text.find(needle)
             if at < 0:
-                if k.required:
-                    raise ValueError(f"no {k.key!r} line in {excerpt(data)}")
+                # A key left without its value is garbage, not an absent line.
+                if k.required or needle[:-1] + b"\n" in text:
+                    raise ValueError(f"no {k.key!r} value in {excerpt(data)}")
                 continue
             start = at + len(needle)
             raw = _integer(text[start : text.index(b"\n", start)], k.key)
