@@ -355,6 +355,11 @@ def _folder_in_its_place(path: Path) -> None:
     path.mkdir()
 
 
+def _cut_mid_number(path: Path) -> None:
+    # The last number loses its last digit and the newline: a plausible value.
+    path.write_bytes(path.read_bytes()[:-2])
+
+
 def _writer(content: str) -> Any:
     def write(path: Path) -> None:
         path.write_text(content)
@@ -368,6 +373,7 @@ FAULTS = [
     pytest.param(_writer(""), ValueError, id="empty"),
     pytest.param(_writer("12x\n"), ValueError, id="not-a-number"),
     pytest.param(_writer("oom 2\nmax 1"), ValueError, id="cut-short"),
+    pytest.param(_cut_mid_number, ValueError, id="cut-mid-number"),
 ]
 
 
@@ -401,6 +407,7 @@ def test_a_broken_file_drops_only_its_fields(
         "usage_usec 1\nuser_usec 1\n",  # a required line missing
         "usage_usec 1\nuser_usec 1\nsystem_usec 1\nnr_periods\n",  # a line without value
         "usage_usec 1\nuser_usec 1\nsystem_usec abc\n",
+        V2_CPU_STAT.replace("burst_usec 0", "burst_usec"),  # even a line not used
     ],
 )
 def test_garbage_in_cpu_stat(v2: tuple[Path, Path], content: str) -> None:
@@ -449,3 +456,18 @@ class _opens:
 
     def __exit__(self, *exc: object) -> None:
         _recording.pop()
+
+
+def test_lines_that_move_between_reads_are_still_found(v2: tuple[Path, Path]) -> None:
+    # "New entries can show up in the middle" (cgroup-v2.rst): the layout is
+    # learnt at the first read and learnt again when it changes.
+    sys_fs, proc = v2
+    files = cgroup_files(discover(sys_fs, proc))
+    first, _ = read_all(files)
+    stat = sys_fs / "kubepods/pod1/app/cpu.stat"
+    lines = V2_CPU_STAT.splitlines()
+    stat.write_text("\n".join(["new_entry 5", *reversed(lines)]) + "\n")
+    assert read_all(files) == (first, [])
+    stat.write_text(V2_CPU_STAT.replace("nr_throttled 345", "nr_throttled 346"))
+    values, _ = read_all(files)
+    assert values == {**first, cg.CPU_THROTTLED_PERIODS: 346}

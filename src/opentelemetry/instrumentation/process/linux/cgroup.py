@@ -31,11 +31,19 @@ Nothing here knows about OpenTelemetry.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import KernelFile, Key, Values, available, flat_keyed, single_value
+from .files import (
+    KernelFile,
+    Key,
+    Values,
+    available,
+    flat_keyed_file,
+    one_key,
+    scaled_value,
+    single_value,
+)
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
@@ -276,26 +284,29 @@ def cgroup_files(paths: CgroupPaths) -> tuple[KernelFile, ...]:
     (``memory.peak`` before 5.19, ``oom_kill`` in v1 ``memory.oom_control``
     before 4.13, throttling without the v2 cpu controller).
     """
-    return available([*_cpu_files(paths), *_memory_files(paths)])
+    found = [f for f in (*_cpu_files(paths), *_memory_files(paths)) if f is not None]
+    return available(found)
 
 
-def _cpu_files(paths: CgroupPaths) -> list[KernelFile]:
-    files: list[KernelFile] = []
+def _cpu_files(paths: CgroupPaths) -> list[KernelFile | None]:
+    files: list[KernelFile | None] = []
     cpu, acct = paths.cpu, paths.cpuacct
     if cpu is not None and cpu.version == 1:
-        files.append(_file(cpu.own / "cpu.stat", _V1_CPU_STAT))
+        files.append(flat_keyed_file(str(cpu.own / "cpu.stat"), _V1_CPU_STAT))
     if acct is not None and acct.version == 1:
         ticks = float(os.sysconf("SC_CLK_TCK"))  # USER_HZ
         stat = (Key("user", CPU_TIME_USER, ticks), Key("system", CPU_TIME_SYSTEM, ticks))
-        files.append(_file(acct.own / "cpuacct.stat", stat))
-        usage = acct.own / "cpuacct.usage"
-        files.append(KernelFile(str(usage), _nanoseconds(CPU_TIME_TOTAL), (CPU_TIME_TOTAL,)))
+        files.append(flat_keyed_file(str(acct.own / "cpuacct.stat"), stat))
+        usage = str(acct.own / "cpuacct.usage")
+        files.append(KernelFile(usage, scaled_value(CPU_TIME_TOTAL, 1e9), (CPU_TIME_TOTAL,)))
     v2_dirs = {h.own for h in (cpu, acct) if h is not None and h.version == 2}
-    files.extend(_file(d / "cpu.stat", _V2_CPU_STAT) for d in sorted(v2_dirs))
+    for folder in sorted(v2_dirs):
+        stat_file = str(folder / "cpu.stat")
+        files.append(flat_keyed_file(stat_file, _V2_CPU_TIME, _V2_CPU_THROTTLING))
     return files
 
 
-def _memory_files(paths: CgroupPaths) -> list[KernelFile]:
+def _memory_files(paths: CgroupPaths) -> list[KernelFile | None]:
     h = paths.memory
     if h is None:
         return []
@@ -303,57 +314,51 @@ def _memory_files(paths: CgroupPaths) -> list[KernelFile]:
     if h.version == 2:
         return [
             _single(own / "memory.current", MEMORY_USAGE),
-            _file(own / "memory.stat", (Key("inactive_file", MEMORY_INACTIVE_FILE),)),
+            _long(own / "memory.stat", "inactive_file", MEMORY_INACTIVE_FILE),
             _single(own / "memory.peak", MEMORY_PEAK),
-            _file(own / "memory.events", _V2_MEMORY_EVENTS),
+            flat_keyed_file(str(own / "memory.events"), _V2_MEMORY_EVENTS, _V2_OOM_KILL),
         ]
     return [
         _single(own / "memory.usage_in_bytes", MEMORY_USAGE),
-        _file(own / "memory.stat", (Key("total_inactive_file", MEMORY_INACTIVE_FILE),)),
+        _long(own / "memory.stat", "total_inactive_file", MEMORY_INACTIVE_FILE),
         _single(own / "memory.max_usage_in_bytes", MEMORY_PEAK),
         _single(own / "memory.failcnt", MEMORY_FAILCNT),
-        _file(own / "memory.oom_control", _V1_OOM_CONTROL),
+        flat_keyed_file(str(own / "memory.oom_control"), (), _V1_OOM_KILL),
     ]
 
 
-_V2_CPU_STAT = (
+_V2_CPU_TIME = (
     Key("usage_usec", CPU_TIME_TOTAL, 1e6),
     Key("user_usec", CPU_TIME_USER, 1e6),
     Key("system_usec", CPU_TIME_SYSTEM, 1e6),
-    # Only where the cpu controller is enabled.
-    Key("nr_periods", CPU_PERIODS, required=False),
-    Key("nr_throttled", CPU_THROTTLED_PERIODS, required=False),
-    Key("throttled_usec", CPU_THROTTLED_TIME, 1e6, required=False),
+)
+# Only where the cpu controller is enabled.
+_V2_CPU_THROTTLING = (
+    Key("nr_periods", CPU_PERIODS),
+    Key("nr_throttled", CPU_THROTTLED_PERIODS),
+    Key("throttled_usec", CPU_THROTTLED_TIME, 1e6),
 )
 _V1_CPU_STAT = (
     Key("nr_periods", CPU_PERIODS),
     Key("nr_throttled", CPU_THROTTLED_PERIODS),
     Key("throttled_time", CPU_THROTTLED_TIME, 1e9),
 )
-_V1_OOM_CONTROL = (Key("oom_kill", MEMORY_EVENTS_OOM_KILL, required=False),)  # Linux 4.13+
+_V1_OOM_KILL = (Key("oom_kill", MEMORY_EVENTS_OOM_KILL),)  # Linux 4.13+
 _V2_MEMORY_EVENTS = (
     Key("high", MEMORY_EVENTS_HIGH),
     Key("max", MEMORY_EVENTS_MAX),
     Key("oom", MEMORY_EVENTS_OOM),
-    Key("oom_kill", MEMORY_EVENTS_OOM_KILL, required=False),  # Linux 4.13+
 )
-
-
-def _file(path: Path, keys: tuple[Key, ...]) -> KernelFile:
-    return KernelFile(str(path), flat_keyed(keys), tuple(k.field for k in keys))
+_V2_OOM_KILL = (Key("oom_kill", MEMORY_EVENTS_OOM_KILL),)  # Linux 4.13+
 
 
 def _single(path: Path, field: str) -> KernelFile:
     return KernelFile(str(path), single_value(field), (field,))
 
 
-def _nanoseconds(field: str) -> Callable[[bytes], Values]:
-    parse = single_value(field)
-
-    def seconds(data: bytes) -> Values:
-        return {field: parse(data)[field] / 1e9}
-
-    return seconds
+def _long(path: Path, key: str, field: str) -> KernelFile:
+    # memory.stat has some 40 (v2) to 70 (v1) lines, of which one is needed.
+    return KernelFile(str(path), one_key(key, field), (field,))
 
 
 def working_set(values: Values) -> int | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cgroup import CgroupPaths
-from .files import KernelFile, Values, available, complete, excerpt
+from .files import KernelFile, Values, available
 
 PROC_PRESSURE = Path("/proc/pressure")
 RESOURCES = ("cpu", "memory", "io")
@@ -69,33 +69,39 @@ def _file(path: Path, resource: str, *, full: bool) -> KernelFile:
 
 
 def _parser(resource: str, kinds: tuple[str, ...]) -> Callable[[bytes], Values]:
-    wanted = [(b"\n" + k.encode() + b" ", field(resource, k), k == "some") for k in kinds]
+    some = field(resource, "some")
+    full = field(resource, "full") if "full" in kinds else None
 
     def parse(data: bytes) -> Values:
-        text = b"\n" + complete(data)
-        out: Values = {}
-        for needle, name, required in wanted:
-            total = _total(text, needle)
-            if total is not None:
-                out[name] = total / 1e6
-            elif required:
-                raise ValueError(f"no 'some' line in {excerpt(data)}")
-        return out
+        t = data.split()
+        # Today's format: "some avg10= avg60= avg300= total=", then the same for "full".
+        if (
+            len(t) == 10
+            and t[0] == b"some"
+            and t[5] == b"full"
+            and t[4][:6] == t[9][:6] == b"total="
+        ):
+            out: Values = {some: int(t[4][6:]) / 1e6}
+            if full is not None:
+                out[full] = int(t[9][6:]) / 1e6
+            return out
+        return _by_lines(data.split(b"\n"), some, full)
 
     return parse
 
 
-def _total(text: bytes, needle: bytes) -> int | None:
-    """The ``total=`` of the line starting with ``needle``; ``None`` without that line."""
-    at = text.find(needle)
-    if at < 0:
-        return None
-    end = text.index(b"\n", at + 1)
-    start = text.find(b" total=", at, end)
-    if start < 0:
-        raise ValueError(f"no total= in {excerpt(text[at + 1 : end])}")
-    raw = text[start + 7 : end]
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"total: not an integer: {excerpt(raw)}") from None
+def _by_lines(lines: list[bytes], some: str, full: str | None) -> Values:
+    """Any other layout: a ``some`` line, maybe a ``full`` line, ``total=`` anywhere in each."""
+    if not lines[0].startswith(b"some "):
+        raise ValueError("no 'some' line")
+    out: Values = {some: _total(lines[0]) / 1e6}
+    if full is not None and lines[1].startswith(b"full "):
+        out[full] = _total(lines[1]) / 1e6
+    return out
+
+
+def _total(line: bytes) -> int:
+    """The ``total=`` of one line, in microseconds."""
+    start = line.index(b" total=") + 7
+    end = line.find(b" ", start)
+    return int(line[start:] if end < 0 else line[start:end])
