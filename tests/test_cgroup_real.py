@@ -14,6 +14,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from opentelemetry.instrumentation.process.linux import cgroup as cg
@@ -57,6 +58,8 @@ def test_cpu_quota_throttles_and_the_readings_match_the_cgroup() -> None:
         assert found["cpu_quota"] == 0.2
         assert found["limited"] is True
         start = child.ask("read")["values"]
+        # psutil's count of the child's CPU time since it entered the cgroup.
+        child_cpu0 = sum(psutil.Process(child.pid).cpu_times()[:2])
 
         child.ask("spin 2")  # throttled: 20 ms of CPU per 100 ms period
         child.ask("pulse 1")  # within the quota: periods that are not throttled
@@ -67,6 +70,7 @@ def test_cpu_quota_throttles_and_the_readings_match_the_cgroup() -> None:
             number(acct.read("cpuacct.usage")),
         )
         reading = child.ask("read")
+        child_cpu1 = sum(psutil.Process(child.pid).cpu_times()[:2])
         stat1, acct1, usage1 = (
             flat(cpu.read("cpu.stat")),
             flat(acct.read("cpuacct.stat")),
@@ -87,6 +91,10 @@ def test_cpu_quota_throttles_and_the_readings_match_the_cgroup() -> None:
     assert between(acct0["system"] / HZ, got[cg.CPU_TIME_SYSTEM], acct1["system"] / HZ)
     assert between(usage0 / 1e9, got[cg.CPU_TIME_TOTAL], usage1 / 1e9)
     assert got[cg.CPU_TIME_TOTAL] > start[cg.CPU_TIME_TOTAL]
+    # The child is alone in the cgroup: its CPU time is the cgroup's, to a few
+    # clock ticks (psutil counts in ticks of 10 ms).
+    grown = got[cg.CPU_TIME_TOTAL] - start[cg.CPU_TIME_TOTAL]
+    assert abs(grown - (child_cpu1 - child_cpu0)) <= 0.05, (grown, child_cpu1 - child_cpu0)
 
 
 def test_cgroup_pressure_of_a_real_v2_cgroup() -> None:

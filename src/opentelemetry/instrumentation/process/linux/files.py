@@ -5,8 +5,8 @@ read. A file is opened, read and closed each time: no descriptor is kept.
 Every file the kernel writes ends with a newline, so a file without one was
 cut short and is rejected as garbage rather than half-read.
 
-These files cost about 2.5 µs each to read, so the parsers are lean: a parse
-costs a fraction of the read (see the measurements in the saturation notes).
+These files cost about 2.5 µs each to open, read and close, so the parsers are
+lean: positional where the layout allows, checked, never a full split of a long file.
 """
 
 from __future__ import annotations
