@@ -117,12 +117,13 @@ def discover(
     """Find the process's cgroup folders. Never raises: what is not found is ``None``."""
     try:
         lines = proc_self_cgroup.read_text().splitlines()
-    except (OSError, ValueError):
+        unified, v1 = _memberships(cgroup_root, lines)
+        cpu = _pick(unified, v1.get("cpu"), "cpu", "cpu.max")
+        memory = _pick(unified, v1.get("memory"), "memory", "memory.max")
+        cpuacct = _cpuacct(cpu, unified, v1)
+    except (OSError, ValueError):  # e.g. a folder this user may not list
         return CgroupPaths()
-    unified, v1 = _memberships(cgroup_root, lines)
-    cpu = _pick(unified, v1.get("cpu"), "cpu", "cpu.max")
-    memory = _pick(unified, v1.get("memory"), "memory", "memory.max")
-    return CgroupPaths(cpu=cpu, cpuacct=_cpuacct(cpu, unified, v1), memory=memory, unified=unified)
+    return CgroupPaths(cpu=cpu, cpuacct=cpuacct, memory=memory, unified=unified)
 
 
 def _memberships(

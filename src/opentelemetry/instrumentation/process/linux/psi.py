@@ -45,7 +45,10 @@ class PressureFiles:
 
 def discover_pressure(paths: CgroupPaths, proc_pressure: Path = PROC_PRESSURE) -> PressureFiles:
     """Find the PSI files, once (at ``instrument()`` and after a fork). Never raises."""
-    own = _own_v2_cgroup(paths)
+    try:
+        own = _own_v2_cgroup(paths)
+    except OSError:
+        own = None
     if own is not None:
         files = available([_file(own / f"{r}.pressure", r, full=True) for r in RESOURCES])
         if files:
