@@ -22,7 +22,7 @@ TARGETS = {
     "default_vs_peer": 5.0,
     "process_vs_peer": 1.1,
     "beyond_floor_vs_bare": 1.25,
-    "opens_default": 7,
+    "opens_default": 9,  # 6 files, and the 3 pressure stall files where the kernel has them
 }
 
 

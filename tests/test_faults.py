@@ -29,6 +29,7 @@ from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
 from opentelemetry.instrumentation.process.sources import process as process_sources
+from opentelemetry.instrumentation.process.sources import saturation as saturation_sources
 
 from .conftest import collect, points
 from .conftest import value as value_of
@@ -56,6 +57,10 @@ TARGETS: dict[str, tuple[Any, str]] = {
     "system.filesystem": (psutil, "disk_partitions"),
     "system.connections": (psutil, "net_connections"),
     "cpython.gc": (gc, "get_stats"),
+    # Each file's own faults (vanished, unreadable, garbage) are in test_cgroup.py.
+    "cgroup.cpu": (saturation_sources, "read_all"),
+    "cgroup.memory": (saturation_sources, "read_all"),
+    "pressure": (saturation_sources, "read_all"),
     "process.rusage": (
         (process_sources._resource, "getrusage")
         if process_sources._resource is not None
@@ -107,6 +112,9 @@ def _options_for(source: str) -> dict[str, Any]:
     fed = [m for m in METRICS if m.source == source and m.supported()]
     gated = {m.option for m in fed if m.option}
     direct = {"direct_reads": False} if source in FALLS_BACK else {}
+    if gated == {"saturation"}:  # its sources share one reader: turn on only this one
+        others = [m.name for m in METRICS if m.option == "saturation" and m.source != source]
+        return {"saturation": True, "exclude": others}
     if gated:
         return {**direct, **{option: True for option in gated if option}}
     return {**direct, "include": [m.name for m in fed if not m.default]}

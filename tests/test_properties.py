@@ -73,7 +73,8 @@ def examples(ci: int) -> settings:
 FLAGS = ("cpu_frequency", "per_thread", "per_cpu", "direct_reads")
 LISTS = ("include", "exclude")
 CHOICES = {"thread_series_by": ("thread", "name")}
-OPTIONS = (*FLAGS, *LISTS, "max_thread_series", "attributes", *CHOICES)
+TRISTATES = ("saturation",)  # True, False, or None for auto
+OPTIONS = (*FLAGS, *LISTS, "max_thread_series", "attributes", *CHOICES, *TRISTATES)
 DEFAULTS = ProcessMetricsOptions()
 NAMES = sorted(METRICS_BY_NAME)
 GATED = sorted(m.name for m in METRICS if m.option is not None)
@@ -124,6 +125,9 @@ def parse_env(option: str, raw: str) -> Any:
     if option in CHOICES:
         word = raw.strip().lower()
         return word if word in CHOICES[option] else INVALID
+    if option in TRISTATES:
+        word = raw.strip().lower()
+        return None if word == "auto" else parse_env(FLAGS[0], raw)
     if option == "max_thread_series":
         try:
             number = int(raw.strip())  # Python's int(): also "+7", "1_000", "٣"
@@ -161,6 +165,8 @@ def assert_stored_valid(options: ProcessMetricsOptions, option: str) -> None:
         assert value % 2 == 0
     elif option in CHOICES:
         assert value in CHOICES[option]
+    elif option in TRISTATES:
+        assert value is None or type(value) is bool
     elif option in LISTS:
         assert type(value) is tuple
         for p in value:
@@ -351,12 +357,20 @@ NEAR_LIST = st.builds(
 NEAR_CHOICE = padded(
     st.sampled_from(["thread", "name", "Name", "THREAD", "names", "threads", "id", "tname", ""])
 )
-NEAR = {"bool": NEAR_BOOL, "int": NEAR_INT, "list": NEAR_LIST, "choice": NEAR_CHOICE}
+NEAR_TRISTATE = st.one_of(NEAR_BOOL, padded(st.sampled_from(["auto", "AUTO", "Auto", "automatic"])))
+NEAR = {
+    "bool": NEAR_BOOL,
+    "int": NEAR_INT,
+    "list": NEAR_LIST,
+    "choice": NEAR_CHOICE,
+    "tristate": NEAR_TRISTATE,
+}
 KIND = {
     **dict.fromkeys(FLAGS, "bool"),
     **dict.fromkeys(LISTS, "list"),
     "max_thread_series": "int",
     **dict.fromkeys(CHOICES, "choice"),
+    **dict.fromkeys(TRISTATES, "tristate"),
 }
 
 
@@ -370,6 +384,9 @@ def valid_env(option: str) -> st.SearchStrategy[str]:
     """Spellings of valid values, so that every variable is also exercised as valid."""
     if option in FLAGS:
         words = st.sampled_from(["true", "false", "1", "0", "yes", "no"])
+        return padded(st.builds(lambda case, word: case(word), CASE, words))
+    if option in TRISTATES:
+        words = st.sampled_from(["true", "false", "1", "0", "yes", "no", "auto"])
         return padded(st.builds(lambda case, word: case(word), CASE, words))
     if option in CHOICES:
         return padded(
@@ -415,6 +432,7 @@ ENVIRONMENTS = st.fixed_dictionaries(
             "max_thread_series": "*",
             "direct_reads": "nope",
             "thread_series_by": "threads",
+            "saturation": "maybe",
         }.items()
     }
 )
@@ -430,6 +448,7 @@ ENVIRONMENTS = st.fixed_dictionaries(
             "max_thread_series": "[",
             "direct_reads": "0",
             "thread_series_by": " NAME ",
+            "saturation": " Auto ",
         }.items()
     }
 )
@@ -598,6 +617,7 @@ BAD_ATTRIBUTES = st.one_of(
 )
 GOOD: dict[str, st.SearchStrategy[Any]] = {
     **dict.fromkeys(FLAGS, st.booleans()),
+    **dict.fromkeys(TRISTATES, st.sampled_from([True, False, None])),
     **{
         option: st.builds(
             lambda kind, ps: kind(ps),
@@ -616,6 +636,7 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
 }
 BAD = {
     **dict.fromkeys(FLAGS, NOT_BOOL),
+    **dict.fromkeys(TRISTATES, NOT_BOOL.filter(lambda v: v is not None)),
     "include": bad_list("include"),
     "exclude": bad_list("exclude"),
     "max_thread_series": BAD_CAP,

@@ -30,7 +30,11 @@ from opentelemetry.instrumentation.process import environment as environment_mod
 from opentelemetry.instrumentation.process import metrics as metrics_module
 from opentelemetry.instrumentation.process import options as options_module
 from opentelemetry.instrumentation.process import platforms as platforms_module
-from opentelemetry.instrumentation.process.environment import ENV_VARS, from_environment
+from opentelemetry.instrumentation.process.environment import (
+    ENV_VARS,
+    FORMATS,
+    from_environment,
+)
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, Kind, Metric
 from opentelemetry.instrumentation.process.sources import SOURCES
 
@@ -165,6 +169,14 @@ def prometheus_name(metric: Metric) -> str:
 
 
 def when_on(metric: Metric) -> str:
+    if metric.option == "saturation":
+        var = ENV_VARS["saturation"]
+        auto = (
+            "wherever the kernel has pressure stall information"
+            if metric.source == "pressure"
+            else "when a cgroup CPU quota or memory limit applies to the process"
+        )
+        return f"**auto**: on {auto}; `saturation=True`/`False` (`{var}`) forces it"
     if metric.option is not None:
         var = ENV_VARS[metric.option]
         return f"off; on with `{metric.option}=True` (`{var}=true`)"
@@ -292,13 +304,6 @@ class SourceTable(_Generated):
 
 # --- configuration ---------------------------------------------------------------
 
-_ENV_FORMATS = {
-    bool: "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
-    int: "a whole number",
-    str: "one of the words the option allows (any case)",
-    tuple: "comma-separated names or globs, e.g. `cpython.gc.*,system.disk.io`",
-}
-
 
 def _field_docs() -> dict[str, str]:
     analyzer = ModuleAnalyzer.for_module(options_module.__name__)
@@ -332,9 +337,7 @@ class OptionTable(_Generated):
             if not doc:
                 _log.warning("option %s has no docstring to show", field.name)
                 doc = ""
-            env: list[Cell] = (
-                [f"`{var}`", _ENV_FORMATS[type(default)]] if var else ["none: code only"]
-            )
+            env: list[Cell] = [f"`{var}`", FORMATS[field.name]] if var else ["none: code only"]
             rows.append(
                 [
                     [f"`{field.name}`", f"`{field.type}`"],

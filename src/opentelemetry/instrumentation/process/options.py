@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from .metrics import BOOLEAN_OPTIONS, METRICS, METRICS_BY_NAME
+from .metrics import GATING_OPTIONS, METRICS, METRICS_BY_NAME
 
 DEFAULT_MAX_THREAD_SERIES = 200
 """100 threads, each with a ``user`` and a ``system`` series."""
@@ -76,6 +76,13 @@ class ProcessMetricsOptions:
     """
     attributes: Mapping[str, Any] = field(default_factory=dict)
     """Constant attributes added to every point (bounded: see the configuration reference)."""
+    saturation: bool | None = None
+    """Container CPU throttling, memory headroom and OOM kills, pressure stalls (Linux).
+
+    ``None`` (auto): the cgroup metrics when a CPU quota or a memory limit
+    applies to the process, pressure stalls whenever the kernel has them.
+    ``True`` forces them on where the files exist; ``False`` turns them off.
+    """
     direct_reads: bool = True
     """On Linux, read a few kernel interfaces directly where psutil costs more per item.
 
@@ -89,6 +96,10 @@ class ProcessMetricsOptions:
                 raise ValueError(f"{name}: expected True or False, got {show(value)}")
         for name in ("include", "exclude"):
             object.__setattr__(self, name, _check_patterns(name, getattr(self, name)))
+        if self.saturation is not None and not isinstance(self.saturation, bool):
+            raise ValueError(
+                f"saturation: expected True, False or None (auto), got {show(self.saturation)}"
+            )
         _check_thread_cap(self.max_thread_series)
         if self.thread_series_by not in THREAD_SERIES_BY:
             raise ValueError(
@@ -99,8 +110,8 @@ class ProcessMetricsOptions:
 
 
 OPTION_NAMES = tuple(f.name for f in fields(ProcessMetricsOptions))
-if not set(BOOLEAN_OPTIONS) <= set(OPTION_NAMES):  # the table names only real options
-    raise RuntimeError(f"metric table: an option of {BOOLEAN_OPTIONS} is not an option")
+if not set(GATING_OPTIONS) <= set(OPTION_NAMES):  # the table names only real options
+    raise RuntimeError(f"metric table: an option of {GATING_OPTIONS} is not an option")
 
 
 def show(value: object, limit: int = 200) -> str:

@@ -71,6 +71,8 @@ class ReadOptions(Protocol):
     def direct_reads(self) -> bool: ...
     @property
     def thread_series_by(self) -> str: ...
+    @property
+    def saturation(self) -> bool | None: ...
 
 
 @dataclass
@@ -143,8 +145,12 @@ class Source:
     """Keeps a baseline: read once at start, so the first collection has a delta."""
     available: Callable[[], bool] = _always
     """A run-time check on top of ``platforms`` (a psutil call that may be missing)."""
-    open: Callable[[ReadContext], None] | None = None
-    """Called before the first read in each process: installs hooks, finds paths."""
+    open: Callable[[ReadContext], bool] | None = None
+    """Called before the first read in each process: installs hooks, finds paths.
+
+    Returns whether there is anything to read in this process; a source that
+    has nothing is not read, and its metrics are not registered.
+    """
     close: Callable[[ReadContext], None] | None = None
     """Called when reporting stops (``uninstrument()``) or before re-binding after a fork."""
 
