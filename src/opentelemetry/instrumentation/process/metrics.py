@@ -199,7 +199,8 @@ METRICS: tuple[Metric, ...] = (
            "(extension).",
            group="saturation", source="cgroup.cpu", field="periods", option="saturation"),
     Metric("process_metrics.cgroup.cpu.throttled_periods", C, "{period}",
-           "Periods in which the cgroup of this process was throttled by its CPU quota (extension).",
+           "Periods in which the cgroup of this process was throttled by its CPU quota "
+           "(extension).",
            group="saturation", source="cgroup.cpu", field="throttled_periods",
            option="saturation"),
     Metric("process_metrics.cgroup.cpu.throttled_time", C, "s",
