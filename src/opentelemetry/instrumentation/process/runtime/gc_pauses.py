@@ -14,19 +14,22 @@ The hot path
     allocated once. Counts are kept as floats: a float comes from CPython's float
     free list, where an int above 256 would be a fresh allocation each time. The
     only objects it creates are floats (the clock's result, the difference, the
-    new sums), each replacing the one before it.
+    new sums), each replacing the one before it. ``benchmarks/gc_pauses.py``
+    measures about 0.25 µs per collection over an empty callback (0.35 µs on
+    3.10), on top of the 0.5 µs CPython spends calling any gc callback.
 
 Re-entrancy
-    CPython never runs two collections at once in one interpreter: a
-    ``collecting`` flag makes ``gc.collect()`` return 0 during a collection
-    (3.10, 3.11 ``gc_collect_impl``; 3.13 ``_PyGC_Collect``), and allocations
-    do not trigger one. 3.12 is the exception: a collection scheduled before
-    another started runs at the next eval-breaker check, which can be inside a
-    gc callback (``_Py_RunGC`` does not check the flag there), so one collection
-    can nest inside another. The callback therefore keeps a small stack of start
-    times indexed by depth, reads the start time before calling the clock (the
-    only call at which a nested collection can run), and ignores a ``stop``
-    that has no ``start`` (a callback installed mid-collection).
+    CPython runs one collection at a time per interpreter: a ``collecting``
+    flag makes ``gc.collect()`` return 0 during a collection (3.10 to 3.12
+    ``gc_collect_impl``, 3.13 ``_PyGC_Collect``), and allocations do not start
+    one meanwhile. 3.12 has a gap: a collection scheduled before another began
+    runs at the next eval-breaker check, which can be inside a gc callback, and
+    ``_Py_RunGC`` neither checks the flag nor restores it (it sets it to 0 when
+    done), so one collection can nest inside another (seen on 3.12.1). The
+    callback therefore keeps a small stack of start times indexed by depth,
+    reads the start time before calling the clock (the only call at which a
+    nested collection can run), and ignores a ``stop`` that has no ``start``
+    (a callback installed mid-collection).
 
 The histogram
     OpenTelemetry has no asynchronous histogram, and the callback must never
