@@ -28,6 +28,7 @@ from opentelemetry.instrumentation.process.linux import procfs
 from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
+from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauses
 from opentelemetry.instrumentation.process.sources import process as process_sources
 from opentelemetry.instrumentation.process.sources import saturation as saturation_sources
 
@@ -57,6 +58,7 @@ TARGETS: dict[str, tuple[Any, str]] = {
     "system.filesystem": (psutil, "disk_partitions"),
     "system.connections": (psutil, "net_connections"),
     "cpython.gc": (gc, "get_stats"),
+    "cpython.gc_pauses": (GcPauses, "read"),
     # Each file's own faults (vanished, unreadable, garbage) are in test_cgroup.py.
     "cgroup.cpu": (saturation_sources, "read_all"),
     "cgroup.memory": (saturation_sources, "read_all"),

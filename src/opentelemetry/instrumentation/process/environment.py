@@ -29,6 +29,7 @@ ENV_VARS: Mapping[str, str] = {
     "direct_reads": ENV_PREFIX + "DIRECT_READS",
     "thread_series_by": ENV_PREFIX + "THREAD_SERIES_BY",
     "saturation": ENV_PREFIX + "SATURATION",
+    "gc_pause_histogram": ENV_PREFIX + "GC_PAUSE_HISTOGRAM",
 }
 """The environment variable of each option that has one."""
 
@@ -75,6 +76,7 @@ _PARSERS: Mapping[str, Callable[[str], Any]] = {
     "direct_reads": _boolean,
     "thread_series_by": lambda raw: raw.strip().lower(),
     "saturation": _boolean_or_auto,
+    "gc_pause_histogram": _boolean,
 }
 
 
@@ -88,6 +90,7 @@ FORMATS: Mapping[str, str] = {
     "direct_reads": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
     "thread_series_by": "`thread` or `name` (any case)",
     "saturation": "`auto`, or `true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "gc_pause_histogram": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
 }
 """How each variable is written, for the configuration reference."""
 if FORMATS.keys() != ENV_VARS.keys():  # one row per variable, checked at import

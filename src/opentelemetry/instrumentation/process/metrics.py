@@ -18,7 +18,7 @@ from .sources import SOURCES
 
 EXTENSION_PREFIX = "process_metrics."
 
-GATING_OPTIONS = ("cpu_frequency", "per_thread", "saturation")
+GATING_OPTIONS = ("cpu_frequency", "per_thread", "saturation", "gc_pause_histogram")
 """Options that alone turn metrics on or off; a row's ``option`` must be one of them.
 
 A metric gated by one is on unless the option is ``False``: ``None`` (auto)
@@ -163,6 +163,23 @@ METRICS: tuple[Metric, ...] = (
            "Objects found uncollectable, by generation.",
            group="cpython", source="cpython.gc", field="uncollectable", attributes=_GEN,
            default=True),
+    Metric("process_metrics.cpython.gc.pause.time", C, "s",
+           "Time spent in garbage collections, by generation, measured around each one "
+           "(extension).",
+           group="cpython", source="cpython.gc_pauses", field="time", attributes=_GEN,
+           default=True, value_type=float),
+    Metric("process_metrics.cpython.gc.pause.max", G, "s",
+           "Longest single garbage-collection pause since the previous collection of "
+           "metrics, by generation; 0 for a generation that did not collect (extension).",
+           group="cpython", source="cpython.gc_pauses", field="max", attributes=_GEN,
+           default=True, value_type=float),
+    Metric("process_metrics.cpython.gc.pause.bucket", C, "{pause}",
+           "Garbage-collection pauses no longer than each bucket bound, all generations "
+           "(extension): a histogram as cumulative counters.",
+           group="cpython", source="cpython.gc_pauses", field="buckets", attributes=("le",),
+           option="gc_pause_histogram",
+           note="le: 1e-05 to 1 (seconds, the 1-2-5 series) and +Inf, as Prometheus writes "
+           "them"),
     # --- host CPU and memory, on by default (cheap: one file each)
     Metric("system.cpu.time", C, "s", "CPU seconds of the host, by mode.",
            group="system.cpu", source="system.cpu", field="time", attributes=_CPU,

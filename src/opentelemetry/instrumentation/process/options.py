@@ -83,6 +83,8 @@ class ProcessMetricsOptions:
     applies to the process, pressure stalls whenever the kernel has them.
     ``True`` forces them on where the files exist; ``False`` turns them off.
     """
+    gc_pause_histogram: bool = False
+    """Count garbage-collection pauses in buckets from 10 µs to 1 s (a histogram as counters)."""
     direct_reads: bool = True
     """On Linux, read a few kernel interfaces directly where psutil costs more per item.
 
@@ -90,7 +92,13 @@ class ProcessMetricsOptions:
     """
 
     def __post_init__(self) -> None:
-        for name in ("cpu_frequency", "per_thread", "per_cpu", "direct_reads"):
+        for name in (
+            "cpu_frequency",
+            "per_thread",
+            "per_cpu",
+            "gc_pause_histogram",
+            "direct_reads",
+        ):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"{name}: expected True or False, got {show(value)}")
