@@ -26,9 +26,9 @@ from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
 from opentelemetry.instrumentation.process.instruments import _registries
 from opentelemetry.instrumentation.process.linux import procfs
 from opentelemetry.instrumentation.process.metrics import METRICS
+from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauses
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
-from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauses
 from opentelemetry.instrumentation.process.sources import process as process_sources
 from opentelemetry.instrumentation.process.sources import saturation as saturation_sources
 
