@@ -74,8 +74,8 @@ def main() -> None:
     finally:
         pool.close()  # not terminate(): the workers' finalizers export one last time
         pool.join()
-    done = {str(pid): pids.count(pid) * each for pid in sorted(set(pids))}
-    print(f"parent {os.getpid()}: CPU seconds burned by each worker {json.dumps(done)}", flush=True)
+    burned = {str(pid): pids.count(pid) * each for pid in sorted(set(pids))}
+    print(f"parent {os.getpid()}: CPU seconds burned by each worker {json.dumps(burned)}")
 
 
 if __name__ == "__main__":
