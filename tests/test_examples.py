@@ -55,6 +55,11 @@ NEEDS_SERVERS = {
     "otlp/push.py": "otelcol + VictoriaMetrics",
     "otlp/otelcol-config.yaml": "otelcol + VictoriaMetrics",
     "grafana/process-metrics-dashboard.json": "VictoriaMetrics",
+    # The pre-fork recipes of docs/prefork.md: tests/e2e/test_prefork.py.
+    "uwsgi/app.py": "uWSGI + VictoriaMetrics",
+    "uwsgi/uwsgi.ini": "uWSGI + VictoriaMetrics",
+    "celery-worker/tasks.py": "Celery + VictoriaMetrics",
+    "multiprocessing-pool/pool.py": "VictoriaMetrics",
 }
 SERVERS = Path(os.environ.get("SERVERS_CACHE_DIR") or ROOT / ".cache" / "servers") / "bin"
 NOT_CODE = {"README.md"}

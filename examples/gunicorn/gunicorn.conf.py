@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -90,9 +91,15 @@ def post_fork(server: Any, worker: Any) -> None:
     from opentelemetry.instrumentation.process import ProcessInstrumentor
 
     service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE_NAME
-    # Resource.create() runs here, in the worker: the random service.instance.id
-    # is this worker's own. process.pid tells the workers apart at a glance.
-    resource = Resource.create({"service.name": service, "process.pid": os.getpid()})
+    # Set here, in the worker: this worker's pid, and an instance id of its own
+    # (explicit, so that every SDK version gives one).
+    resource = Resource.create(
+        {
+            "service.name": service,
+            "process.pid": os.getpid(),
+            "service.instance.id": str(uuid.uuid4()),
+        }
+    )
     provider = MeterProvider(
         metric_readers=[PeriodicExportingMetricReader(_exporter())], resource=resource
     )
