@@ -24,7 +24,8 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMe
 from opentelemetry.instrumentation.process import facts as facts_module
 from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
 from opentelemetry.instrumentation.process.instruments import _registries
-from opentelemetry.instrumentation.process.linux import procfs
+from opentelemetry.instrumentation.process.linux import procfs, sock_diag
+from opentelemetry.instrumentation.process.linux import threads as linux_threads
 from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauses
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
@@ -107,7 +108,13 @@ def test_every_source_has_a_fault_target() -> None:
 
 # Sources whose direct Linux read falls back to psutil: broken with direct reads off
 # (the fallback itself is tested below).
-FALLS_BACK = {"process.num_threads"}
+FALLS_BACK = {"process.num_threads", "process.threads", "system.connections"}
+# Each direct read, and the function that does it.
+DIRECT_READS: dict[str, tuple[Any, str]] = {
+    "thread_count": (procfs, "thread_count"),
+    "threads": (linux_threads, "busiest_threads"),
+    "connections": (sock_diag, "connection_counts"),
+}
 
 
 def _options_for(source: str) -> dict[str, Any]:
@@ -246,17 +253,24 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    instrument()
+    instrument(per_thread=True, include=["system.network.connection.count"])
+    healthy = collect(reader)
 
-    def broken() -> int:
+    def broken(*_a: Any) -> Any:
         raise ERRORS[error]()
 
-    monkeypatch.setattr(procfs, "thread_count", broken)
+    for owner, name in DIRECT_READS.values():
+        monkeypatch.setattr(owner, name, broken)
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    counts = [value_of(collect(reader)["process.thread.count"]) for _ in range(3)]
-    assert counts == [psutil.Process().num_threads()] * 3
-    said = [m for m in _ours(caplog) if "direct Linux read 'thread_count'" in m]
-    assert len(said) == 1 and "psutil is used instead" in said[0], _ours(caplog)
+    for _ in range(3):
+        got = collect(reader)
+        assert set(got) == set(healthy), set(got) ^ set(healthy)
+        assert value_of(got["process.thread.count"]) == psutil.Process().num_threads()
+        threads = {dict(a)["thread.id"] for a in points(got["process_metrics.thread.cpu.time"])}
+        assert threads == {t.id for t in psutil.Process().threads()}
+    for read in DIRECT_READS:
+        said = [m for m in _ours(caplog) if f"direct Linux read {read!r}" in m]
+        assert len(said) == 1 and "psutil is used instead" in said[0], _ours(caplog)
 
 
 def test_signals_source_failure_is_contained(

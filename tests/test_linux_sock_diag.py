@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
-from opentelemetry.instrumentation.process.sources import _TCP_STATES
+from opentelemetry.instrumentation.process.sources.host import _TCP_STATES
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="netlink sock_diag is Linux-only"
