@@ -138,10 +138,11 @@ def measure(
     return results
 
 
-def table(title: str, unit: str, results: Results, scale: float) -> str:
-    names = list(results.values)
+def table(title: str, unit: str, scale: float, results: Results, configs: list[Config]) -> str:
+    """Medians, their difference from the first config, and (max - min) / median."""
+    names = [c.name for c in configs]
     base = results.median(names[0])
-    lines = [f"{title}", f"{'config':<28}{'median ' + unit:>18}{'vs first':>12}{'spread':>10}"]
+    lines = [title, f"{'config':<28}{'median ' + unit:>18}{'vs first':>12}{'spread':>10}"]
     for name in names:
         vals = results.values[name]
         med = results.median(name)
@@ -163,18 +164,15 @@ def main() -> None:
     if args.loop == "asyncio":
         configs.append(Config(f"interval {intervals[0] * 1000:g} ms, no util", intervals[0], False))
     common = {"loop": args.loop, "seconds": args.seconds, "rounds": args.rounds}
-    print(f"loop={args.loop} seconds={args.seconds} rounds={args.rounds}\n")
-    print(
-        table(
-            "(a) idle: CPU per second of loop time", "us/s", measure(configs, idle, **common), 1e6
-        )
-    )
-    print()
-    print(
-        table("(b1) callbacks per CPU second", "k/s", measure(configs, callbacks, **common), 1e-3)
-    )
-    print()
-    print(table("(b2) task steps per CPU second", "k/s", measure(configs, tasks, **common), 1e-3))
+    print(f"loop={args.loop} seconds={args.seconds} rounds={args.rounds}")
+    workloads = [
+        ("(a) idle: CPU per second of loop time", "us/s", 1e6, idle),
+        ("(b1) callbacks per CPU second", "k/s", 1e-3, callbacks),
+        ("(b2) task steps per CPU second", "k/s", 1e-3, tasks),
+    ]
+    for title, unit, scale, workload in workloads:
+        results = measure(configs, workload, **common)
+        print("\n" + table(title, unit, scale, results, configs))
 
 
 if __name__ == "__main__":
