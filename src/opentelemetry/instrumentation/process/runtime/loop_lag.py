@@ -332,20 +332,25 @@ class LoopLagMonitor:
         utilization: bool = True,
     ) -> None:
         if isinstance(interval, bool) or not isinstance(interval, (int, float)):
-            raise ValueError(f"interval must be a number of seconds; got {str(interval)[:40]!r}")
+            raise ValueError(f"interval must be a number of seconds; got {_excerpt(interval)}")
         if not 0.001 <= interval <= 10.0:
-            raise ValueError(f"interval must be 0.001 to 10 seconds; got {interval!r}")
+            raise ValueError(f"interval must be 0.001 to 10 seconds; got {_excerpt(interval)}")
         if isinstance(max_loops, bool) or not isinstance(max_loops, int) or max_loops < 1:
-            raise ValueError(f"max_loops must be an int >= 1; got {str(max_loops)[:40]!r}")
+            raise ValueError(f"max_loops must be an int >= 1; got {_excerpt(max_loops)}")
         self.interval = float(interval)
         self.max_loops = max_loops
         self.utilization = utilization
-        self.skipped = 0
+        self._skipped: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         """Loops not probed because ``max_loops`` were probed already."""
         self._lock = threading.Lock()
         self._probes: dict[int, _Probe] = {}  # id(loop) -> probe
         self._pid = os.getpid()
         self._started = False
+
+    @property
+    def skipped(self) -> int:
+        """Live loops not probed because ``max_loops`` loops were probed already."""
+        return len(self._skipped)
 
     @property
     def started(self) -> bool:
@@ -458,7 +463,8 @@ class LoopLagMonitor:
             if len(self._probes) >= self.max_loops:
                 self._evict_closed()
             if len(self._probes) >= self.max_loops:
-                self.skipped += 1
+                with contextlib.suppress(TypeError):  # not weakly referenceable
+                    self._skipped.add(loop)
                 return None
             try:
                 probe = _Probe(loop, self.interval)
@@ -496,6 +502,11 @@ class LoopLagMonitor:
                 n += 1
                 label = f"{base}#{n}"
             probe.label = label
+
+
+def _excerpt(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _running_elsewhere(
