@@ -480,14 +480,17 @@ def test_a_stopped_loop_keeps_no_timer_and_resumes() -> None:
         loop.run_until_complete(asyncio.sleep(0.1))
         assert _live_timers(loop) == 0  # paused with the loop
         first = monitor.read()["MainThread"]
-        time.sleep(0.3)  # not running: not a lag
-        loop.run_until_complete(asyncio.sleep(0.1))
+        time.sleep(0.3)  # not running: neither a lag nor idle time
+        loop.run_until_complete(asyncio.sleep(0.2))
         second = monitor.read()["MainThread"]
     finally:
         loop.close()
         monitor.stop()
     assert first.samples > 0 and second.samples > 0
     assert second.max is not None and second.max <= IDLE_MAX
+    # The second window is the second run only, idle throughout: the 0.3 s
+    # stopped in between would read as 0.3 / 0.5 busy if counted as running.
+    assert second.utilization is not None and second.utilization < 0.2
 
 
 def test_stop_leaves_no_timer_and_no_hook() -> None:
@@ -497,18 +500,18 @@ def test_stop_leaves_no_timer_and_no_hook() -> None:
         asyncio.get_event_loop_policy(),
     )
     uvloop_dict = dict(vars(uvloop.Loop)) if uvloop else {}
-    monitor = LoopLagMonitor(interval=INTERVAL)
+    # A tick only every 5 s: a tick left pending by stop() would still be there.
+    monitor = LoopLagMonitor(interval=5.0)
     running = threading.Event()
-    release = threading.Event()
     holder: dict[str, Any] = {}
 
     async def app() -> None:
         loop = asyncio.get_running_loop()
         holder["loop"] = loop
         holder["before"] = _live_timers(loop)
+        holder["release"] = release = loop.create_future()  # no timer of the app's own
         running.set()
-        while not release.is_set():
-            await asyncio.sleep(0.02)
+        await release
         holder["after"] = _live_timers(loop)
         holder["select"] = "select" in vars(loop._selector)  # type: ignore[attr-defined]
 
@@ -518,16 +521,13 @@ def test_stop_leaves_no_timer_and_no_hook() -> None:
         assert "run_forever" in vars(uvloop.Loop)
     thread = in_thread("loop", lambda: asyncio.run(app()))
     assert running.wait(10)
-    time.sleep(0.1)
     loop = holder["loop"]
     during = asyncio.run_coroutine_threadsafe(_count(loop), loop).result(10)
     monitor.stop()  # from another thread than the loop's
-    time.sleep(0.1)
-    release.set()
+    loop.call_soon_threadsafe(holder["release"].set_result, None)
     thread.join(10)
-    # At the app's start: the probe's tick only. During: that and the app's sleep.
-    # After stop(), when the app's last sleep is over: none.
-    assert (holder["before"], during, holder["after"]) == (1, 2, 0)
+    # The probe's tick from the loop's start until stop(), then none.
+    assert (holder["before"], during, holder["after"]) == (1, 1, 0)
     assert holder["select"] is False
     assert asyncio.events._set_running_loop is originals[0]
     assert asyncio._set_running_loop is originals[1]  # type: ignore[attr-defined]
@@ -539,6 +539,19 @@ def test_stop_leaves_no_timer_and_no_hook() -> None:
 
 async def _count(loop: asyncio.AbstractEventLoop) -> int:
     return _live_timers(loop)
+
+
+def test_stop_inside_the_loop_cancels_its_tick_at_once() -> None:
+    monitor = LoopLagMonitor(interval=5.0)
+
+    async def app() -> tuple[int, int]:
+        loop = asyncio.get_running_loop()
+        monitor.start()
+        during = _live_timers(loop)
+        monitor.stop()
+        return during, _live_timers(loop)
+
+    assert asyncio.run(app()) == (1, 0)
 
 
 def test_two_monitors_share_the_hooks() -> None:
