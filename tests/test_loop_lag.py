@@ -418,7 +418,7 @@ def test_a_closed_loop_vanishes_after_its_last_window(monitor: LoopLagMonitor) -
     last = monitor.read()
     assert last["short"].samples > 0  # its last window
     assert monitor.read() == {}
-    assert monitor._probes == {}  # nothing kept for it either
+    assert monitor._probes == ()  # nothing kept for it either
 
 
 def test_successive_loops_of_one_thread_are_one_series(monitor: LoopLagMonitor) -> None:

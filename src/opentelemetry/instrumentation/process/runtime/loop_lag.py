@@ -343,7 +343,8 @@ class LoopLagMonitor:
         self._skipped: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
         """Loops not probed because ``max_loops`` were probed already."""
         self._lock = threading.Lock()
-        self._probes: dict[int, _Probe] = {}  # id(loop) -> probe
+        # Replaced, never changed in place: the hooks read it without the lock.
+        self._probes: tuple[_Probe, ...] = ()
         self._pid = os.getpid()
         self._started = False
 
@@ -378,7 +379,7 @@ class LoopLagMonitor:
         self._started = False
         _hooks.discard(self)
         with self._lock:
-            probes, self._probes = list(self._probes.values()), {}
+            probes, self._probes = self._probes, ()
         for probe in probes:
             probe.detach()
 
@@ -388,7 +389,7 @@ class LoopLagMonitor:
             return
         self._pid = os.getpid()
         self._lock = threading.Lock()  # may have been held by a parent thread
-        probes, self._probes = list(self._probes.values()), {}
+        probes, self._probes = self._probes, ()
         for probe in probes:
             # Not detached: their loops belong to threads that do not exist here.
             probe.dead = True
@@ -397,17 +398,15 @@ class LoopLagMonitor:
     def read(self) -> dict[str, LoopLag]:
         """Lag of each loop since the previous read, by label; drops closed loops."""
         now = time.monotonic()
-        with self._lock:
-            probes = list(self._probes.items())
         windows: dict[str, tuple[_Window, float, float, bool]] = {}
-        gone: list[int] = []
-        for key, probe in probes:
+        gone: list[_Probe] = []
+        for probe in self._probes:
             if probe.label is None:
                 continue  # not begun yet
             closed = probe.closed() or probe.dead
             window, d_run, d_idle = probe.take(now)
             if closed:
-                gone.append(key)
+                gone.append(probe)
             timed = probe.busy.timed
             prior = windows.get(probe.label)
             if prior is not None:
@@ -417,10 +416,7 @@ class LoopLagMonitor:
             windows[probe.label] = (window, d_run, d_idle, timed)
         if gone:
             with self._lock:
-                for key in gone:
-                    stale = self._probes.get(key)
-                    if stale is not None and (stale.closed() or stale.dead):
-                        del self._probes[key]
+                self._probes = tuple(p for p in self._probes if p not in gone)
         return {
             label: window.summary(_utilization(d_run, d_idle) if timed else None)
             for label, (window, d_run, d_idle, timed) in windows.items()
@@ -437,9 +433,15 @@ class LoopLagMonitor:
     def _on_stop(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._pid != os.getpid():
             return  # a forked child before reset()
-        probe = self._probes.get(id(loop))
-        if probe is not None and probe.loop_ref() is loop:
+        probe = self._find(loop)
+        if probe is not None:
             probe.pause()
+
+    def _find(self, loop: asyncio.AbstractEventLoop) -> _Probe | None:
+        for probe in self._probes:
+            if probe.loop_ref() is loop and not probe.dead:
+                return probe
+        return None
 
     def _begin_from_elsewhere(self, loop: asyncio.AbstractEventLoop, probe: _Probe) -> None:
         def begin() -> None:
@@ -454,12 +456,10 @@ class LoopLagMonitor:
         """The loop's probe, created if needed; None past ``max_loops``."""
         if self._pid != os.getpid():
             return None  # a forked child before reset(): nothing of ours is valid
-        key = id(loop)
         with self._lock:
-            probe = self._probes.get(key)
-            if probe is not None and probe.loop_ref() is loop and not probe.dead:
+            probe = self._find(loop)
+            if probe is not None:
                 return probe
-            self._probes.pop(key, None)  # a previous loop at the same address
             if len(self._probes) >= self.max_loops:
                 self._evict_closed()
             if len(self._probes) >= self.max_loops:
@@ -470,13 +470,12 @@ class LoopLagMonitor:
                 probe = _Probe(loop, self.interval)
             except TypeError:
                 return None  # not weakly referenceable: cannot probe without keeping it alive
-            self._probes[key] = probe
+            self._probes = (*self._probes, probe)
             return probe
 
     def _evict_closed(self) -> None:
-        for key, probe in list(self._probes.items()):
-            if probe.closed() or probe.dead:
-                del self._probes[key]
+        """Forget closed loops whose last window was not read yet (at ``max_loops`` only)."""
+        self._probes = tuple(p for p in self._probes if not (p.closed() or p.dead))
 
     def _label(self, probe: _Probe) -> None:
         """Name the probe after its thread, unique among loops that are not closed.
@@ -488,15 +487,18 @@ class LoopLagMonitor:
         base = _DEFAULT_THREAD_NAME.sub("Thread", threading.current_thread().name)
         with self._lock:
             taken: set[str] = set()
-            for key, other in list(self._probes.items()):
+            handed_over: list[_Probe] = []
+            for other in self._probes:
                 if other is probe or other.label is None:
                     continue
                 if other.closed() or other.dead:
                     if other.label == base:
                         probe.window.merge(other.take(time.monotonic())[0])
-                        del self._probes[key]
+                        handed_over.append(other)
                     continue
                 taken.add(other.label)
+            if handed_over:
+                self._probes = tuple(p for p in self._probes if p not in handed_over)
             label, n = base, 1
             while label in taken:
                 n += 1
