@@ -42,12 +42,31 @@ Limits
 - A stall shorter than the interval is seen only if a tick falls due during
   it, and a stall of ``d`` is seen as between ``d - interval`` and ``d``.
 
+Labels
+------
+A loop is named after the thread that runs it, once, when it first runs:
+``MainThread``, or the thread's name, with the counter of Python's default
+names removed (``Thread-7 (serve)`` becomes ``Thread (serve)``, so a thread
+that is replaced keeps its series). Loops alive at the same time under one
+name get ``#2``, ``#3``... A closed loop's last window goes to the next loop
+of the same name, or is read once on its own. At most ``max_loops`` loops are
+probed at once.
+
+Fork
+----
+In a forked child, :meth:`~LoopLagMonitor.reset` (run at fork) forgets the
+parent's loops; loops started in the child are probed as before. A loop that
+keeps running in the child (forked from inside a callback; Python 3.12+
+unsets it) is not probed until it starts again.
+
 Utilisation
 -----------
 On selector loops (asyncio's default on Unix), the loop's selector ``select``
 is timed: idle time is time spent waiting in it while the loop runs, and
 utilisation is ``1 - idle / running`` over the window, as Node.js's event-loop
-utilisation. It is ``None`` where it cannot be measured.
+utilisation. Time the loop is stopped (between two ``run_until_complete``)
+counts as neither. It is ``None`` where it cannot be measured. The timing
+costs about 0.3 us per loop iteration (``utilization=False`` turns it off).
 
 Nothing here knows about OpenTelemetry.
 """
@@ -72,7 +91,15 @@ from dataclasses import dataclass
 from typing import Any
 
 DEFAULT_INTERVAL = 0.02
-"""Seconds between two ticks of a probe; see docs for the cost trade-off."""
+"""Seconds between two ticks of a probe.
+
+Node.js samples every 10 ms by default. On a loop that is awake anyway, a
+tick costs about 3.5 us of Python (0.02 % of a core at 20 ms). On an idle
+loop, the wake-up it forces costs far more, about 65 us of CPU on this VM, as
+for any timer: 0.33 % of a core at 20 ms, 0.6 % at 10 ms, 0.13 % at 100 ms.
+At 20 ms a stall of ``d`` reads as ``d - 20 ms`` to ``d`` (at most 10 % under
+for a 200 ms stall), and a 60 s window holds about 3000 samples for its p99.
+"""
 
 MAX_LOOPS = 32
 """Loops probed at once by one monitor; further loops are not probed (counted)."""
@@ -366,7 +393,7 @@ class LoopLagMonitor:
         _hooks.add(self)
         own = asyncio.events._get_running_loop()
         if own is not None:
-            self._on_start(own)
+            _hooks.started(own, only=self)
         for loop in _running_elsewhere(own):
             probe = self._attach(loop)
             if probe is not None:
@@ -401,9 +428,11 @@ class LoopLagMonitor:
         windows: dict[str, tuple[_Window, float, float, bool]] = {}
         gone: list[_Probe] = []
         for probe in self._probes:
-            if probe.label is None:
-                continue  # not begun yet
             closed = probe.closed() or probe.dead
+            if probe.label is None:  # not begun yet
+                if closed:
+                    gone.append(probe)
+                continue
             window, d_run, d_idle = probe.take(now)
             if closed:
                 gone.append(probe)
@@ -571,10 +600,10 @@ class _Hooks:
     def _live(self) -> tuple[weakref.ref[LoopLagMonitor], ...]:
         return tuple(r for r in self.monitors if r() is not None)
 
-    def started(self, loop: Any) -> None:
+    def started(self, loop: Any, only: LoopLagMonitor | None = None) -> None:
         for ref in self.monitors:
             monitor = ref()
-            if monitor is not None:
+            if monitor is not None and (only is None or monitor is only):
                 # Never break a loop's start.
                 with contextlib.suppress(Exception):
                     monitor._on_start(loop)
