@@ -18,6 +18,7 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMe
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
 from .conftest import OpenRecorder, collect, on_by_default, points
+from .conftest import value as value_of
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
 
@@ -262,3 +263,57 @@ def test_process_files_are_read_in_one_oneshot(
     collect(reader)
     assert depth["entered"] == 1
     assert outside == []
+
+
+EVERYTHING: dict[str, Any] = {
+    "include": ["*", "system.network.connection.count"],
+    "per_thread": True,
+    "per_cpu": True,
+    "cpu_frequency": True,
+    "saturation": True,
+    "gc_pause_histogram": True,
+}
+# With direct reads off, psutil is the source wherever it has the value, and two of
+# its calls read files that another source reads too: net_connections() lists the
+# fds of every process (this one's too), swap_memory() reads meminfo and vmstat.
+PSUTIL_REREADS = {"/proc/self/fd", "/proc/meminfo", "/proc/vmstat"}
+
+
+@linux_only
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"per_thread": True},
+        EVERYTHING,
+        {**EVERYTHING, "thread_series_by": "name"},
+        {**EVERYTHING, "direct_reads": False},
+        {**EVERYTHING, "thread_series_by": "name", "direct_reads": False},
+    ],
+    ids=["default", "per_thread", "everything", "by_name", "no_direct", "by_name_no_direct"],
+)
+def test_each_file_is_opened_once_per_collection(
+    options: dict[str, Any],
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    opens: OpenRecorder,
+) -> None:
+    release = threading.Event()
+    extra = [threading.Thread(target=release.wait, daemon=True) for _ in range(4)]
+    for t in extra:
+        t.start()
+    try:
+        instrument(**options)
+        collect(reader)
+        with opens.recording() as paths:
+            got = collect(reader)
+        threads = len(os.listdir("/proc/self/task"))
+    finally:
+        release.set()
+    me = f"/proc/{os.getpid()}/"
+    seen = [p.replace(me, "/proc/self/") for p in paths]
+    twice = {p for p in seen if seen.count(p) > 1}
+    allowed = PSUTIL_REREADS if options.get("direct_reads") is False else set()
+    assert twice <= allowed, sorted(seen)
+    # One listing of the threads serves the thread count and the per-thread read.
+    assert value_of(got["process.thread.count"]) == threads

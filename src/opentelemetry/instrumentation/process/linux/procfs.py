@@ -7,15 +7,16 @@ Each function opens, reads and closes on every call, and reads ``/proc/self``
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
-def thread_count() -> int:
-    """Threads of this process: one ``/proc/self/task`` entry each.
+def thread_ids() -> list[int]:
+    """Thread ids of this process: one ``/proc/self/task`` entry each.
 
-    The same count as psutil's ``num_threads()``, which parses all of
-    ``/proc/<pid>/status`` for it at twice the cost (see the benchmarks).
+    Their number is the same count as psutil's ``num_threads()``, which parses
+    all of ``/proc/<pid>/status`` for it at twice the cost (see the benchmarks).
     """
-    return len(os.listdir("/proc/self/task"))
+    return [int(name) for name in os.listdir("/proc/self/task")]
 
 
 def pending_signals() -> int:
@@ -49,3 +50,71 @@ def page_faults() -> tuple[int, int]:
                 counts[name] = int(value)
     major = counts[b"pgmajfault"]
     return major, counts[b"pgfault"] - major
+
+
+def swap_totals() -> tuple[int, int]:
+    """Host swap ``(total, free)`` in bytes, from sysinfo(2): no file is opened.
+
+    ``psutil.swap_memory()`` reads all of ``/proc/meminfo`` for these two numbers
+    and all of ``/proc/vmstat`` for swap-in/out counts that no metric reports,
+    and the memory and page-fault sources read both files again in the same
+    collection. The kernel fills ``totalswap`` and ``freeswap`` from the same
+    ``si_swapinfo()`` as the ``SwapTotal`` and ``SwapFree`` lines of
+    ``/proc/meminfo``, and psutil itself falls back to sysinfo(2) without them.
+    Raises ``OSError`` if the call fails or libc has no ``sysinfo``.
+    """
+    info = _sysinfo()
+    unit = info.mem_unit or 1
+    return info.totalswap * unit, info.freeswap * unit
+
+
+_LOADED: list[tuple[Any, Any]] = []  # (libc's sysinfo, its struct type), once loaded
+
+
+def _sysinfo() -> Any:
+    """One ``struct sysinfo``, filled by the kernel."""
+    # ctypes only here: the swap metrics are opt-in, and its import costs memory.
+    import ctypes
+
+    if not _LOADED:
+        _LOADED.append(_load_sysinfo())
+    call, struct = _LOADED[0]
+    info = struct()
+    if call(ctypes.byref(info)) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return info
+
+
+def _load_sysinfo() -> tuple[Any, Any]:
+    import ctypes
+
+    long, ulong = ctypes.c_long, ctypes.c_ulong
+    # The kernel's struct ends with padding up to 64 bytes on 32-bit ABIs.
+    pad = max(0, 20 - 2 * ctypes.sizeof(long) - ctypes.sizeof(ctypes.c_int))
+
+    class Sysinfo(ctypes.Structure):
+        _fields_ = (
+            ("uptime", long),
+            ("loads", ulong * 3),
+            ("totalram", ulong),
+            ("freeram", ulong),
+            ("sharedram", ulong),
+            ("bufferram", ulong),
+            ("totalswap", ulong),
+            ("freeswap", ulong),
+            ("procs", ctypes.c_ushort),
+            ("pad", ctypes.c_ushort),
+            ("totalhigh", ulong),
+            ("freehigh", ulong),
+            ("mem_unit", ctypes.c_uint),
+            ("_f", ctypes.c_char * pad),
+        )
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sysinfo
+    except AttributeError as exc:  # a libc without it
+        raise OSError(f"no sysinfo in libc: {exc}") from exc
+    call.argtypes = [ctypes.POINTER(Sysinfo)]
+    call.restype = ctypes.c_int
+    return call, Sysinfo

@@ -31,6 +31,7 @@ import errno
 import os
 import threading
 import time
+from collections.abc import Sequence
 from typing import NamedTuple
 
 __all__ = ["ThreadTimes", "busiest_threads"]
@@ -53,7 +54,7 @@ class ThreadTimes(NamedTuple):
     """Seconds in kernel mode (``stime`` / ``SC_CLK_TCK``)."""
 
 
-def busiest_threads(limit: int) -> list[ThreadTimes]:
+def busiest_threads(limit: int, *, tids: Sequence[int] | None = None) -> list[ThreadTimes]:
     """The ``limit`` threads of THIS process with the most CPU time, busiest first.
 
     Threads are ranked by the scheduler's CPU clock of each thread (nanoseconds),
@@ -68,6 +69,8 @@ def busiest_threads(limit: int) -> list[ThreadTimes]:
 
     A thread that exits between the listing and its reads is skipped, and the next
     busiest one is read in its place. ``limit=0`` returns ``[]`` without any read.
+    ``tids`` is a listing of ``/proc/self/task`` that the caller made just before,
+    so that one collection lists it once.
 
     Raises:
         ValueError: ``limit`` is negative.
@@ -86,7 +89,8 @@ def busiest_threads(limit: int) -> list[ThreadTimes]:
         raise ValueError(f"limit must be an integer >= 0, got {limit!r}")
     if limit == 0:
         return []
-    tids = [int(name) for name in os.listdir(_TASK_DIR)]
+    if tids is None:
+        tids = [int(name) for name in os.listdir(_TASK_DIR)]
     ranked = _rank(tids)
     kept: list[ThreadTimes] = []
     for _, tid in ranked:
@@ -98,7 +102,7 @@ def busiest_threads(limit: int) -> list[ThreadTimes]:
     return kept
 
 
-def _rank(tids: list[int]) -> list[tuple[int, int]]:
+def _rank(tids: Sequence[int]) -> list[tuple[int, int]]:
     """``(-cpu_ns, tid)`` of each live thread, sorted: busiest first, then lower tid."""
     own = threading.get_native_id()
     if own not in tids:

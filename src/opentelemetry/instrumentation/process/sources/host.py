@@ -107,10 +107,23 @@ def _by_direction(
     return out
 
 
-def _swap(ctx: ReadContext) -> Reading:
+def _swap_totals(ctx: ReadContext) -> tuple[int, int]:
+    """Swap ``(total, free)``. psutil reads /proc/meminfo and /proc/vmstat for them,
+    both read again by other sources of the collection; sysinfo(2) opens no file."""
+    if ctx.use_direct("swap"):
+        try:
+            return procfs.swap_totals()
+        except OSError as exc:
+            ctx.direct_failed_once("swap", exc)
     swap = psutil.swap_memory()
-    usage: dict[Key, int] = {("used",): swap.used, ("free",): swap.free}
-    util = {k: v / swap.total for k, v in usage.items()} if swap.total else {}
+    return swap.total, swap.free
+
+
+def _swap(ctx: ReadContext) -> Reading:
+    total, free = _swap_totals(ctx)
+    # As psutil.swap_memory() computes it.
+    usage: dict[Key, int] = {("used",): total - free, ("free",): free}
+    util = {k: v / total for k, v in usage.items()} if total else {}
     return {"usage": usage, "utilization": util}
 
 
@@ -192,7 +205,7 @@ SOURCES: tuple[Source, ...] = (
         "system.swap",
         _swap,
         frozenset({"usage", "utilization"}),
-        "/proc/meminfo and /proc/vmstat",
+        "one sysinfo(2) syscall (elsewhere: psutil)",
     ),
     Source("system.vmstat", _vmstat, frozenset({"faults"}), "/proc/vmstat", platforms=LINUX),
     Source(

@@ -8,11 +8,13 @@ the thread count.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..linux import procfs, threads
 from ..platforms import LINUX, POSIX, WINDOWS
@@ -75,12 +77,42 @@ def _io(ctx: ReadContext) -> Reading:
     }
 
 
+_LISTED = "process.task"
+"""Where a refresh keeps the thread ids it listed, for the thread count."""
+
+
+def _listed(ctx: ReadContext, tids: list[int]) -> list[int]:
+    ctx.state[_LISTED] = (ctx.now, tids)
+    return tids
+
+
+def _listed_now(ctx: ReadContext) -> list[int] | None:
+    """The thread ids that the per-thread read listed in this refresh, if it did."""
+    # ctx.now is set once per refresh: an older listing has another stamp.
+    stamp, tids = ctx.state.get(_LISTED, (None, None))
+    return tids if stamp == ctx.now else None
+
+
+def _task_ids(ctx: ReadContext) -> list[int]:
+    """``/proc/self/task``, listed at most once per refresh; raises ``OSError``."""
+    tids = _listed_now(ctx)
+    if tids is not None:
+        return tids
+    try:
+        return _listed(ctx, procfs.thread_ids())
+    except OSError as exc:
+        ctx.direct_failed_once("thread_count", exc)
+        raise
+
+
 def _num_threads(ctx: ReadContext) -> Reading:
-    if ctx.use_direct("thread_count"):
-        try:
-            return {"count": procfs.thread_count()}
-        except OSError as exc:
-            ctx.direct_failed_once("thread_count", exc)
+    # The per-thread read, when on, runs first and lists the threads for both.
+    tids = _listed_now(ctx)
+    if tids is None and ctx.use_direct("thread_count"):
+        with contextlib.suppress(OSError):  # logged once; psutil below
+            tids = _task_ids(ctx)
+    if tids is not None:
+        return {"count": len(tids)}
     return {"count": int(ctx.process.num_threads())}
 
 
@@ -115,11 +147,18 @@ def _busiest(ctx: ReadContext, limit: int) -> list[threads.ThreadTimes]:
     """
     if ctx.use_direct("threads"):
         try:
-            return threads.busiest_threads(limit)
+            return threads.busiest_threads(limit, tids=_task_ids(ctx))
         except OSError as exc:
             ctx.direct_failed_once("threads", exc)
-    ranked = sorted(ctx.process.threads(), key=lambda t: (-(t.user_time + t.system_time), t.id))
+    ranked = sorted(_psutil_threads(ctx), key=lambda t: (-(t.user_time + t.system_time), t.id))
     return [threads.ThreadTimes(t.id, t.user_time, t.system_time) for t in ranked[:limit]]
+
+
+def _psutil_threads(ctx: ReadContext) -> list[Any]:
+    """psutil's list of every thread; it also gives this refresh's thread count."""
+    found = ctx.process.threads()
+    _listed(ctx, [t.id for t in found])
+    return found
 
 
 def _threads(ctx: ReadContext) -> Reading:
@@ -158,7 +197,7 @@ def _thread_groups(ctx: ReadContext) -> Reading:
     groups: _Groups = ctx.state.setdefault("process.threads", _Groups())
     names = {t.native_id: t.name for t in threading.enumerate()}
     current: dict[int, tuple[str | None, float, float]] = {}
-    for t in ctx.process.threads():
+    for t in _psutil_threads(ctx):
         # A pattern is fixed at first sight: a renamed thread must not move
         # time from one series to another, which would make one go down.
         known = groups.last.get(t.id)
@@ -244,6 +283,14 @@ SOURCES: tuple[Source, ...] = (
         available=_has("io_counters"),
     ),
     Source(
+        "process.threads",
+        _threads,
+        frozenset({"cpu_time"}),
+        "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
+        "(elsewhere: psutil reads every thread)",
+        in_process=True,
+    ),
+    Source(
         "process.num_threads",
         _num_threads,
         frozenset({"count"}),
@@ -269,14 +316,6 @@ SOURCES: tuple[Source, ...] = (
         available=_has("num_handles"),
     ),
     Source("process.uptime", _uptime, frozenset({"uptime"}), "none: create time is a static fact"),
-    Source(
-        "process.threads",
-        _threads,
-        frozenset({"cpu_time"}),
-        "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
-        "(elsewhere: psutil reads every thread)",
-        in_process=True,
-    ),
     Source(
         "process.signals",
         _signals_pending,
