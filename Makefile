@@ -67,7 +67,12 @@ stress: $(STAMP)
 	PROCESS_METRICS_LONG=1 $(BIN)/python -m pytest -q tests/test_properties.py \
 	  tests/test_faults.py tests/test_stress.py tests/test_fork_stress.py tests/test_fork.py
 
-bench: $(STAMP)
+# The full run (about 12 minutes on 2 cores): results, plots (the bench extra) and the docs page.
+$(VENV)/.installed-bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
+	touch $@
+
+bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/run.py
 
 bench-smoke: $(STAMP)

@@ -1,308 +1,283 @@
-"""Figures and verdicts from one run's raw samples and counts.
+"""Goals, ratios and count checks, from one run's typed results.
 
-``analyse`` turns them into JSON-able numbers; ``report`` only formats those, so
-the docs page and results/summary.md always agree.
+``report`` only formats what is computed here, so the docs page and
+results/summary.md always agree.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
 
 import configs
 import timing
+from counts import Count
+from latency import Lateness
+from scaling import Sweep
+from subjects import Shape
 
-OURS_ORDER = list(configs.ours())
-LEAK_LIMIT = 16 * 1024
-"""Bytes of traced growth allowed between the first and last checkpoint: under one byte
-per collection over 20,000, where a leak of one small object each time shows ~1 MB."""
-
-TARGETS = {
-    "default_vs_peer": 5.0,
-    "process_vs_peer": 1.1,
-    "beyond_floor_vs_bare": 1.25,
-    "opens_default": 9,  # 6 files, and the 3 pressure stall files where the kernel has them
-}
+# Files that psutil's own calls read a second time when direct reads are off:
+# net_connections() lists every process's fds (ours too), swap_memory() reads
+# meminfo and vmstat, which the memory and page-fault sources read as well, and
+# num_threads() reads status, which signals_pending (no psutil API) reads too.
+PSUTIL_REREADS = frozenset({"/proc/self/fd", "/proc/meminfo", "/proc/vmstat", "/proc/self/status"})
 
 
-def analyse(
-    *,
-    info: dict[str, Any],
-    shapes: dict[str, dict[str, Any]],
-    main_run: timing.Samples,
-    b2b: timing.Samples,
-    counts: dict[str, Any],
-    fresh: dict[str, bool],
-    parts: dict[str, Any],
-    cpu_host: dict[str, Any],
-    cpu_synth: dict[str, Any],
-    threads: dict[str, Any],
-    metric_sweep: dict[str, Any],
-    rss: dict[str, Any],
-    leaks: list[dict[str, Any]],
-    resamples: int,
-) -> dict[str, Any]:
-    values = main_run.values
-    stats = {k: timing.stat(v).__dict__ for k, v in values.items() if v}
-    b2b_stats = {k: timing.stat(v).__dict__ for k, v in b2b.values.items() if v}
+@dataclass
+class MainRun:
+    """The interleaved main run, reduced."""
 
-    def boot(names: Sequence[str], fn: Callable[[Mapping[str, float]], float]) -> dict[str, float]:
-        e = timing.bootstrap(values, names, fn, resamples=resamples)
-        return {"value": e.value, "low": e.low, "high": e.high}
-
-    def ratio(a: str, b: str) -> dict[str, float]:
-        return boot([a, b], lambda m: m[a] / m[b])
-
-    def beyond(ours: str, floor: str, ref: str) -> dict[str, float]:
-        return boot([ours, floor, ref], lambda m: (m[ours] - m[floor]) / m[ref])
-
-    def difference(a: str, b: str) -> dict[str, float]:
-        return boot([a, b], lambda m: m[a] - m[b])
-
-    def over_sum(a: str, b: str, c: str) -> dict[str, float]:
-        return boot([a, b, c], lambda m: m[a] / (m[b] + m[c]))
-
-    ratios = {
-        ours: {
-            "peer_default": ratio("peer_default", ours),
-            "peer_process": ratio("peer_process", ours),
-            "prometheus_client": ratio("prometheus_client", ours),
-            "floor_default": ratio(ours, "floor_default"),
-        }
-        for ours in OURS_ORDER
-    }
-    overhead: dict[str, Any] = {}
-    for name in ("process_set", "default"):
-        floor, bare = f"floor_{name}", f"bare_{name}"
-        row = {
-            "beyond_floor_vs_bare": beyond(name, floor, bare),
-            "beyond_floor_us": difference(name, floor),
-        }
-        kernel = f"kernel_{name}"
-        if kernel in values:
-            row["beyond_floor_vs_kernel"] = beyond(name, floor, kernel)
-            row["bare_vs_kernel"] = ratio(bare, kernel)
-            row["bare_vs_procfs"] = ratio(bare, f"procfs_{name}")
-        overhead[name] = row
-    peer_for = {"process_set": "peer_process", "default": "peer_default"}
-    bounds: dict[str, Any] = {}
-    for name, peer in peer_for.items():
-        floor, bare, kernel = f"floor_{name}", f"bare_{name}", f"kernel_{name}"
-        rows = {
-            "measured": ratio(peer, name),
-            "psutil_bound": over_sum(peer, floor, bare),
-            "floor_only": ratio(peer, floor),
-        }
-        if kernel in values:
-            rows["procfs_bound"] = over_sum(peer, floor, f"procfs_{name}")
-            rows["kernel_bound"] = over_sum(peer, floor, kernel)
-        bounds[name] = rows
-    return {
-        "info": info,
-        "shapes": shapes,
-        "stats": stats,
-        "rounds": main_run.rounds,
-        "min_gap_s": main_run.min_gap,
-        "stopped_early": main_run.stopped_early,
-        "back_to_back": b2b_stats,
-        "ratios": ratios,
-        "overhead": overhead,
-        "bounds": bounds,
-        "frequency": {
-            "everything": ratio("everything", "everything_but_frequency"),
-            "cpu_with_frequency": ratio("cpu_with_frequency", "cpu_usage_only"),
-            "delta_everything_us": boot(
-                ["everything", "everything_but_frequency"],
-                lambda m: m["everything"] - m["everything_but_frequency"],
-            ),
-            "delta_cpu_us": boot(
-                ["cpu_with_frequency", "cpu_usage_only"],
-                lambda m: m["cpu_with_frequency"] - m["cpu_usage_only"],
-            ),
-        },
-        "counts": counts,
-        "kernel_fresh": fresh,
-        "breakdown": parts,
-        "cpu_host": cpu_host,
-        "cpu_synthetic": cpu_synth,
-        "threads": threads,
-        "metric_sweep": metric_sweep,
-        "rss": rss,
-        "leaks": [{**x, "verdict": leak_verdict(x)} for x in leaks],
-    }
+    samples: timing.Samples
+    stats: dict[str, timing.Stat]
+    shapes: dict[str, Shape]
+    groups: dict[str, str]
+    descriptions: dict[str, str]
+    refresh: dict[str, tuple[float, float]]
+    """Median refresh (wall, CPU) seconds that each of ours reported in its own metrics."""
+    back_to_back: dict[str, timing.Stat] = field(default_factory=dict)
 
 
-def leak_verdict(leak: dict[str, Any]) -> dict[str, Any]:
-    points = leak["checkpoints"]
-    if len(points) < 2:
-        return {"growth": 0, "ok": True}
-    growth = points[-1][1] - points[0][1]
-    return {
-        "growth": growth,
-        "per_collection": growth / max(1, points[-1][0] - points[0][0]),
-        "ok": abs(growth) < LEAK_LIMIT,
-    }
+@dataclass(frozen=True)
+class Goal:
+    what: str
+    required: str
+    measured: str
+    met: bool | None
+    """None: a figure to report, without a target."""
+    sure: bool = True
+    """Whether the whole 95% interval is on the same side of the target."""
 
 
-def opens_of(results: dict[str, Any], name: str) -> tuple[float, str]:
-    """Opens per collection: strace's count when it ran, else the audit hook's."""
-    st = results["counts"].get("strace")
-    if st and name in st:
-        return st[name]["opens"], "strace"
-    return float(min(results["counts"]["audit"][name]["opens"])), "audit hook"
+def paired(
+    run: MainRun, names: Sequence[str], fn: Callable[[Mapping[str, float]], float]
+) -> timing.Estimate:
+    return timing.bootstrap({n: run.samples.values[n] for n in names}, fn)
 
 
-def _ratio_row(
-    target: str, ratio: dict[str, Any], limit: float, *, at_least: bool, measured: str
-) -> dict[str, Any]:
-    """A target on a ratio with a confidence interval: met, by how much, and whether surely."""
-    value, low, high = ratio["value"], ratio["low"], ratio["high"]
+def ratio(run: MainRun, a: str, b: str) -> timing.Estimate:
+    """``a / b`` in the main run, paired by rounds."""
+    return paired(run, [a, b], lambda m: m[a] / m[b])
+
+
+def across(
+    sweep: Sweep, cols: Mapping[str, tuple[int, str]], fn: Callable[[Mapping[str, float]], float]
+) -> timing.Estimate:
+    """``fn`` over subjects at (maybe different) sweep points, resampled independently."""
+    columns = {k: sweep.at(x).values[name] for k, (x, name) in cols.items()}
+    return timing.bootstrap(columns, fn, paired=False)
+
+
+def within(
+    sweep: Sweep, x: int, names: Sequence[str], fn: Callable[[Mapping[str, float]], float]
+) -> timing.Estimate:
+    """``fn`` over subjects at one sweep point, paired by rounds."""
+    return timing.bootstrap({n: sweep.at(x).values[n] for n in names}, fn)
+
+
+def fmt(e: timing.Estimate, unit: str = "x", digits: int = 2) -> str:
+    return f"{e.value:.{digits}f}{unit} [{e.low:.{digits}f}, {e.high:.{digits}f}]"
+
+
+def _target(
+    what: str, e: timing.Estimate, limit: float, *, at_least: bool, unit: str, measured: str
+) -> Goal:
     if at_least:
-        met, by, sure = value >= limit, value / limit, low >= limit or high < limit
+        met, sure = e.value >= limit, e.low >= limit or e.high < limit
     else:
-        met, by, sure = value <= limit, limit / value, high <= limit or low > limit
-    return {
-        "target": target,
-        "required": f"{'>=' if at_least else '<='} {limit:g}x",
-        "measured": measured,
-        "met": met,
-        "by": by,
-        "sure": sure,
-    }
+        met, sure = e.value <= limit, e.high <= limit or e.low > limit
+    sign = ">=" if at_least else "<="
+    return Goal(what, f"{sign} {limit:g}{unit}", measured, met, sure)
 
 
-def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    r, o = results["ratios"], results["overhead"]
-    shapes = results["shapes"]
-    rows = []
-    d = r["default"]["peer_default"]
-    rows.append(
-        _ratio_row(
-            "Default against default: ours faster than the peer's",
-            d,
-            TARGETS["default_vs_peer"],
-            at_least=True,
-            measured=f"{fmt_ratio(d)} ({shapes['default']['points']} points against "
-            f"{shapes['peer_default']['points']})",
-        )
+def goal_x(sweep: Sweep, wanted: int) -> int:
+    """The sweep point a goal names, or the largest one the run had (smoke runs)."""
+    xs = [p.x for p in sweep.points]
+    return wanted if wanted in xs else max(xs)
+
+
+def per_thread_slope(threads: Sweep) -> tuple[int, timing.Estimate]:
+    """µs per extra idle thread, cap fixed at 10 series, from 0 to 500 threads."""
+    x = goal_x(threads, 500)
+    cols = {"a": (0, "per_thread_cap10"), "b": (x, "per_thread_cap10")}
+    return x, across(threads, cols, lambda m: (m["b"] - m["a"]) / x * 1e6)
+
+
+def thread_goal(threads: Sweep) -> Goal:
+    x, slope = per_thread_slope(threads)
+    return _target(
+        f"Cost per extra idle thread, per_thread with max_thread_series=10, 0 to {x} threads",
+        slope,
+        3.0,
+        at_least=False,
+        unit=" µs",
+        measured=fmt(slope, " µs"),
     )
-    p = r["process_set"]["peer_process"]
-    rows.append(
-        _ratio_row(
-            "Equivalent process set: ours faster than the peer's",
-            p,
-            TARGETS["process_vs_peer"],
-            at_least=True,
-            measured=f"{fmt_ratio(p, 3)} ({shapes['process_set']['points']} points against "
-            f"{shapes['peer_process']['points']})",
-        )
-    )
-    b = o["process_set"]["beyond_floor_vs_bare"]
-    rows.append(
-        _ratio_row(
-            "Process set: (ours - SDK floor) against the bare psutil reads",
-            b,
-            TARGETS["beyond_floor_vs_bare"],
-            at_least=False,
-            measured=fmt_ratio(b),
-        )
-    )
-    opens, how = opens_of(results, "default")
-    distinct = results["counts"]["audit"]["default"]["distinct_paths"]
-    peer_d, _ = opens_of(results, "peer_default")
-    peer_p, _ = opens_of(results, "peer_process")
-    rows.append(
-        {
-            "target": "Opens per collection, default (no more than distinct sources)",
-            "required": f"<= {TARGETS['opens_default']} and <= distinct files",
-            "measured": f"{opens:g} opens of {distinct} distinct files ({how}); the peer: "
-            f"{peer_d:g} (default), {peer_p:g} (process set)",
-            "met": opens <= min(TARGETS["opens_default"], distinct),
-            "by": None,
-        }
-    )
-    off = {
-        name: max(results["counts"]["audit"][name]["frequency_reads"])
-        for name in OURS_ORDER
-        if name not in configs.FREQUENCY_ON
+
+
+@dataclass(frozen=True)
+class Split:
+    """per_thread with the default cap at N idle threads, against none: where the growth goes."""
+
+    x: int
+    ratio: timing.Estimate
+    total_us: timing.Estimate
+    reading_us: timing.Estimate
+    """Growth of (collection - its SDK floor): reading, ranking, building observations."""
+    sdk_us: timing.Estimate
+    """Growth of the SDK floor: the SDK's own cost of the extra series."""
+    points: tuple[int, int]
+
+
+def thread_split(threads: Sweep) -> Split:
+    x = goal_x(threads, 500)
+    cols = {
+        "t0": (0, "per_thread"),
+        "f0": (0, "floor_per_thread"),
+        "t1": (x, "per_thread"),
+        "f1": (x, "floor_per_thread"),
     }
-    st = results["counts"].get("strace") or {}
-    off_strace = {n: st[n]["frequency_reads"] for n in off if n in st}
-    worst = max([*off.values(), *off_strace.values()])
-    rows.append(
-        {
-            "target": "Frequency reads per collection with frequency off",
-            "required": "0",
-            "measured": f"{worst:g} in every configuration with frequency off "
-            f"({len(off)} configurations)",
-            "met": worst == 0,
-            "by": None,
-        }
+    points = (threads.at(0).shapes["per_thread"].points, threads.at(x).shapes["per_thread"].points)
+    return Split(
+        x=x,
+        ratio=across(threads, cols, lambda m: m["t1"] / m["t0"]),
+        total_us=across(threads, cols, lambda m: (m["t1"] - m["t0"]) * 1e6),
+        reading_us=across(threads, cols, lambda m: (m["t1"] - m["f1"] - m["t0"] + m["f0"]) * 1e6),
+        sdk_us=across(threads, cols, lambda m: (m["f1"] - m["f0"]) * 1e6),
+        points=points,
     )
-    return rows
+
+
+def split_goal(split: Split) -> Goal:
+    return Goal(
+        f"{split.x} idle threads with per_thread and the default cap, against none",
+        "report, splitting reading from the SDK's per-point cost",
+        f"{fmt(split.ratio)}: +{split.total_us.value:,.0f} µs, of which reading "
+        f"+{split.reading_us.value:,.0f} µs {fmt(split.reading_us, '', 0)} and the SDK's "
+        f"{split.points[1] - split.points[0]} extra points +{split.sdk_us.value:,.0f} µs "
+        f"{fmt(split.sdk_us, '', 0)}",
+        None,
+    )
+
+
+def connection_ratio(sockets: Sweep, x: int) -> timing.Estimate:
+    """psutil.net_connections() against our connection count beyond its SDK floor."""
+    names = ["net_connections", "connections", "floor_connections"]
+    return within(
+        sockets,
+        x,
+        names,
+        lambda m: m["net_connections"] / (m["connections"] - m["floor_connections"]),
+    )
+
+
+def psutil_path_ratio(sockets: Sweep, x: int) -> timing.Estimate:
+    """Ours through psutil (direct_reads=False) against ours direct, both beyond the floor."""
+    a, b, f = "connections_psutil", "connections", "floor_connections"
+    return within(sockets, x, [a, b, f], lambda m: (m[a] - m[f]) / (m[b] - m[f]))
+
+
+def connection_goal(sockets: Sweep) -> Goal:
+    e = connection_ratio(sockets, 0)
+    return _target(
+        "Connection count (ours beyond its SDK floor) against psutil.net_connections(), "
+        "no extra sockets",
+        e,
+        10.0,
+        at_least=True,
+        unit="x",
+        measured=f"{fmt(e)} cheaper",
+    )
+
+
+def peer_default_goal(run: MainRun) -> Goal:
+    e = ratio(run, "peer_default", "peer_default_set")
+    pts = (run.shapes["peer_default_set"].points, run.shapes["peer_default"].points)
+    return _target(
+        "The peer's default set under our names (connections included) against the peer's default",
+        e,
+        3.0,
+        at_least=True,
+        unit="x",
+        measured=f"{fmt(e)} faster ({pts[0]} points against {pts[1]})",
+    )
+
+
+def twice_problems(counts: Sequence[Count]) -> dict[str, dict[str, float]]:
+    """Ours: files opened twice in one collection, beyond what psutil itself rereads."""
+    found: dict[str, dict[str, float]] = {}
+    for c in counts:
+        if c.group != "ours":
+            continue
+        allowed = PSUTIL_REREADS if c.subject in configs.DIRECT_OFF else frozenset()
+        twice = {**c.twice, **(c.strace_twice or {})}
+        extra = {p: n for p, n in twice.items() if p not in allowed}
+        if extra:
+            found[c.subject] = extra
+    return found
+
+
+def opens_goal(counts: Sequence[Count]) -> Goal:
+    ours = [c for c in counts if c.group == "ours"]
+    bad = twice_problems(counts)
+    direct = [c.subject for c in ours if c.subject not in configs.DIRECT_OFF]
+    measured = (
+        f"{len(direct) - len(bad)} of {len(direct)} configurations open each file once "
+        f"(audit hook{' and strace' if any(c.strace_opens is not None for c in ours) else ''})"
+    )
+    if bad:
+        measured += f"; twice: {bad}"
+    return Goal(
+        "Opens per collection in every configuration", "each distinct file once", measured, not bad
+    )
+
+
+def goals(run: MainRun, threads: Sweep, sockets: Sweep, counts: Sequence[Count]) -> list[Goal]:
+    return [
+        thread_goal(threads),
+        split_goal(thread_split(threads)),
+        connection_goal(sockets),
+        peer_default_goal(run),
+        opens_goal(counts),
+    ]
 
 
 @dataclass(frozen=True)
 class Check:
-    """One deterministic check of the counts: what it asserts, what was measured."""
+    """A deterministic check of the counts: what it asserts, what was measured."""
 
     what: str
     measured: str
     ok: bool
 
 
-def count_checks(results: dict[str, Any]) -> list[Check]:
-    """Deterministic checks, safe on any machine (CI runs them in smoke mode)."""
-    audit = results["counts"]["audit"]
-    quiet = [n for n in OURS_ORDER if n not in configs.FREQUENCY_ON]
-    reads = {n: max(audit[n]["frequency_reads"]) for n in quiet}
-    noisy = {n: r for n, r in reads.items() if r}
-    checks = [
+def checks(counts: Sequence[Count]) -> list[Check]:
+    """What the smoke run asserts: exact counts, safe on any machine."""
+    by = {c.subject: c for c in counts}
+    quiet = [c for c in counts if c.group == "ours" and c.subject not in configs.FREQUENCY_ON]
+    noisy = {c.subject: c.frequency_reads for c in quiet if c.frequency_reads}
+    default = by["default"]
+    calls = sum(default.psutil_calls.values())
+    bad = twice_problems(counts)
+    ours = [c for c in counts if c.group == "ours"]
+    return [
         Check(
-            f"frequency reads with frequency off ({len(quiet)} configurations)",
-            f"{sum(reads.values())} reads" + (f": {noisy}" if noisy else ""),
+            f"no file opened twice in one collection ({len(ours)} configurations; with "
+            "direct_reads=False only psutil's own rereads)",
+            f"{len(ours) - len(bad)} of {len(ours)} clean" + (f"; twice: {bad}" if bad else ""),
+            not bad,
+        ),
+        Check(
+            f"no frequency read with frequency off ({len(quiet)} configurations)",
+            f"{sum(noisy.values())} reads" + (f": {noisy}" if noisy else ""),
             not noisy,
-        )
-    ]
-    default = audit["default"]
-    calls = max(default["psutil_calls"])
-    checks.append(
+        ),
         Check(
-            "psutil calls of the default configuration: each distinct call once",
-            f"{calls} calls, {default['psutil_distinct']} distinct",
-            calls == default["psutil_distinct"],
-        )
-    )
-    if sys.platform.startswith("linux"):
-        opens = max(default["opens"])
-        checks.append(
-            Check(
-                f"files opened by one default collection: at most {TARGETS['opens_default']}",
-                f"{opens} opens",
-                opens <= TARGETS["opens_default"],
-            )
-        )
-        stale = sorted(name for name, ok in results["kernel_fresh"].items() if not ok)
-        checks.append(
-            Check(
-                "os.pread at offset 0 returns fresh content",
-                f"{len(results['kernel_fresh']) - len(stale)} of {len(results['kernel_fresh'])}"
-                " readers fresh" + (f"; stale: {stale}" if stale else ""),
-                not stale,
-            )
-        )
-    return checks
+            "the default calls each psutil function once",
+            f"{calls} calls, {len(default.psutil_calls)} distinct",
+            calls == len(default.psutil_calls),
+        ),
+    ]
 
 
-def check_counts(results: dict[str, Any]) -> list[str]:
-    """The failed checks, one line each."""
-    return [f"{c.what}: {c.measured}" for c in count_checks(results) if not c.ok]
-
-
-def fmt_ratio(e: Mapping[str, float] | None, digits: int = 2) -> str:
-    """A ratio and its 95% interval, or n/a."""
-    if e is None:
-        return "n/a"
-    return f"{e['value']:.{digits}f}x [{e['low']:.{digits}f}, {e['high']:.{digits}f}]"
+def lateness_of(latency: Sequence[Lateness], name: str) -> Lateness | None:
+    return next((x for x in latency if x.config == name), None)

@@ -1,6 +1,6 @@
 """Micro-measurement: the cgroup and PSI readers against bare reads of the same files.
 
-Not part of the benchmark run. ``python benchmarks/cgroup_readers.py [N] [ROUNDS]``
+``benchmarks/run.py`` reports it; alone: ``python benchmarks/cgroup_readers.py [N] [ROUNDS]``
 reads this process's cgroup and PSI files as the package does (``read_all``)
 and compares, in paired rounds (so that other load hits both sides), with:
 
@@ -20,10 +20,11 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry.instrumentation.process.linux import cgroup, psi
-from opentelemetry.instrumentation.process.linux.files import read_all
+from opentelemetry.instrumentation.process.linux.files import KernelFile, read_all
 
 FLAGS = os.O_RDONLY | os.O_CLOEXEC
 
@@ -71,15 +72,29 @@ def paired(
     return min(ta), min(tb), statistics.median(ratios)
 
 
-def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
-    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 60
-    paths = cgroup.discover()
-    pressure = psi.discover_pressure(paths)
-    files = cgroup.cgroup_files(paths) + pressure.files
-    names = [f.path for f in files]
-    parses = [(p, least_parse(p)) for p in names]
+@dataclass(frozen=True)
+class Row:
+    against: str
+    bare_us: float
+    readers_us: float
+    ratio_of_mins: float
+    median_ratio: float
 
+
+@dataclass(frozen=True)
+class CgroupResult:
+    scope: str
+    files: list[str]
+    opens: int
+    distinct: int
+    most_per_file: int
+    calls: int
+    rounds: int
+    rows: list[Row]
+
+
+def _opens_of(files: tuple[KernelFile, ...]) -> Counter[str]:
+    """Opens of one read_all, by an audit hook (added once per process)."""
     opens: Counter[str] = Counter()
     recording = [True]
     sys.addaudithook(
@@ -87,35 +102,61 @@ def main() -> None:
     )
     read_all(files)
     recording.clear()
+    return opens
 
-    def bare() -> None:
-        for p in names:
+
+def _bare(names: list[str], parse: bool) -> Callable[[], None]:
+    parses = [(p, least_parse(p) if parse else bytes) for p in names]
+
+    def read() -> None:
+        for p, fn in parses:
             fd = os.open(p, FLAGS)
-            os.read(fd, 16384)
+            fn(os.read(fd, 16384))
             os.close(fd)
 
-    def bare_parsed() -> None:
-        for p, parse in parses:
-            fd = os.open(p, FLAGS)
-            parse(os.read(fd, 16384))
-            os.close(fd)
+    return read
 
-    def readers() -> None:
-        read_all(files)
 
-    print(f"python {sys.version.split()[0]}; psi scope {pressure.scope}")
-    for f in files:
-        print(f"  {f.path}: {', '.join(f.fields)}")
-    print(
-        f"{len(files)} files; opens in one read_all: {sum(opens.values())} "
-        f"({len(opens)} distinct, at most {max(opens.values(), default=0)} per file)"
+def measure(quick: bool = False, n: int | None = None, rounds: int | None = None) -> CgroupResult:
+    """The package's readers against bare reads: the typed result ``run.py`` reports."""
+    n, rounds = n or (20 if quick else 300), rounds or (3 if quick else 30)
+    paths = cgroup.discover()
+    pressure = psi.discover_pressure(paths)
+    files = cgroup.cgroup_files(paths) + pressure.files
+    names = [f.path for f in files]
+    opens = _opens_of(files)
+    rows = []
+    for label, parse in (("bare reads", False), ("bare reads + least parse", True)):
+        b, r, ratio = paired(_bare(names, parse), lambda: read_all(files), n, rounds)
+        rows.append(Row(label, b, r, r / b, ratio))
+    most = max(opens.values(), default=0)
+    return CgroupResult(
+        pressure.scope, names, sum(opens.values()), len(opens), most, n, rounds, rows
     )
-    for label, base in (("bare reads", bare), ("bare reads + least parse", bare_parsed)):
-        b, r, ratio = paired(base, readers, n, rounds)
-        print(
-            f"read_all {r:.1f} us vs {label} {b:.1f} us (min of {rounds} rounds of {n}): "
-            f"x{r / b:.3f}; median paired ratio x{ratio:.3f}"
+
+
+def markdown(result: CgroupResult) -> str:
+    lines = [
+        f"{len(result.files)} files (pressure scope {result.scope}); one read_all opens "
+        f"{result.opens} ({result.distinct} distinct, at most {result.most_per_file} per file). "
+        f"Min of {result.rounds} rounds of {result.calls} calls.",
+        "",
+        "| read_all against | bare µs | read_all µs | ratio of mins | median paired ratio |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in result.rows:
+        lines.append(
+            f"| {r.against} | {r.bare_us:.1f} | {r.readers_us:.1f} | {r.ratio_of_mins:.3f}x "
+            f"| {r.median_ratio:.3f}x |"
         )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 300
+    rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 60
+    print(f"python {sys.version.split()[0]}")
+    print(markdown(measure(n=n, rounds=rounds)))
 
 
 if __name__ == "__main__":

@@ -1,18 +1,19 @@
-"""The configurations under test: ours, the peer's, and what they are compared with.
+"""What is measured: ours as plain options, the peer's as its documented config.
 
-Each configuration of this package is a plain :class:`ProcessMetricsOptions`,
-so the report can print exactly what was measured.
+Ours are :class:`ProcessMetricsOptions`, so the report prints exactly what was
+measured. The peer (``opentelemetry-instrumentation-system-metrics``) is
+configured through its public ``config`` argument, with dicts written out from
+its documentation.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+import subjects
 from opentelemetry.instrumentation.process import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.metrics import METRICS
-
-# Threads alive (besides the main one) while ``with_threads`` is measured.
-WITH_THREADS_N = 16
+from subjects import Subject
 
 CPU_USAGE = (
     "process.cpu.time",
@@ -25,8 +26,8 @@ FREQUENCY = (
     "process_metrics.cpu.frequency.min",
     "process_metrics.cpu.frequency.max",
 )
-# Our names for what the peer's process set reports (its
-# ``process.open_file_descriptor.count`` is our ``process.unix.file_descriptor.count``).
+# What the peer's process set reports, under our names (its
+# process.open_file_descriptor.count is our process.unix.file_descriptor.count).
 PEER_PROCESS_EQUIVALENT = (
     "process.context_switches",
     "process.cpu.time",
@@ -40,62 +41,192 @@ PEER_PROCESS_EQUIVALENT = (
     "cpython.gc.collected_objects",
     "cpython.gc.uncollectable_objects",
 )
-EVERYTHING_INCLUDE = ("*", "system.network.connection.count")
+# The peer's shipped default under our names, with its attribute dimensions: per CPU
+# (per_cpu=True), per device, per interface, connections by state and transport.
+# Its deprecated process.runtime.* copies are the same data; system.thread_count
+# is our process.thread.count; system.disk.time has no equivalent here.
+PEER_DEFAULT_EQUIVALENT = (
+    *PEER_PROCESS_EQUIVALENT,
+    "system.cpu.time",
+    "system.cpu.utilization",
+    "system.memory.usage",
+    "system.memory.utilization",
+    "system.paging.usage",
+    "system.paging.utilization",
+    "system.disk.io",
+    "system.disk.operations",
+    "system.network.io",
+    "system.network.packet.count",
+    "system.network.packet.dropped",
+    "system.network.errors",
+    "system.network.connection.count",
+)
+CONNECTIONS = ("system.network.connection.count",)
+EVERYTHING = ("*", "system.network.connection.count")
+
+# The peer's process set, from its documented default config: process.* and
+# cpython.*, without the deprecated process.runtime.* copies.
+PEER_PROCESS_CONFIG: dict[str, list[str] | None] = {
+    "process.context_switches": ["involuntary", "voluntary"],
+    "process.cpu.time": ["user", "system"],
+    "process.cpu.utilization": ["user", "system"],
+    "process.memory.usage": None,
+    "process.memory.virtual": None,
+    "process.open_file_descriptor.count": None,
+    "process.thread.count": None,
+    "process.disk.io": ["read", "write"],
+    "cpython.gc.collections": None,
+    "cpython.gc.collected_objects": None,
+    "cpython.gc.uncollectable_objects": None,
+}
+PEER_CPU_CONFIG: dict[str, list[str] | None] = {
+    "system.cpu.time": ["idle", "user", "system", "irq"],
+    "system.cpu.utilization": ["idle", "user", "system", "irq"],
+}
 
 
-def only(names: Iterable[str], *, cpu_frequency: bool = False) -> ProcessMetricsOptions:
+def only(
+    names: Iterable[str],
+    *,
+    cpu_frequency: bool = False,
+    per_cpu: bool = False,
+    direct_reads: bool = True,
+) -> ProcessMetricsOptions:
     """Options that report exactly ``names``: every other metric is excluded by name."""
     wanted = set(names)
-    exclude = tuple(m.name for m in METRICS if m.name not in wanted)
-    include = tuple(n for n in sorted(wanted) if not _gated(n))
-    return ProcessMetricsOptions(include=include, exclude=exclude, cpu_frequency=cpu_frequency)
+    return ProcessMetricsOptions(
+        include=tuple(sorted(n for n in wanted if not _gated(n))),
+        exclude=tuple(m.name for m in METRICS if m.name not in wanted),
+        cpu_frequency=cpu_frequency,
+        per_cpu=per_cpu,
+        direct_reads=direct_reads,
+    )
 
 
 def _gated(name: str) -> bool:
     return any(m.name == name and m.option is not None for m in METRICS)
 
 
-def ours() -> dict[str, ProcessMetricsOptions]:
-    """The issue's configurations, in the origin's table order, plus the peer-equivalent set."""
+def main() -> dict[str, tuple[ProcessMetricsOptions, str]]:
+    """Ours in the main run: options, and how they are written in the report."""
     return {
-        "cpu_usage_only": only(CPU_USAGE),
-        "with_threads": ProcessMetricsOptions(per_thread=True),
-        "default": ProcessMetricsOptions(),
-        "with_disk": ProcessMetricsOptions(include=("system.disk.*",)),
-        "everything_but_frequency": ProcessMetricsOptions(
-            include=EVERYTHING_INCLUDE, per_thread=True, per_cpu=True
+        "default": (ProcessMetricsOptions(), "ProcessMetricsOptions()"),
+        "process_set": (only(PEER_PROCESS_EQUIVALENT), "only(the peer's process set)"),
+        "peer_default_set": (
+            only(PEER_DEFAULT_EQUIVALENT, per_cpu=True),
+            "only(the peer's default set, connections included), per_cpu=True",
         ),
-        "everything": ProcessMetricsOptions(
-            include=EVERYTHING_INCLUDE, per_thread=True, per_cpu=True, cpu_frequency=True
+        "cpu_usage_only": (only(CPU_USAGE), "only(" + ", ".join(CPU_USAGE) + ")"),
+        "cpu_with_frequency": (
+            only(CPU_USAGE + FREQUENCY, cpu_frequency=True),
+            "only(cpu_usage_only's four, the three frequency metrics), cpu_frequency=True",
         ),
-        "cpu_with_frequency": only(CPU_USAGE + FREQUENCY, cpu_frequency=True),
-        "process_set": only(PEER_PROCESS_EQUIVALENT),
+        "everything": (
+            ProcessMetricsOptions(
+                include=EVERYTHING, per_thread=True, per_cpu=True, cpu_frequency=True
+            ),
+            'ProcessMetricsOptions(include=("*", "system.network.connection.count"), '
+            "per_thread=True, per_cpu=True, cpu_frequency=True)",
+        ),
     }
 
 
-# How each configuration is written, for the report (what ``ours()`` builds).
-OURS_CODE = {
-    "cpu_usage_only": "only(process.cpu.time, process.cpu.utilization, "
-    "system.cpu.time, system.cpu.utilization)",
-    "with_threads": f"ProcessMetricsOptions(per_thread=True), with {WITH_THREADS_N} extra "
-    "idle threads",
-    "default": "ProcessMetricsOptions()",
-    "with_disk": 'ProcessMetricsOptions(include=("system.disk.*",))',
-    "everything_but_frequency": 'ProcessMetricsOptions(include=("*", '
-    '"system.network.connection.count"), per_thread=True, per_cpu=True)',
-    "everything": 'ProcessMetricsOptions(include=("*", "system.network.connection.count"), '
-    "per_thread=True, per_cpu=True, cpu_frequency=True)",
-    "cpu_with_frequency": "only(cpu_usage_only's four, system.cpu.frequency, "
-    "process_metrics.cpu.frequency.min/max; cpu_frequency=True)",
-    "process_set": "only(the peer's process set, under our names: "
-    + ", ".join(PEER_PROCESS_EQUIVALENT)
-    + ")",
-}
-
-FREQUENCY_ON = {"everything", "cpu_with_frequency"}
+def threads() -> dict[str, tuple[ProcessMetricsOptions, str]]:
+    """Ours in the thread sweep."""
+    return {
+        "per_thread_off": (ProcessMetricsOptions(), "ProcessMetricsOptions()"),
+        "per_thread_cap10": (
+            ProcessMetricsOptions(per_thread=True, max_thread_series=10),
+            "per_thread=True, max_thread_series=10",
+        ),
+        "per_thread": (ProcessMetricsOptions(per_thread=True), "per_thread=True (cap 200)"),
+    }
 
 
-def scaling_order() -> list[str]:
-    """Metrics for the metric-count sweep: the table's order, without the ones that
-    need an option or an exact name (frequency, per-thread, connections)."""
-    return [m.name for m in METRICS if m.supported() and m.option is None and not m.exact_only]
+def sockets() -> dict[str, tuple[ProcessMetricsOptions, str]]:
+    """Ours in the socket sweep."""
+    return {
+        "connections": (only(CONNECTIONS), "only(system.network.connection.count)"),
+        "connections_psutil": (
+            only(CONNECTIONS, direct_reads=False),
+            "the same, direct_reads=False (psutil.net_connections)",
+        ),
+        "peer_default_set": main()["peer_default_set"],
+    }
+
+
+def cpus(frequency: bool) -> dict[str, tuple[ProcessMetricsOptions, str]]:
+    """Ours in the CPU sweep: host CPU time and utilisation, per CPU or not."""
+    cpu = ("system.cpu.time", "system.cpu.utilization")
+    found = {
+        "cpu_total": (only(cpu), "only(system.cpu.time, system.cpu.utilization)"),
+        "cpu_per_cpu": (only(cpu, per_cpu=True), "the same, per_cpu=True"),
+    }
+    if frequency:
+        found["cpu_frequency"] = (
+            only((*cpu, "system.cpu.frequency"), cpu_frequency=True),
+            "the same with system.cpu.frequency, cpu_frequency=True",
+        )
+    return found
+
+
+def counted() -> dict[str, tuple[ProcessMetricsOptions, str]]:
+    """Every configuration whose opens are counted, including psutil-only ones."""
+    found = {**main(), **threads(), **sockets()}
+    found["everything_by_name"] = (
+        ProcessMetricsOptions(include=EVERYTHING, per_thread=True, thread_series_by="name"),
+        "everything but frequency and per_cpu, thread_series_by='name'",
+    )
+    found["signals_psutil"] = (
+        only(("process.thread.count", "process.signals_pending"), direct_reads=False),
+        "only(process.thread.count, process.signals_pending), direct_reads=False",
+    )
+    found["everything_psutil"] = (
+        ProcessMetricsOptions(
+            include=EVERYTHING, per_thread=True, per_cpu=True, direct_reads=False
+        ),
+        "everything but frequency, direct_reads=False",
+    )
+    return found
+
+
+FREQUENCY_ON = frozenset({"everything", "cpu_with_frequency", "cpu_frequency"})
+DIRECT_OFF = frozenset({"connections_psutil", "signals_psutil", "everything_psutil"})
+
+
+def build_main() -> list[Subject]:
+    """Ours, the peers and the bare reads of the main run, each warmed up, and SDK floors."""
+    found = [subjects.ours(n, o, d) for n, (o, d) in main().items()]
+    found += peers()
+    found += [
+        subjects.bare("bare_process_set", subjects.process_reads(), "the reads process_set needs"),
+        subjects.bare("bare_default", subjects.default_reads(), "the reads default needs"),
+        subjects.sdk_empty(),
+    ]
+    for s in found:
+        s.warm_up()
+    with_floor = ("default", "process_set", "peer_default_set", "everything", *PEERS)
+    return found + [subjects.floor_of(s) for s in found if s.name in with_floor]
+
+
+PEERS = ("peer_default", "peer_process")
+
+
+def peers() -> list[Subject]:
+    return [
+        subjects.peer("peer_default", None, "SystemMetricsInstrumentor(): its shipped default"),
+        subjects.peer(
+            "peer_process", PEER_PROCESS_CONFIG, "SystemMetricsInstrumentor(config=its process set)"
+        ),
+        subjects.prometheus_client(),
+    ]
+
+
+def build_counted() -> list[Subject]:
+    """Every configuration whose reads are counted, ours and theirs (not warmed up)."""
+    return [
+        *[subjects.ours(n, o, d) for n, (o, d) in counted().items()],
+        *peers(),
+        subjects.bare("bare_default", subjects.default_reads(), "the reads default needs"),
+        subjects.bare("net_connections", subjects.net_connections, "psutil.net_connections()"),
+    ]

@@ -1,66 +1,111 @@
-"""Exact counts per collection: psutil calls, files opened, frequency reads.
+"""Exact counts per collection: files opened (and which twice), psutil calls, frequency reads.
 
-Run as a child process of ``run.py`` (an audit hook cannot be removed once added,
-and it would tax every timed collection after it):
+Counting runs in child processes, so that no counting code runs while timing (an
+audit hook cannot be removed once added):
 
-    python benchmarks/counts.py --mode audit --collections 3    # JSON on stdout
-    strace -f -e trace=open,openat,openat2 -o FILE \\
-        python benchmarks/counts.py --mode strace --collections 3
+    python benchmarks/counts.py audit 2     # JSON on stdout
+    strace -f -e trace=open,openat,openat2 -o FILE python benchmarks/counts.py strace 2
 
-In ``audit`` mode, psutil's public functions and ``psutil.Process`` methods are
-wrapped so that each outermost call is counted (the real function still runs:
-this counts, it does not mock), and ``sys.addaudithook`` records ``open`` and
-directory listings (``os.listdir``, ``os.scandir``). That works on any machine.
-It cannot see files opened from C (for example ``setmntent`` in
-``disk_partitions``): ``strace`` can, so when strace exists ``run.py`` runs the
-same collections under it, between marker opens of ``/__bench_mark__/...``.
+``audit``: ``sys.addaudithook`` records every ``open`` and directory listing, and
+psutil's public functions and ``Process`` methods are wrapped to count each
+outermost call (the real function runs). An audit hook cannot see files opened
+from C (glibc's ``sysconf`` reading ``/sys/devices/system/cpu/online``), so
+``strace``, where installed, counts the same collections again between marker
+opens of ``/__bench_mark__/...``.
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import functools
 import inspect
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import psutil
 
-import configs
-import subjects
-
+HERE = Path(__file__).resolve().parent
 MARK = "/__bench_mark__"
+IDLE_THREADS = 8
+
+
+@dataclass(frozen=True)
+class Count:
+    """One subject's reads in one collection (the most over the counted collections)."""
+
+    subject: str
+    group: str
+    opens: int
+    twice: dict[str, int]
+    """Files opened more than once in one collection, and how often."""
+    paths: dict[str, int]
+    """Every path opened, per-process and per-thread paths folded."""
+    psutil_calls: dict[str, int]
+    frequency_reads: int
+    strace_opens: float | None = None
+    strace_twice: dict[str, float] | None = None
 
 
 def is_frequency_read(path: str) -> bool:
-    """Opens that read CPU frequency: sysfs cpufreq files (and their listing), /proc/cpuinfo."""
-    return path == "/proc/cpuinfo" or (
-        path.startswith("/sys/devices/system/cpu") and "cpufreq" in path
+    """Opens that read CPU frequency: sysfs cpufreq files, or /proc/cpuinfo."""
+    return path == "/proc/cpuinfo" or ("/sys/devices/system/cpu" in path and "cpufreq" in path)
+
+
+def normalise(path: str, pid: int) -> str:
+    """This process's /proc/<pid>/ as /proc/self/; other pids stay distinct files."""
+    return path.replace(f"/proc/{pid}/", "/proc/self/")
+
+
+def fold(path: str) -> str:
+    """One row for the files of every process and every thread."""
+    path = re.sub(r"^/proc/\d+/", "/proc/<pid>/", path)
+    return re.sub(r"/task/\d+/", "/task/<tid>/", path)
+
+
+def count_of(name: str, group: str, per: list[tuple[list[str], list[str]]]) -> Count:
+    """From (paths, psutil calls) of each counted collection: the worst one."""
+    paths, calls = max(per, key=lambda p: len(p[0]))
+    seen = Counter(paths)
+    return Count(
+        subject=name,
+        group=group,
+        opens=len(paths),
+        twice={p: n for p, n in seen.items() if n > 1},
+        paths=dict(Counter(fold(p) for p in paths).most_common()),
+        psutil_calls=dict(Counter(calls)),
+        frequency_reads=sum(map(is_frequency_read, paths)),
     )
 
 
-def is_per_cpu(path: str) -> bool:
-    """Opens of one file per CPU (sysfs cpuN/...)."""
-    return path.startswith("/sys/devices/system/cpu/cpu") and path[27:28].isdigit()
-
-
-class PsutilCounter:
-    """Counts outermost calls of psutil's public API while ``active``."""
+class Recorder:
+    """Opens (audit hook) and outermost psutil calls, while ``active``."""
 
     def __init__(self) -> None:
-        self.calls: list[str] = []
         self.active = False
+        self.paths: list[str] = []
+        self.calls: list[str] = []
         self._depth = 0
-        self._saved: list[tuple[Any, str, Any]] = []
+        sys.addaudithook(self._hook)
+        _wrap_psutil(self._wrap)
+
+    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
+        # An int argument is a descriptor already open: no open.
+        wanted = self.active and event in ("open", "os.listdir", "os.scandir")
+        if wanted and args and isinstance(args[0], (str, bytes)):
+            self.paths.append(normalise(os.fsdecode(args[0]), os.getpid()))
 
     def _wrap(self, label: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(fn)
+        @functools.wraps(fn)  # keeps psutil's oneshot() cache hooks
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if self.active and self._depth == 0:
                 self.calls.append(label)
@@ -72,164 +117,125 @@ class PsutilCounter:
 
         return wrapper
 
-    def install(self) -> None:
-        for name, obj in vars(psutil).items():
-            if not name.startswith("_") and inspect.isfunction(obj) and obj.__module__ == "psutil":
-                self._patch(psutil, name, f"psutil.{name}")
-        for name, obj in vars(psutil.Process).items():
-            if not name.startswith("_") and inspect.isfunction(obj) and name != "oneshot":
-                self._patch(psutil.Process, name, f"Process.{name}")
-
-    def _patch(self, owner: Any, name: str, label: str) -> None:
-        original = getattr(owner, name)
-        self._saved.append((owner, name, original))
-        setattr(owner, name, self._wrap(label, original))
-
-    def uninstall(self) -> None:
-        for owner, name, original in reversed(self._saved):
-            setattr(owner, name, original)
-        self._saved.clear()
+    @contextlib.contextmanager
+    def recording(self) -> Iterator[tuple[list[str], list[str]]]:
+        self.paths, self.calls = [], []
+        self.active = True
+        try:
+            yield self.paths, self.calls
+        finally:
+            self.active = False
 
 
-class OpenCounter:
-    """Files and directory listings opened while ``active`` (audit hook)."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-        self.active = False
-        sys.addaudithook(self._hook)
-
-    def _hook(self, event: str, args: tuple[Any, ...]) -> None:
-        if self.active and event in ("open", "os.listdir", "os.scandir"):
-            path = args[0]
-            if isinstance(path, int):
-                return  # listing a directory through a descriptor already open: no open
-            if isinstance(path, bytes):
-                path = os.fsdecode(path)
-            self.paths.append(str(path))
+def _wrap_psutil(wrap: Callable[[str, Callable[..., Any]], Callable[..., Any]]) -> None:
+    for name, obj in list(vars(psutil).items()):
+        if not name.startswith("_") and inspect.isfunction(obj) and obj.__module__ == "psutil":
+            setattr(psutil, name, wrap(f"psutil.{name}", obj))
+    for name, obj in list(vars(psutil.Process).items()):
+        if not name.startswith("_") and inspect.isfunction(obj) and name != "oneshot":
+            setattr(psutil.Process, name, wrap(f"Process.{name}", obj))
 
 
-@contextmanager
-def counting(psc: PsutilCounter, oc: OpenCounter) -> Iterator[None]:
-    psc.calls.clear()
-    oc.paths.clear()
-    psc.active = oc.active = True
-    try:
-        yield
-    finally:
-        psc.active = oc.active = False
+def audit(collections: int) -> list[Count]:
+    import configs
 
-
-def normalise(path: str) -> str:
-    """/proc/<our pid>/x -> /proc/self/x, /proc/<other pid>/... -> /proc/<pid>/..."""
-    me = f"/proc/{os.getpid()}/"
-    if path.startswith(me):
-        return "/proc/self/" + path[len(me) :]
-    parts = path.split("/")
-    if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit():
-        parts[2] = "<pid>"
-        return "/".join(parts)
-    return path
-
-
-def audit(collections: int) -> dict[str, Any]:
-    all_subjects = subjects.build_main()
-    psc, oc = PsutilCounter(), OpenCounter()
-    psc.install()
-    found: dict[str, Any] = {}
-    try:
-        for s in all_subjects:
-            s.collect()  # warm-up, uncounted
-            per: list[dict[str, Any]] = []
-            for _ in range(collections):
-                with counting(psc, oc):
-                    s.collect()
-                per.append({"calls": list(psc.calls), "paths": [normalise(p) for p in oc.paths]})
-            opens = [len(p["paths"]) for p in per]
-            calls = [len(p["calls"]) for p in per]
-            first = per[-1]
-            found[s.name] = {
-                "group": s.group,
-                "psutil_calls": calls,
-                "psutil_distinct": len(set(first["calls"])),
-                "psutil_breakdown": dict(Counter(first["calls"])),
-                "opens": opens,
-                "frequency_reads": [sum(map(is_frequency_read, p["paths"])) for p in per],
-                "per_cpu_opens": [sum(map(is_per_cpu, p["paths"])) for p in per],
-                "paths": dict(Counter(first["paths"]).most_common()),
-                "distinct_paths": len(set(first["paths"])),
-            }
-    finally:
-        psc.uninstall()
+    recorder = Recorder()
+    found = []
+    for s in configs.build_counted():
+        s.warm_up()
+        per = []
+        for _ in range(collections):
+            with recorder.recording() as got:
+                s.collect()
+            per.append(got)
+        found.append(count_of(s.name, s.group, per))
+        s.close()
     return found
 
 
 def strace_marked(collections: int) -> None:
-    """Collections between marker opens, for a parent that runs this under strace."""
-    all_subjects = subjects.build_main()
-    for s in all_subjects:
-        s.collect()
+    """The same collections between marker opens, for a parent running this under strace."""
+    import configs
+
+    for s in configs.build_counted():
+        s.warm_up()
         _mark(f"begin/{s.name}/{collections}/{os.getpid()}")
         for _ in range(collections):
             s.collect()
         _mark(f"end/{s.name}")
+        s.close()
 
 
 def _mark(label: str) -> None:
-    # The path does not exist: only the attempt is wanted, in strace's log.
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError):  # the path does not exist: the attempt is logged
         os.close(os.open(f"{MARK}/{label}", os.O_RDONLY))
 
 
-def parse_strace(text: str) -> dict[str, dict[str, Any]]:
-    """Opens per collection for each subject, from ``strace -f -e trace=open,openat`` output."""
-    found: dict[str, dict[str, Any]] = {}
-    current: str | None = None
-    n, pid = 1, ""
-    paths: list[str] = []
+def parse_strace(text: str) -> dict[str, tuple[float, dict[str, float]]]:
+    """Per subject: opens per collection, and the files opened more than once per collection."""
+    found: dict[str, tuple[float, dict[str, float]]] = {}
+    current, n, pid, paths = "", 1, 0, Counter[str]()
     for line in text.splitlines():
         if MARK in line:
-            label = line.split(MARK + "/", 1)[1].split('"', 1)[0]
-            kind, _, rest = label.partition("/")
+            kind, _, rest = line.split(MARK + "/", 1)[1].split('"', 1)[0].partition("/")
             if kind == "begin":
-                current, count, pid = rest.split("/")
-                n, paths = int(count), []
-            elif current is not None:
-                found[current] = {
-                    "opens": len(paths) / n,
-                    "frequency_reads": sum(map(is_frequency_read, paths)) / n,
-                    "per_cpu_opens": sum(map(is_per_cpu, paths)) / n,
-                    "paths": {
-                        k: v / n
-                        for k, v in Counter(normalise_any(p, pid) for p in paths).most_common()
-                    },
-                }
-                current = None
-            continue
-        # A call split by another thread ends in a "resumed" line without the path.
-        if current is not None and "open" in line and '"' in line:
-            paths.append(line.split('"', 2)[1])
+                current, count, pid_text = rest.split("/")
+                n, pid, paths = int(count), int(pid_text), Counter()
+            elif current:
+                twice = {p: k / n for p, k in paths.items() if k > n}
+                found[current] = (sum(paths.values()) / n, twice)
+                current = ""
+        elif current and "open" in line and '"' in line:  # "resumed" lines carry no path
+            paths[normalise(line.split('"', 2)[1], pid)] += 1
     return found
 
 
-def normalise_any(path: str, pid: str) -> str:
-    parts = path.split("/")
-    if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit():
-        parts[2] = "self" if parts[2] == pid else "<pid>"
-    return "/".join(parts)
+def measure(collections: int) -> list[Count]:
+    """Counts from child processes: the audit hook always, strace when installed."""
+    script = str(Path(__file__).resolve())
+    out = subprocess.run(
+        [sys.executable, script, "audit", str(collections)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    found = [Count(**row) for row in json.loads(out.stdout)]
+    traced = _strace(script, collections)
+    return [_merge(c, traced.get(c.subject)) for c in found]
+
+
+def _merge(c: Count, traced: tuple[float, dict[str, float]] | None) -> Count:
+    if traced is None:
+        return c
+    return Count(**{**asdict(c), "strace_opens": traced[0], "strace_twice": traced[1]})
+
+
+def _strace(script: str, collections: int) -> dict[str, tuple[float, dict[str, float]]]:
+    strace = shutil.which("strace")
+    if not strace or not sys.platform.startswith("linux"):
+        return {}
+    with tempfile.TemporaryDirectory(prefix="bench-strace-") as tmp:
+        log = Path(tmp) / "strace.log"
+        trace = [strace, "-f", "-qq", "-e", "trace=open,openat,openat2", "-o", str(log)]
+        child = [sys.executable, script, "strace", str(collections)]
+        done = subprocess.run([*trace, "--seccomp-bpf", *child], capture_output=True, timeout=600)
+        if done.returncode != 0:  # an older strace, or seccomp refused: plain ptrace
+            done = subprocess.run([*trace, *child], capture_output=True, timeout=900)
+        return parse_strace(log.read_text()) if done.returncode == 0 else {}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mode", choices=("audit", "strace"), required=True)
-    parser.add_argument("--collections", type=int, default=3)
-    args = parser.parse_args()
-    idle = subjects.IdleThreads()
-    idle.resize(configs.WITH_THREADS_N)
-    if args.mode == "audit":
-        json.dump(audit(args.collections), sys.stdout)
+    sys.path.insert(0, str(HERE))
+    import crowds
+
+    mode, collections = sys.argv[1], int(sys.argv[2])
+    idle = crowds.IdleThreads()
+    idle.resize(IDLE_THREADS)  # per-thread reads show: more threads than the cap of 10 series
+    if mode == "audit":
+        json.dump([asdict(c) for c in audit(collections)], sys.stdout)
     else:
-        strace_marked(args.collections)
+        strace_marked(collections)
     idle.resize(0)
 
 

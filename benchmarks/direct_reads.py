@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import psutil
@@ -67,7 +68,19 @@ def _psutil_threads(limit: int) -> Callable[[], object]:
     return read
 
 
-def threads(counts: list[int], limit: int, calls: int) -> None:
+@dataclass(frozen=True)
+class Row:
+    """One point: both readers' median µs per call and their opens per call."""
+
+    what: str
+    n: int
+    direct_us: float
+    psutil_us: float
+    direct_opens: int
+    psutil_opens: int
+
+
+def threads(counts: list[int], limit: int, calls: int) -> list[Row]:
     threading.stack_size(256 << 10)
     release = threading.Event()
     started: list[threading.Thread] = []
@@ -80,25 +93,18 @@ def threads(counts: list[int], limit: int, calls: int) -> None:
                 t.start()
                 started.append(t)
             time.sleep(0.2)
-            median = _time(readers, calls)
-            opens = {name: _opens(fn) for name, fn in readers.items()}
-            rows.append((n, median, opens))
-            print(
-                f"threads +{n:>5}: direct {median['direct']:9.1f} µs ({opens['direct']} opens)"
-                f"   psutil {median['psutil']:9.1f} µs ({opens['psutil']} opens)",
-                flush=True,
-            )
+            rows.append(_row("threads", n, readers, calls))
     finally:
         release.set()
         for t in started:
             t.join()
-    base = rows[0]
-    for n, median, _ in rows[1:]:
-        slopes = {k: (median[k] - base[1][k]) / (n - base[0]) for k in median}
-        print(
-            f"per extra thread, {base[0]} to {n}: direct {slopes['direct']:.2f} µs,"
-            f" psutil {slopes['psutil']:.2f} µs"
-        )
+    return rows
+
+
+def _row(what: str, n: int, readers: dict[str, Callable[[], object]], calls: int) -> Row:
+    median = _time(readers, calls)
+    opens = {name: _opens(fn) for name, fn in readers.items()}
+    return Row(what, n, median["direct"], median["psutil"], opens["direct"], opens["psutil"])
 
 
 def _psutil_connections() -> object:
@@ -123,33 +129,50 @@ def _pairs(server: socket.socket, count: int) -> list[socket.socket]:
     return made
 
 
-def sockets(counts: list[int], calls: int) -> None:
+def sockets(counts: list[int], calls: int) -> list[Row]:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < max(counts) + 200:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     server = socket.create_server(("127.0.0.1", 0), backlog=4096)
     made: list[socket.socket] = []
     readers = {"direct": connection_counts, "psutil": _psutil_connections}
+    rows = []
     try:
         for n in counts:
             made += _pairs(server, n - len(made))
-            total = sum(connection_counts().values())
-            median = _time(readers, calls)
-            opens = {name: _opens(fn) for name, fn in readers.items()}
-            ratio = median["psutil"] / median["direct"]
-            print(
-                f"sockets +{n:>6} ({total} inet sockets in the namespace):"
-                f" direct {median['direct']:9.1f} µs ({opens['direct']} opens)"
-                f"   psutil {median['psutil']:9.1f} µs ({opens['psutil']} opens)"
-                f"   psutil/direct {ratio:.1f}x",
-                flush=True,
-            )
+            rows.append(_row("sockets", n, readers, calls))
     finally:
         for s in made:
             # Reset rather than close: no TIME_WAIT sockets left behind for a minute.
             s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             s.close()
         server.close()
+    return rows
+
+
+@dataclass(frozen=True)
+class DirectReadsResult:
+    rows: list[Row]
+
+
+def measure(quick: bool = False) -> DirectReadsResult:
+    """Both readers at each thread and socket count: the typed result ``run.py`` reports."""
+    if quick:
+        return DirectReadsResult(threads([0, 20], 5, 5) + sockets([0, 100], 3))
+    return DirectReadsResult(threads([0, 100, 500, 2000], 5, 50) + sockets([0, 1000, 10_000], 10))
+
+
+def markdown(result: DirectReadsResult) -> str:
+    lines = [
+        "| what | extra | direct µs (opens) | psutil µs (opens) | psutil / direct |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in result.rows:
+        lines.append(
+            f"| {r.what} | {r.n:,} | {r.direct_us:,.1f} ({r.direct_opens}) "
+            f"| {r.psutil_us:,.1f} ({r.psutil_opens}) | {r.psutil_us / r.direct_us:.1f}x |"
+        )
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -158,9 +181,10 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=0, help="timed calls per reader and point")
     args = parser.parse_args()
     if args.what == "threads":
-        threads([0, 100, 500, 2000], limit=5, calls=args.calls or 200)
+        rows = threads([0, 100, 500, 2000], limit=5, calls=args.calls or 200)
     else:
-        sockets([0, 1000, 10_000], calls=args.calls or 30)
+        rows = sockets([0, 1000, 10_000], calls=args.calls or 30)
+    print(markdown(DirectReadsResult(rows)))
 
 
 if __name__ == "__main__":

@@ -119,7 +119,7 @@ def one_round(workload: Callable[[], None], name: str) -> Round:
     return Round(cpu, n, spent)
 
 
-def measure(workload: Callable[[], None], rounds: int) -> dict[str, list[Round]]:
+def measure_workload(workload: Callable[[], None], rounds: int) -> dict[str, list[Round]]:
     found: dict[str, list[Round]] = {name: [] for name in VARIANTS}
     workload()  # warm-up
     for r in range(rounds):
@@ -187,16 +187,33 @@ def table(rows: Sequence[Added], rounds: int) -> str:
     return "\n".join(lines)
 
 
+@dataclass(frozen=True)
+class GcResult:
+    rounds: int
+    rows: list[Added]
+
+
+def measure(quick: bool = False, rounds: int | None = None) -> GcResult:
+    """Every workload and variant: the typed result that ``benchmarks/run.py`` reports."""
+    rounds = rounds or (3 if quick else 30)
+    rows = []
+    for workload, run in WORKLOADS.items():
+        found = measure_workload(run, rounds)
+        rows += [added(workload, found, name) for name in VARIANTS[1:]]
+    return GcResult(rounds, rows)
+
+
+def markdown(result: GcResult) -> str:
+    return table(result.rows, result.rounds)
+
+
 def main(argv: Sequence[str] | None = None) -> list[Added]:
     parser = argparse.ArgumentParser(description="Time added to each GC by the recorder.")
     parser.add_argument("--rounds", type=int, default=40)
     args = parser.parse_args(argv)
-    rows = []
-    for workload, run in WORKLOADS.items():
-        found = measure(run, args.rounds)
-        rows += [added(workload, found, name) for name in VARIANTS[1:]]
-    print(table(rows, args.rounds))
-    return rows
+    result = measure(rounds=args.rounds)
+    print(markdown(result))
+    return result.rows
 
 
 if __name__ == "__main__":

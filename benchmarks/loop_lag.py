@@ -121,7 +121,7 @@ async def tasks(seconds: float, width: int = 100) -> float:
     return steps / (time.thread_time() - start)
 
 
-def measure(
+def measure_workload(
     configs: list[Config],
     workload: Callable[[float], Coroutine[Any, Any, float]],
     *,
@@ -138,16 +138,75 @@ def measure(
     return results
 
 
-def table(title: str, unit: str, scale: float, results: Results, configs: list[Config]) -> str:
-    """Medians, their difference from the first config, and (max - min) / median."""
-    names = [c.name for c in configs]
-    base = results.median(names[0])
-    lines = [title, f"{'config':<28}{'median ' + unit:>18}{'vs first':>12}{'spread':>10}"]
-    for name in names:
-        vals = results.values[name]
-        med = results.median(name)
-        spread = (max(vals) - min(vals)) / med if med else 0.0
-        lines.append(f"{name:<28}{med * scale:>18.1f}{(med - base) * scale:>+12.1f}{spread:>9.0%}")
+WORKLOADS = (
+    ("(a) idle: CPU per second of loop time", "us/s", 1e6, idle),
+    ("(b1) callbacks per CPU second", "k/s", 1e-3, callbacks),
+    ("(b2) task steps per CPU second", "k/s", 1e-3, tasks),
+)
+
+
+@dataclass(frozen=True)
+class Row:
+    workload: str
+    unit: str
+    config: str
+    median: float
+    """In ``unit``."""
+    vs_first: float
+    spread: float
+
+
+@dataclass(frozen=True)
+class LoopLagResult:
+    loop: str
+    seconds: float
+    rounds: int
+    rows: list[Row]
+
+
+def default_configs(loop: str, intervals: list[float]) -> list[Config]:
+    configs = [Config("no monitor", None)]
+    configs += [Config(f"interval {i * 1000:g} ms", i) for i in intervals]
+    if loop == "asyncio":
+        configs.append(Config(f"interval {intervals[0] * 1000:g} ms, no util", intervals[0], False))
+    return configs
+
+
+def measure(
+    quick: bool = False,
+    *,
+    loop: str = "asyncio",
+    seconds: float | None = None,
+    rounds: int | None = None,
+    intervals: list[float] | None = None,
+) -> LoopLagResult:
+    """Every workload and configuration: the typed result that ``benchmarks/run.py`` reports."""
+    seconds = seconds or (0.2 if quick else 1.0)
+    rounds = rounds or (1 if quick else 3)
+    configs = default_configs(loop, intervals or [DEFAULT_INTERVAL])
+    rows = []
+    for title, unit, scale, workload in WORKLOADS:
+        found = measure_workload(configs, workload, loop=loop, seconds=seconds, rounds=rounds)
+        base = found.median(configs[0].name)
+        for c in configs:
+            med, vals = found.median(c.name), found.values[c.name]
+            spread = (max(vals) - min(vals)) / med if med else 0.0
+            rows.append(Row(title, unit, c.name, med * scale, (med - base) * scale, spread))
+    return LoopLagResult(loop, seconds, rounds, rows)
+
+
+def markdown(result: LoopLagResult) -> str:
+    lines = [
+        f"loop={result.loop}, {result.rounds} rounds of {result.seconds:g} s",
+        "",
+        "| workload | configuration | median | vs no monitor | spread |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in result.rows:
+        lines.append(
+            f"| {r.workload} | {r.config} | {r.median:,.1f} {r.unit} | {r.vs_first:+,.1f} "
+            f"| {r.spread:.0%} |"
+        )
     return "\n".join(lines)
 
 
@@ -159,20 +218,8 @@ def main() -> None:
     parser.add_argument("--intervals", default=f"{DEFAULT_INTERVAL}")
     args = parser.parse_args()
     intervals = [float(x) for x in args.intervals.split(",")]
-    configs = [Config("no monitor", None)]
-    configs += [Config(f"interval {i * 1000:g} ms", i) for i in intervals]
-    if args.loop == "asyncio":
-        configs.append(Config(f"interval {intervals[0] * 1000:g} ms, no util", intervals[0], False))
-    common = {"loop": args.loop, "seconds": args.seconds, "rounds": args.rounds}
-    print(f"loop={args.loop} seconds={args.seconds} rounds={args.rounds}")
-    workloads = [
-        ("(a) idle: CPU per second of loop time", "us/s", 1e6, idle),
-        ("(b1) callbacks per CPU second", "k/s", 1e-3, callbacks),
-        ("(b2) task steps per CPU second", "k/s", 1e-3, tasks),
-    ]
-    for title, unit, scale, workload in workloads:
-        results = measure(configs, workload, **common)
-        print("\n" + table(title, unit, scale, results, configs))
+    result = measure(loop=args.loop, seconds=args.seconds, rounds=args.rounds, intervals=intervals)
+    print(markdown(result))
 
 
 if __name__ == "__main__":

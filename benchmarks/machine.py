@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -49,6 +50,14 @@ def _os_name() -> str:
     return platform.platform()
 
 
+def _ehash() -> int:
+    """Buckets of the kernel's TCP established hash: a netlink dump walks them all."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/tcp_ehash_entries").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
 def describe() -> dict[str, Any]:
     cpu = _lscpu()
     versions = {}
@@ -70,6 +79,7 @@ def describe() -> dict[str, Any]:
         "sysfs_cpufreq": os.path.exists("/sys/devices/system/cpu/cpu0/cpufreq")
         or os.path.exists("/sys/devices/system/cpu/cpufreq/policy0"),
         "strace": shutil.which("strace") or "",
+        "tcp_ehash_entries": _ehash(),
         "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "argv": " ".join(["python", *sys.argv]),

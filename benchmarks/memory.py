@@ -1,10 +1,10 @@
 """Memory: the RSS that import + instrument() add, and tracemalloc growth over many collections.
 
-Each measurement runs in a fresh child process (``python benchmarks/memory.py ...``),
-so that nothing imported by the harness is counted:
+Each measurement runs in a fresh child process, so that nothing the harness
+imported is counted:
 
-    python benchmarks/memory.py rss MODE           # JSON: RSS after each step
-    python benchmarks/memory.py leak CONFIG N      # JSON: tracemalloc checkpoints
+    python benchmarks/memory.py rss MODE        # JSON: RSS after each step
+    python benchmarks/memory.py leak CONFIG N   # JSON: tracemalloc checkpoints
 """
 
 from __future__ import annotations
@@ -18,10 +18,41 @@ import subprocess
 import sys
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-RSS_MODES = ("sdk", "ours_default", "ours_everything", "peer_default", "peer_process")
+HERE = Path(__file__).resolve().parent
+RSS_MODES = ("sdk", "ours_default", "ours_everything", "peer_default")
+LEAK_LIMIT = 16 * 1024
+"""Traced growth allowed from the first to the last checkpoint: under one byte per
+collection over 20,000, where a leak of one small object each time shows ~1 MB."""
+
+
+@dataclass(frozen=True)
+class Rss:
+    """Median RSS (bytes) of fresh children: with the bare SDK, then what each step adds."""
+
+    mode: str
+    sdk: float
+    import_added: float
+    instrument_added: float
+
+
+@dataclass(frozen=True)
+class Leak:
+    config: str
+    collections: int
+    checkpoints: list[int]
+    """Traced bytes above the baseline at each tenth of the collections."""
+
+    @property
+    def growth(self) -> int:
+        return self.checkpoints[-1] - self.checkpoints[0] if self.checkpoints else 0
+
+    @property
+    def ok(self) -> bool:
+        return abs(self.growth) < LEAK_LIMIT
 
 
 def _rss() -> int:
@@ -29,9 +60,22 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _instrument(mode: str, provider: Any) -> None:
+    if mode.startswith("ours"):
+        from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
+
+        everything = {"include": ("*", "system.network.connection.count"), "per_thread": True}
+        kwargs: dict[str, Any] = everything if mode == "ours_everything" else {}
+        ProcessMetrics(ProcessMetricsOptions(**kwargs), meter_provider=provider)
+    elif mode == "peer_default":
+        os.environ.pop("OTEL_PYTHON_SYSTEM_METRICS_EXCLUDED_METRICS", None)
+        from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
+
+        SystemMetricsInstrumentor().instrument(meter_provider=provider)
+
+
 def rss_child(mode: str) -> dict[str, int]:
-    """RSS after: the SDK with one reader (the baseline), import, instrument(), one collection."""
-    steps: dict[str, int] = {}
+    """RSS with the SDK and one reader, after the import, after instrumenting and 3 collections."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -39,117 +83,72 @@ def rss_child(mode: str) -> dict[str, int]:
     provider = MeterProvider(metric_readers=[reader])
     reader.get_metrics_data()
     gc.collect()
-    steps["sdk"] = _rss()
+    steps = {"sdk": _rss()}
     if mode.startswith("ours"):
-        from opentelemetry.instrumentation.process import ProcessInstrumentor
-
-        steps["import"] = _rss()
-        if mode == "ours_default":
-            ProcessInstrumentor().instrument(meter_provider=provider)
-        else:
-            ProcessInstrumentor().instrument(
-                meter_provider=provider,
-                include=["*", "system.network.connection.count"],
-                per_thread=True,
-                per_cpu=True,
-                cpu_frequency=True,
-            )
+        import opentelemetry.instrumentation.process
     elif mode.startswith("peer"):
-        os.environ.pop("OTEL_PYTHON_SYSTEM_METRICS_EXCLUDED_METRICS", None)
-        from opentelemetry.instrumentation.system_metrics import (
-            _DEFAULT_CONFIG,
-            SystemMetricsInstrumentor,
-        )
-
-        steps["import"] = _rss()
-        # As subjects.peer_process_config(), which is not imported here: it would
-        # import this package and count it in the peer's RSS.
-        config = (
-            {
-                k: v
-                for k, v in _DEFAULT_CONFIG.items()
-                if k.startswith(("process.", "cpython.")) and not k.startswith("process.runtime.")
-            }
-            if mode == "peer_process"
-            else None
-        )
-        SystemMetricsInstrumentor(config=config).instrument(meter_provider=provider)
-    else:
-        steps["import"] = steps["sdk"]
-    gc.collect()
-    steps["instrument"] = _rss()
+        import opentelemetry.instrumentation.system_metrics  # noqa: F401
+    steps["import"] = _rss()
+    _instrument(mode, provider)
     for _ in range(3):
         reader.get_metrics_data()
     gc.collect()
-    steps["collected"] = _rss()
+    steps["instrumented"] = _rss()
     return steps
 
 
 def leak_child(config: str, n: int) -> dict[str, Any]:
-    """tracemalloc's traced size at checkpoints over ``n`` collections of one configuration."""
-    sys.path.insert(0, HERE)
+    """tracemalloc's traced size at each tenth of ``n`` collections of one configuration."""
+    sys.path.insert(0, str(HERE))
     import configs
     import subjects
 
-    idle = subjects.IdleThreads()
-    idle.resize(configs.WITH_THREADS_N)
-    subject = subjects.ours(config, configs.ours()[config])
-    tracemalloc.start(1)  # one frame: where each block was allocated
+    options, text = {**configs.main(), **configs.threads()}[config]
+    subject = subjects.ours(config, options, text)
+    tracemalloc.start(1)
     for _ in range(max(100, n // 100)):  # warm-up: SDK storage, interned attribute sets
         subject.collect()
-    # Checkpoints go into storage allocated before the baseline: appending to a list
-    # would itself show as growth.
     step = max(1, n // 10)
-    marks = array.array("q", [0] * (n // step))
+    marks = array.array("q", [0] * (n // step))  # allocated before the baseline
     gc.collect()
-    first = tracemalloc.take_snapshot()
     base = tracemalloc.get_traced_memory()[0]
     for i in range(1, n + 1):
         subject.collect()
         if i % step == 0:
             gc.collect()
             marks[i // step - 1] = tracemalloc.get_traced_memory()[0] - base
-    last = tracemalloc.take_snapshot()
     tracemalloc.stop()
-    checkpoints = [((j + 1) * step, marks[j]) for j in range(len(marks))]
-    top = [
-        {"where": str(d.traceback[0]), "size_diff": d.size_diff, "count_diff": d.count_diff}
-        for d in last.compare_to(first, "lineno")[:5]
-    ]
-    idle.resize(0)
-    return {"config": config, "collections": n, "checkpoints": checkpoints, "top": top}
+    return {"config": config, "collections": n, "checkpoints": list(marks)}
 
 
 def _child(args: list[str]) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, os.path.join(HERE, "memory.py"), *args],
+        [sys.executable, str(HERE / "memory.py"), *args],
         capture_output=True,
         text=True,
         check=True,
-        timeout=600,
+        timeout=900,
     )
-    result: dict[str, Any] = json.loads(out.stdout)
-    return result
-
-
-def rss(repeats: int) -> dict[str, Any]:
-    """Median RSS steps over ``repeats`` children per mode, and each mode's added RSS."""
-    found: dict[str, Any] = {}
-    for mode in RSS_MODES:
-        runs = [_child(["rss", mode]) for _ in range(repeats)]
-        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-        found[mode] = {
-            **med,
-            "import_added": med["import"] - med["sdk"],
-            "added": med["collected"] - med["sdk"],
-        }
+    found: dict[str, Any] = json.loads(out.stdout)
     return found
 
 
-def leaks(runs: list[tuple[str, int]]) -> list[dict[str, Any]]:
-    """The leak children, two at a time (nothing is being timed meanwhile)."""
+def rss(repeats: int) -> list[Rss]:
+    found = []
+    for mode in RSS_MODES:
+        runs = [_child(["rss", mode]) for _ in range(repeats)]
+        med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        found.append(
+            Rss(mode, med["sdk"], med["import"] - med["sdk"], med["instrumented"] - med["import"])
+        )
+    return found
+
+
+def leaks(runs: list[tuple[str, int]]) -> list[Leak]:
+    """The leak children, two at a time (nothing is timed meanwhile)."""
     with ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(lambda r: _child(["leak", r[0], str(r[1])]), runs))
+        found = pool.map(lambda r: _child(["leak", r[0], str(r[1])]), runs)
+        return [Leak(**x) for x in found]
 
 
 def main() -> None:

@@ -1,9 +1,9 @@
-"""Benchmark of the refresh configurations, side by side with the peers, in one run.
+"""The benchmark: this package beside the peers, the SDK floor and bare reads, in one run.
 
-    python benchmarks/run.py            # full run (a few minutes): results/ and docs/benchmarks.md
-    python benchmarks/run.py --smoke    # CI: a few iterations of every phase; asserts only counts
+    python benchmarks/run.py            # full run: results/, plots and docs/benchmarks.md
+    python benchmarks/run.py --smoke    # CI: every phase a few times; asserts only exact counts
 
-See docs/benchmarks.md for the method and the figures.
+The method and the figures are in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -11,30 +11,38 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+PLOTS = ROOT / "docs" / "_static" / "benchmarks"
 sys.path.insert(0, str(HERE))
 
 import analysis  # noqa: E402
 import breakdown  # noqa: E402
+import components  # noqa: E402
 import configs  # noqa: E402
 import counts  # noqa: E402
+import crowds  # noqa: E402
+import latency  # noqa: E402
 import machine  # noqa: E402
 import memory  # noqa: E402
 import percpu  # noqa: E402
 import report  # noqa: E402
 import scaling  # noqa: E402
-import subjects  # noqa: E402
 import timing  # noqa: E402
+from analysis import Check, Goal  # noqa: E402
+from breakdown import Breakdown  # noqa: E402
+from components import Component  # noqa: E402
+from counts import Count  # noqa: E402
+from latency import Lateness  # noqa: E402
+from memory import Leak, Rss  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -44,51 +52,66 @@ class Plan:
     rounds: int
     pause: float
     back_to_back: int
-    thread_counts: tuple[int, ...]
-    thread_rounds: int
-    metric_ks: tuple[int, ...]
-    metric_rounds: int
-    percpu_rounds: int
-    synthetic_cpus: tuple[int, ...]
+    thread_xs: tuple[int, ...]
+    socket_xs: tuple[int, ...]
+    cpu_xs: tuple[int, ...]
+    sweep_rounds: int
+    latency_seconds: float
+    latency_blocks: int
     rss_repeats: int
     leak_collections: int
     count_collections: int
-    bootstrap: int
-    breakdown_rounds: int
+    quick_components: bool
 
 
 FULL = Plan(
-    rounds=300,
+    rounds=200,
     pause=0.03,
     back_to_back=200,
-    thread_counts=(0, 16, 64, 128, 256),
-    thread_rounds=60,
-    metric_ks=(1, 2, 4, 8, 12, 16, 23, 30, 36),
-    metric_rounds=40,
-    percpu_rounds=100,
-    synthetic_cpus=(2, 16, 64, 256),
+    thread_xs=(0, 100, 500, 2000),
+    socket_xs=(0, 1000, 10_000),
+    cpu_xs=(2, 16, 64, 256),
+    sweep_rounds=40,
+    latency_seconds=2.0,
+    latency_blocks=3,
     rss_repeats=5,
     leak_collections=20_000,
-    count_collections=3,
-    bootstrap=2000,
-    breakdown_rounds=60,
+    count_collections=2,
+    quick_components=False,
 )
 SMOKE = Plan(
     rounds=3,
     pause=0.002,
     back_to_back=3,
-    thread_counts=(0, 4),
-    thread_rounds=2,
-    metric_ks=(1, 23),
-    metric_rounds=2,
-    percpu_rounds=3,
-    synthetic_cpus=(2, 8),
+    thread_xs=(0, 20),
+    socket_xs=(0, 100),
+    cpu_xs=(2, 8),
+    sweep_rounds=2,
+    latency_seconds=0.1,
+    latency_blocks=1,
     rss_repeats=1,
     leak_collections=200,
     count_collections=1,
-    bootstrap=50,
-    breakdown_rounds=2,
+    quick_components=True,
 )
+
+
+@dataclass
+class Results:
+    info: dict[str, Any]
+    main: analysis.MainRun
+    threads: scaling.Sweep
+    sockets: scaling.Sweep
+    cpus: scaling.Sweep
+    latency: list[Lateness]
+    counts: list[Count]
+    rss: list[Rss]
+    leaks: list[Leak]
+    components: list[Component]
+    goals: list[Goal] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    breakdowns: list[Breakdown] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
 
 
 QUIET = False  # the smoke run prints its report only
@@ -99,179 +122,174 @@ def log(message: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def run_counts(plan: Plan, workdir: Path) -> dict[str, Any]:
-    """Exact counts in child processes: audit hook always, strace when installed."""
-    script = str(HERE / "counts.py")
-    n = str(plan.count_collections)
-    out = subprocess.run(
-        [sys.executable, script, "--mode", "audit", "--collections", n],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
+def main_run(plan: Plan) -> analysis.MainRun:
+    """Ours, the peers, their SDK floors and bare reads, interleaved, then back to back."""
+    timed = configs.build_main()
+    log(f"main run: {plan.rounds} rounds x {len(timed)} subjects, {plan.pause * 1e3:g} ms pauses")
+    samples = timing.interleaved(timed, plan.rounds, plan.pause, budget=900)
+    log(f"back to back: {plan.back_to_back} collections per subject")
+    b2b = timing.back_to_back(timed, plan.back_to_back, budget=120)
+    run = analysis.MainRun(
+        samples=samples,
+        stats={k: timing.stat(v) for k, v in samples.values.items() if v},
+        shapes={s.name: s.shape for s in timed},
+        groups={s.name: s.group for s in timed},
+        descriptions={s.name: s.description for s in timed},
+        refresh={s.name: _median(s.refresh) for s in timed if s.refresh},
+        back_to_back={k: timing.stat(v) for k, v in b2b.values.items() if v},
     )
-    found: dict[str, Any] = {"audit": json.loads(out.stdout), "strace": None}
-    strace = shutil.which("strace")
-    if strace and sys.platform.startswith("linux"):
-        log_file = workdir / "strace.log"
-        cmd = [strace, "-f", "-qq", "-e", "trace=open,openat,openat2", "-o", str(log_file)]
-        base = [sys.executable, script, "--mode", "strace", "--collections", n]
-        fast = [*cmd[:1], "--seccomp-bpf", *cmd[1:], *base]
-        done = subprocess.run(fast, capture_output=True, timeout=300)
-        if done.returncode != 0:  # an older strace, or seccomp refused: plain ptrace
-            done = subprocess.run([*cmd, *base], capture_output=True, timeout=600)
-        if done.returncode == 0:
-            found["strace"] = counts.parse_strace(log_file.read_text())
-        else:
-            found["strace_error"] = done.stderr.decode(errors="replace")[-500:]
-        log_file.unlink(missing_ok=True)
+    for s in timed:
+        s.close()
+    return run
+
+
+def _median(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+    return statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+
+
+def thread_phase(plan: Plan) -> tuple[scaling.Sweep, list[Lateness]]:
+    sweep_plan = scaling.Plan(plan.sweep_rounds, plan.pause, budget=240)
+    idle = crowds.IdleThreads()
+    log(f"threads: {plan.thread_xs} idle threads")
+    threads = scaling.threads(plan.thread_xs, sweep_plan, idle)
+    x = 500 if 500 in plan.thread_xs else max(plan.thread_xs)
+    log(f"GIL lateness at {x} idle threads")
+    idle.resize(x)
+    timed = scaling.ours({k: v for k, v in configs.threads().items() if k != "per_thread_cap10"})
+    try:
+        for s in timed:
+            s.warm_up()
+        late = latency.measure(timed, plan.latency_seconds, plan.latency_blocks)
+    finally:
+        for s in timed:
+            s.close()
+        idle.resize(0)
+    return threads, late
+
+
+def measure(plan: Plan, info: dict[str, Any]) -> Results:
+    log("counts: opens and psutil calls per collection (child processes)")
+    found = counts.measure(plan.count_collections)
+    run = main_run(plan)
+    threads, late = thread_phase(plan)
+    log(f"sockets: {plan.socket_xs} loopback sockets")
+    sweep_plan = scaling.Plan(plan.sweep_rounds, plan.pause, budget=240)
+    sockets = scaling.sockets(plan.socket_xs, sweep_plan)
+    log(f"CPUs: procfs files of {plan.cpu_xs} CPUs")
+    cpus = percpu.cpus(plan.cpu_xs, sweep_plan)
+    log("memory: RSS and tracemalloc in child processes")
+    rss = memory.rss(plan.rss_repeats)
+    leaks = memory.leaks(
+        [("default", plan.leak_collections), ("everything", plan.leak_collections // 4)]
+    )
+    log("components: the standalone benchmarks, each in a child process")
+    parts = components.measure_all(plan.quick_components)
+    return Results(info, run, threads, sockets, cpus, late, found, rss, leaks, parts)
+
+
+def analyse(r: Results) -> None:
+    r.goals = analysis.goals(r.main, r.threads, r.sockets, r.counts)
+    r.checks = analysis.checks(r.counts)
+    r.breakdowns = [
+        breakdown.breakdown(r.main, "default", "bare_default"),
+        breakdown.breakdown(r.main, "everything", None),
+    ]
+
+
+def write(r: Results, out: Path, *, docs: bool) -> dict[str, str]:
+    """bench.json (pyperf), results.json, summary.md; with ``docs``, the docs page."""
+    samples = {"main": r.main.samples} | {
+        f"{s.name}/{p.x}": timing.Samples(p.values)
+        for s in (r.threads, r.sockets, r.cpus)
+        for p in s.points
+    }
+    meta = {"cpu_model_name": str(r.info["cpu_model"]), "python_version": str(r.info["python"])}
+    timing.dump_suite(samples, r.main.descriptions, str(out / "bench.json"), meta)
+    values = report.tables(r) | report.figures(r)
+    data = {"results": _plain(r), "placeholders": values}
+    (out / "results.json").write_text(json.dumps(data, indent=1, default=str))
+    (out / "summary.md").write_text(report.summary(values))
+    if docs:
+        render(values)
+    return values
+
+
+def _plain(r: Results) -> dict[str, Any]:
+    """The typed results as JSON, without the raw samples (they are in bench.json)."""
+    found = asdict(r)
+    found["main"].pop("samples")
+    for name in ("threads", "sockets", "cpus"):
+        for p in found[name]["points"]:
+            p.pop("values")
     return found
 
 
+def render(values: dict[str, str]) -> None:
+    template = (HERE / "docs_template.md").read_text()
+    (ROOT / "docs" / "benchmarks.md").write_text(report.fill(template, values))
+    log("wrote docs/benchmarks.md")
+
+
 def render_only(path: Path) -> int:
-    results = json.loads(path.read_text())
-    (path.parent / "summary.md").write_text(report.summary(results))
-    docs = report.docs(results, (HERE / "docs_template.md").read_text())
-    (ROOT / "docs" / "benchmarks.md").write_text(docs)
-    log(f"rewrote {path.parent / 'summary.md'} and docs/benchmarks.md from {path}")
+    values = json.loads(path.read_text())["placeholders"]
+    (path.parent / "summary.md").write_text(report.summary(values))
+    render(values)
     return 0
 
 
-def main() -> int:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a few iterations (CI)")
+    parser.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
     parser.add_argument(
-        "--out",
-        type=Path,
-        help="results folder (default: benchmarks/results, or a temporary folder with --smoke)",
+        "--no-docs", action="store_true", help="leave docs/benchmarks.md and the plots alone"
     )
-    parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
-    parser.add_argument("--rounds", type=int, help="override the number of interleaved rounds")
+    parser.add_argument("--rounds", type=int, help="override the main run's interleaved rounds")
     parser.add_argument(
         "--render-only",
         type=Path,
         metavar="RESULTS_JSON",
-        help="measure nothing: rewrite summary.md and docs/benchmarks.md from a results.json",
+        help="measure nothing: rewrite summary.md and the docs page from a results.json",
     )
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = arguments()
     if args.render_only:
         return render_only(args.render_only)
     global QUIET
     QUIET = args.smoke
-    plan = SMOKE if args.smoke else FULL
-    if args.rounds:
-        plan = Plan(**{**asdict(plan), "rounds": args.rounds})
-    tmp = tempfile.TemporaryDirectory(prefix="bench-")
-    out = args.out or (Path(tmp.name) if args.smoke else HERE / "results")
-    out.mkdir(parents=True, exist_ok=True)
+    plan = replace(
+        SMOKE if args.smoke else FULL, **({"rounds": args.rounds} if args.rounds else {})
+    )
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        out = args.out or (Path(tmp) if args.smoke else HERE / "results")
+        out.mkdir(parents=True, exist_ok=True)
+        return run(plan, out, smoke=args.smoke, docs=not (args.smoke or args.no_docs))
+
+
+def run(plan: Plan, out: Path, *, smoke: bool, docs: bool) -> int:
     started = time.monotonic()
-    info = machine.describe()
-    info["mode"] = "smoke" if args.smoke else "full"
-    info["plan"] = asdict(plan)
+    info = machine.describe() | {"mode": "smoke" if smoke else "full", "pause_ms": plan.pause * 1e3}
     log(f"{info['mode']} run on {info['cpu_model']}, {info['logical_cpus']} CPUs")
-
-    log("counts: psutil calls and opens per collection (child processes)")
-    counts = run_counts(plan, Path(tmp.name))
-
-    idle = subjects.IdleThreads()
-    idle.resize(configs.WITH_THREADS_N)
-    log("building every configuration (one warm-up collection each)")
-    main_subjects = subjects.build_main()
-    fresh = {
-        s.name: s.collect.check_fresh()
-        for s in main_subjects
-        if isinstance(s.collect, subjects.KernelFloor)
-    }
-    descriptions = {s.name: s.description for s in main_subjects}
-    shapes = {
-        s.name: {
-            "group": s.group,
-            "instruments": s.instruments,
-            "points": s.points,
-            "description": s.description,
-            "sources": [x.name for x in s.live.cache.sources] if s.live else [],
-        }
-        for s in main_subjects
-    }
-
-    est = plan.rounds * len(main_subjects) * (plan.pause + 0.002)
-    log(
-        f"interleaved: {plan.rounds} rounds x {len(main_subjects)} subjects, "
-        f"{plan.pause * 1e3:.0f} ms pause before each (about {est:.0f} s)"
-    )
-    main_run = timing.interleaved(main_subjects, plan.rounds, plan.pause, budget=900)
-    log(f"back to back: {plan.back_to_back} collections per subject, no pause")
-    b2b = timing.back_to_back(main_subjects, plan.back_to_back)
-
-    log("per-CPU work")
-    cpu_host = percpu.host(plan.percpu_rounds, plan.pause)
-    cpu_synth = percpu.synthetic(list(plan.synthetic_cpus), plan.percpu_rounds)
-
-    for s in main_subjects:
-        s.close()
-
-    log("breakdown: the parts of one collection of ours")
-    parts = {
-        name: breakdown.breakdown(name, plan.breakdown_rounds, plan.pause)
-        for name in ("process_set", "default")
-    }
-    idle.resize(0)
-
-    log("scaling: threads")
-    threads = scaling.threads(list(plan.thread_counts), plan.thread_rounds, plan.pause, idle)
-    log("scaling: number of metrics")
-    metric_sweep = scaling.metrics(list(plan.metric_ks), plan.metric_rounds, plan.pause)
-
-    log("memory: RSS in child processes")
-    rss = memory.rss(plan.rss_repeats)
-    log(f"memory: tracemalloc over {plan.leak_collections} collections (two children)")
-    leaks = memory.leaks(
-        [("default", plan.leak_collections), ("with_threads", plan.leak_collections // 4)]
-    )
-    info["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
+    r = measure(plan, info)
+    info["loadavg_end"] = os.getloadavg()
     info["duration_s"] = round(time.monotonic() - started)
+    analyse(r)
+    if docs:
+        import plots
 
-    benches = timing.to_benchmarks("interleaved", main_run, descriptions)
-    benches += timing.to_benchmarks("back_to_back", b2b, descriptions)
-    pyperf_meta = {
-        "cpu_model_name": str(info["cpu_model"]),
-        "cpu_count": str(info["logical_cpus"]),
-        "python_version": str(info["python"]),
-        "platform": f"{info['os']}, Linux {info['kernel']}",
-    }
-    timing.dump_suite(benches, str(out / "bench.json"), pyperf_meta)
-
-    results = analysis.analyse(
-        info=info,
-        shapes=shapes,
-        main_run=main_run,
-        b2b=b2b,
-        counts=counts,
-        fresh=fresh,
-        parts=parts,
-        cpu_host=cpu_host,
-        cpu_synth=cpu_synth,
-        threads=threads,
-        metric_sweep=metric_sweep,
-        rss=rss,
-        leaks=leaks,
-        resamples=plan.bootstrap,
-    )
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    summary = report.summary(results)
-    (out / "summary.md").write_text(summary)
-    if not args.smoke and not args.no_docs:
-        docs = report.docs(results, (HERE / "docs_template.md").read_text())
-        (ROOT / "docs" / "benchmarks.md").write_text(docs)
-        log("wrote docs/benchmarks.md")
-    log(f"wrote {out}/bench.json, results.json, summary.md in {info['duration_s']} s")
-    problems = analysis.check_counts(results)
-    if args.smoke:
-        print(report.smoke(results))
-    for p in problems:
-        log(f"COUNT CHECK FAILED: {p}")
-    tmp.cleanup()
-    return 1 if problems else 0
+        made = plots.draw_all([r.threads, r.sockets, r.cpus], PLOTS)
+        r.plots = [str(p.relative_to(ROOT / "docs")) for p in made]
+    write(r, out, docs=docs)
+    log(f"wrote {out} in {info['duration_s']} s")
+    if smoke:
+        print(report.smoke(r.checks, r.main.samples.rounds, info["duration_s"]))
+    failed = [c for c in r.checks if not c.ok]
+    for c in failed:
+        log(f"COUNT CHECK FAILED: {c.what}: {c.measured}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,83 +1,113 @@
-"""Cost against the number of threads (per-thread on) and of enabled metrics.
+"""Cost against what grows: threads and sockets (CPUs: percpu.py), one sweep point at a time.
 
-Both sweeps use the same interleaved, paused timing as the main run, one sweep
-point at a time (the thread count belongs to the whole process).
+The thread count, the open sockets and the procfs files belong to the whole
+process, so each point of a sweep is its own interleaved run, with every
+subject and its own SDK floor (built at that point: the points reported change).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from opentelemetry.sdk.metrics.export import MetricsData
+import psutil
 
 import configs
+import crowds
 import subjects
 import timing
 from opentelemetry.instrumentation.process import ProcessMetricsOptions
+from subjects import Shape, Subject
 
 
-def threads(
-    counts: list[int], rounds: int, pause: float, idle: subjects.IdleThreads
-) -> dict[str, Any]:
-    """default against default + per_thread, at each count of extra idle threads."""
-    before = len(idle)
-    rows = []
-    live = [
-        subjects.ours("default", ProcessMetricsOptions()),
-        subjects.ours("per_thread", ProcessMetricsOptions(per_thread=True)),
-    ]
+@dataclass
+class Point:
+    """One sweep point: each subject's statistics and raw samples."""
+
+    x: int
+    stats: dict[str, timing.Stat]
+    shapes: dict[str, Shape]
+    values: dict[str, list[float]]
+
+
+@dataclass
+class Sweep:
+    name: str
+    axis: str
+    points: list[Point] = field(default_factory=list)
+    groups: dict[str, str] = field(default_factory=dict)
+    descriptions: dict[str, str] = field(default_factory=dict)
+
+    def at(self, x: int) -> Point:
+        return next(p for p in self.points if p.x == x)
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int
+    pause: float
+    budget: float
+
+
+def sweep(
+    name: str,
+    axis: str,
+    xs: Sequence[int],
+    set_x: Callable[[int], None],
+    subjects_: list[Subject],
+    plan: Plan,
+) -> Sweep:
+    """Time ``subjects_`` and the SDK floor of each OpenTelemetry one at every ``x``."""
+    found = Sweep(name, axis)
+    for x in xs:
+        set_x(x)
+        for s in subjects_:
+            s.warm_up()
+        floors = [
+            subjects.floor_of(s)
+            for s in subjects_
+            if s.group in ("ours", "peer") and s.shape.points
+        ]
+        every = subjects_ + floors
+        samples = timing.interleaved(every, plan.rounds, plan.pause, budget=plan.budget)
+        stats = {k: timing.stat(v) for k, v in samples.values.items() if v}
+        found.points.append(Point(x, stats, {s.name: s.shape for s in every}, samples.values))
+        found.groups.update({s.name: s.group for s in every})
+        found.descriptions.update({s.name: s.description for s in every})
+        for f in floors:
+            f.close()
+    return found
+
+
+def ours(table: dict[str, tuple[ProcessMetricsOptions, str]]) -> list[Subject]:
+    return [subjects.ours(name, options, text) for name, (options, text) in table.items()]
+
+
+def threads(xs: Sequence[int], plan: Plan, idle: crowds.IdleThreads) -> Sweep:
+    """Ours per_thread off, capped at 10 series and at the default 200, the peer, psutil."""
+    timed = ours(configs.threads())
+    timed.append(subjects.peer("peer_default", None, "SystemMetricsInstrumentor()"))
+    proc = psutil.Process()
+    timed.append(subjects.bare("psutil_threads", proc.threads, "psutil.Process().threads()"))
     try:
-        for n in counts:
-            idle.resize(n)
-            for s in live:
-                s.measure_shape()
-            samples = timing.interleaved(live, rounds, pause, warmup_rounds=1, budget=120)
-            row: dict[str, Any] = {"extra_threads": n}
-            for s in live:
-                st = timing.stat(samples.values[s.name])
-                row[s.name] = {"median": st.median, "mad": st.mad, "points": s.points}
-            rows.append(row)
+        return sweep("threads", "extra idle threads", xs, idle.resize, timed, plan)
     finally:
-        for s in live:
+        for s in timed:
             s.close()
-        idle.resize(before)
-    return {"rows": rows, "max_thread_series": ProcessMetricsOptions().max_thread_series}
+        idle.resize(0)
 
 
-def metrics(ks: list[int], rounds: int, pause: float) -> dict[str, Any]:
-    """The first k metrics of the table (no options, no exact-only), and their SDK floor."""
-    order = configs.scaling_order()
-    ks = sorted({min(k, len(order)) for k in ks})
-    live: list[subjects.Subject] = []
+def sockets(xs: Sequence[int], plan: Plan) -> Sweep:
+    """Ours direct and through psutil, the peer's default, psutil.net_connections()."""
+    timed = ours(configs.sockets())
+    timed.append(subjects.peer("peer_default", None, "SystemMetricsInstrumentor()"))
+    timed.append(
+        subjects.bare("net_connections", subjects.net_connections, "psutil.net_connections('inet')")
+    )
+    held = crowds.LoopbackSockets()
     try:
-        for k in ks:
-            s = subjects.ours(f"k={k}", configs.only(order[:k]), f"first {k} metrics")
-            s.measure_shape()
-            assert s.reader is not None
-            data = s.reader.get_metrics_data()
-            assert isinstance(data, MetricsData)
-            floor = subjects.floor_like(f"floor k={k}", data, "its SDK floor")
-            floor.measure_shape()
-            live += [s, floor]
-        samples = timing.interleaved(live, rounds, pause, warmup_rounds=1, budget=180)
-        rows = []
-        for i, k in enumerate(ks):
-            s, floor = live[2 * i], live[2 * i + 1]
-            assert s.live is not None
-            ours_st = timing.stat(samples.values[s.name])
-            floor_st = timing.stat(samples.values[floor.name])
-            rows.append(
-                {
-                    "k": k,
-                    "added": order[k - 1],
-                    "sources": len(s.live.cache.sources),
-                    "points": s.points,
-                    "median": ours_st.median,
-                    "mad": ours_st.mad,
-                    "floor": floor_st.median,
-                }
-            )
+        return sweep("sockets", "loopback sockets", xs, held.resize, timed, plan)
     finally:
-        for s in live:
+        for s in timed:
             s.close()
-    return {"rows": rows, "order": order}
+        held.close()

@@ -273,10 +273,11 @@ EVERYTHING: dict[str, Any] = {
     "saturation": True,
     "gc_pause_histogram": True,
 }
-# With direct reads off, psutil is the source wherever it has the value, and two of
-# its calls read files that another source reads too: net_connections() lists the
-# fds of every process (this one's too), swap_memory() reads meminfo and vmstat.
-PSUTIL_REREADS = {"/proc/self/fd", "/proc/meminfo", "/proc/vmstat"}
+# With direct reads off, psutil is the source wherever it has the value, and three
+# of its calls read files that another source reads too: net_connections() lists
+# the fds of every process (this one's too), swap_memory() reads meminfo and
+# vmstat, num_threads() reads status, which signals_pending (no psutil API) reads.
+PSUTIL_REREADS = {"/proc/self/fd", "/proc/meminfo", "/proc/vmstat", "/proc/self/status"}
 
 
 @linux_only
@@ -289,8 +290,19 @@ PSUTIL_REREADS = {"/proc/self/fd", "/proc/meminfo", "/proc/vmstat"}
         {**EVERYTHING, "thread_series_by": "name"},
         {**EVERYTHING, "direct_reads": False},
         {**EVERYTHING, "thread_series_by": "name", "direct_reads": False},
+        {"include": ["process.signals_pending"]},
+        {"include": ["process.signals_pending"], "direct_reads": False},
     ],
-    ids=["default", "per_thread", "everything", "by_name", "no_direct", "by_name_no_direct"],
+    ids=[
+        "default",
+        "per_thread",
+        "everything",
+        "by_name",
+        "no_direct",
+        "by_name_no_direct",
+        "signals",
+        "signals_no_direct",
+    ],
 )
 def test_each_file_is_opened_once_per_collection(
     options: dict[str, Any],

@@ -1,0 +1,74 @@
+"""The standalone benchmarks of single components, folded into the run.
+
+Each module below has ``measure(quick) -> <its typed result>`` and
+``markdown(result) -> str``, and can still be run alone. ``run.py`` runs each in a
+child process (some add an audit hook, which cannot be removed and would tax
+every collection timed after it) and keeps its Markdown and its data.
+
+    python benchmarks/components.py NAME quick|full   # JSON on stdout
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+
+COMPONENTS = {
+    "gc_pauses": "Time each garbage collection pays for the GC pause recorder",
+    "loop_lag": "Overhead of the event-loop lag probe",
+    "direct_reads": "The direct Linux readers against the psutil calls they replace",
+    "cgroup_readers": "The cgroup and pressure readers against bare reads of the same files",
+    # HOOK: benchmarks/saturation.py (being written on another branch). When it
+    # lands with measure(quick) and markdown(result), it is run and reported
+    # like the others; until then the report says it is missing.
+    "saturation": "Saturation under load (benchmarks/saturation.py)",
+}
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    title: str
+    command: str
+    markdown: str
+    data: Any
+    missing: str = ""
+
+
+def measure_all(quick: bool) -> list[Component]:
+    return [measure_one(name, quick) for name in COMPONENTS]
+
+
+def measure_one(name: str, quick: bool) -> Component:
+    title, command = COMPONENTS[name], f"python benchmarks/{name}.py"
+    if not (HERE / f"{name}.py").exists():
+        return Component(name, title, command, "", None, f"benchmarks/{name}.py is not here yet")
+    mode = "quick" if quick else "full"
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).resolve()), name, mode],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    if done.returncode != 0:
+        return Component(name, title, command, "", None, f"failed: {done.stderr[-400:]}")
+    found = json.loads(done.stdout)
+    return Component(name, title, command, found["markdown"], found["data"])
+
+
+def child(name: str, quick: bool) -> dict[str, Any]:
+    sys.path.insert(0, str(HERE))
+    module = importlib.import_module(name)
+    result = module.measure(quick=quick)
+    return {"markdown": module.markdown(result), "data": asdict(result)}
+
+
+if __name__ == "__main__":
+    print(json.dumps(child(sys.argv[1], sys.argv[2] == "quick")))

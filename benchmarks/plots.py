@@ -1,0 +1,100 @@
+"""Cost per collection against threads, sockets and CPUs, as PNG files for the docs page.
+
+matplotlib comes with the ``bench`` extra (``pip install -e '.[bench]'``, which
+``make bench`` does); the smoke run draws nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from scaling import Sweep
+
+STYLE = {
+    "ours": {"linestyle": "-", "marker": "o"},
+    "peer": {"linestyle": "--", "marker": "s"},
+    "floor": {"linestyle": ":", "marker": ".", "color": "0.45"},
+    "bare": {"linestyle": "-.", "marker": "^"},
+}
+
+
+def draw(
+    sweep: Sweep, names: Sequence[str], title: str, path: Path, *, log_x: bool = False
+) -> None:
+    """One line per subject (median µs per collection, whiskers at the MAD), log scale."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
+    for name in names:
+        _line(ax, sweep, name)
+    ax.set_yscale("log")
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_xticks([p.x for p in sweep.points], [f"{p.x:,}" for p in sweep.points])
+    ax.set_xlabel(sweep.axis)
+    ax.set_ylabel("µs per collection (median, log scale)")
+    ax.set_title(title, fontsize=11)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _line(ax: Any, sweep: Sweep, name: str) -> None:
+    points = [p for p in sweep.points if name in p.stats]
+    if not points:
+        return
+    xs = [p.x for p in points]
+    ys = [p.stats[name].median * 1e6 for p in points]
+    err = [p.stats[name].mad * 1e6 for p in points]
+    style = STYLE[sweep.groups[name]]
+    label = f"{name}: {sweep.descriptions[name]}"
+    ax.errorbar(xs, ys, yerr=err, label=_wrap(label), capsize=2, **style)
+
+
+def _wrap(text: str, width: int = 44) -> str:
+    words, lines, line = text.split(), [], ""
+    for w in words:
+        if line and len(line) + len(w) + 1 > width:
+            lines.append(line)
+            line = w
+        else:
+            line = f"{line} {w}".strip()
+    return "\n".join([*lines, line])
+
+
+FIGURES = {
+    "threads": (
+        "Cost per collection against idle threads",
+        ["per_thread_off", "per_thread_cap10", "per_thread", "peer_default", "psutil_threads"],
+        ["floor_per_thread_cap10", "floor_per_thread", "floor_peer_default"],
+    ),
+    "sockets": (
+        "Cost per collection against open loopback sockets",
+        ["connections", "connections_psutil", "peer_default_set", "peer_default"],
+        ["net_connections", "floor_connections", "floor_peer_default_set", "floor_peer_default"],
+    ),
+    "cpus": (
+        "Host CPU metrics against the CPU count in procfs",
+        ["cpu_total", "cpu_per_cpu", "cpu_frequency", "peer_cpu"],
+        ["floor_cpu_per_cpu", "floor_peer_cpu"],
+    ),
+}
+
+
+def draw_all(sweeps: Sequence[Sweep], folder: Path) -> list[Path]:
+    """One figure per sweep, named after it; returns their paths."""
+    folder.mkdir(parents=True, exist_ok=True)
+    made = []
+    for s in sweeps:
+        title, lines, more = FIGURES[s.name]
+        path = folder / f"{s.name}.png"
+        draw(s, [*lines, *more], title, path, log_x=s.name == "cpus")
+        made.append(path)
+    return made
