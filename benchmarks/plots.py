@@ -15,47 +15,49 @@ from scaling import Sweep
 STYLE = {
     "ours": {"linestyle": "-", "marker": "o"},
     "peer": {"linestyle": "--", "marker": "s"},
-    "floor": {"linestyle": ":", "marker": ".", "color": "0.45"},
+    "floor": {"linestyle": ":", "marker": ".", "alpha": 0.8},
     "bare": {"linestyle": "-.", "marker": "^"},
 }
 
 
-def draw(
-    sweep: Sweep, names: Sequence[str], title: str, path: Path, *, log_x: bool = False
-) -> None:
-    """One line per subject (median µs per collection, whiskers at the MAD), log scale."""
+def draw(sweep: Sweep, names: Sequence[str], title: str, path: Path) -> None:
+    """One line per subject (median µs per collection, whiskers at the MAD), log scale.
+
+    A subject's SDK floor has its colour, dotted. The points of a sweep are
+    evenly spaced, labelled with their value.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.8), dpi=110)
+    fig, ax = plt.subplots(figsize=(8.5, 4.8), dpi=110)
+    colours = {n: f"C{i}" for i, n in enumerate(n for n in names if not n.startswith("floor_"))}
     for name in names:
-        _line(ax, sweep, name)
+        colour = colours.get(name.removeprefix("floor_"), "0.4")
+        _line(ax, sweep, name, colour)
     ax.set_yscale("log")
-    if log_x:
-        ax.set_xscale("log", base=2)
-    ax.set_xticks([p.x for p in sweep.points], [f"{p.x:,}" for p in sweep.points])
+    ax.set_xticks(range(len(sweep.points)), [f"{p.x:,}" for p in sweep.points])
     ax.set_xlabel(sweep.axis)
     ax.set_ylabel("µs per collection (median, log scale)")
     ax.set_title(title, fontsize=11)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.legend(fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
 
 
-def _line(ax: Any, sweep: Sweep, name: str) -> None:
-    points = [p for p in sweep.points if name in p.stats]
-    if not points:
+def _line(ax: Any, sweep: Sweep, name: str, colour: str) -> None:
+    found = [(i, p) for i, p in enumerate(sweep.points) if name in p.stats]
+    if not found:
         return
-    xs = [p.x for p in points]
-    ys = [p.stats[name].median * 1e6 for p in points]
-    err = [p.stats[name].mad * 1e6 for p in points]
+    xs = [i for i, _ in found]
+    ys = [p.stats[name].median * 1e6 for _, p in found]
+    err = [p.stats[name].mad * 1e6 for _, p in found]
     style = STYLE[sweep.groups[name]]
-    label = f"{name}: {sweep.descriptions[name]}"
-    ax.errorbar(xs, ys, yerr=err, label=_wrap(label), capsize=2, **style)
+    label = _wrap(f"{name}: {sweep.descriptions[name]}")
+    ax.errorbar(xs, ys, yerr=err, label=label, capsize=2, color=colour, **style)
 
 
 def _wrap(text: str, width: int = 44) -> str:
@@ -95,6 +97,6 @@ def draw_all(sweeps: Sequence[Sweep], folder: Path) -> list[Path]:
     for s in sweeps:
         title, lines, more = FIGURES[s.name]
         path = folder / f"{s.name}.png"
-        draw(s, [*lines, *more], title, path, log_x=s.name == "cpus")
+        draw(s, [*lines, *more], title, path)
         made.append(path)
     return made

@@ -242,6 +242,7 @@ def figures(r: Results) -> dict[str, str]:
     split = analysis.thread_split(r.threads)
     x, slope = analysis.per_thread_slope(r.threads)
     late = {x.config: x for x in r.latency}
+    top = r.sockets.points[-1].x
     return {
         "default_ratio": analysis.fmt(analysis.ratio(r.main, "peer_default", "default")),
         "peer_set_ratio": analysis.fmt(analysis.ratio(r.main, "peer_default", "peer_default_set")),
@@ -251,7 +252,11 @@ def figures(r: Results) -> dict[str, str]:
         "split_reading": f"{split.reading_us.value:,.0f}",
         "split_sdk": f"{split.sdk_us.value:,.0f}",
         "split_points": f"{split.points[0]} to {split.points[1]}",
+        "slope_off": analysis.fmt(analysis.slope(r.threads, "per_thread_off", x), " µs"),
         "connection_ratio": analysis.fmt(analysis.connection_ratio(r.sockets, 0)),
+        "socket_ours": analysis.fmt(analysis.slope(r.sockets, "connections", top), " µs"),
+        "socket_psutil": analysis.fmt(analysis.slope(r.sockets, "net_connections", top), " µs"),
+        "socket_x": f"{top:,}",
         "late_on": _late(late.get("per_thread")),
         "late_off": _late(late.get("per_thread_off")),
         "late_idle": _late(late.get("no collections")),

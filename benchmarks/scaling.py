@@ -61,7 +61,8 @@ def sweep(
     found = Sweep(name, axis)
     for x in xs:
         set_x(x)
-        for s in subjects_:
+        for s in subjects_:  # twice: a first collection may still see the last point
+            s.warm_up()
             s.warm_up()
         floors = [
             subjects.floor_of(s)
