@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,9 @@ def post_fork(server: Any, worker: Any) -> None:
     # Resource.create() runs here, in the worker: the random service.instance.id
     # is this worker's own. process.pid tells the workers apart at a glance.
     resource = Resource.create({"service.name": service, "process.pid": os.getpid()})
+    if "service.instance.id" not in resource.attributes:
+        # SDKs before 1.43 make none up: give the worker one of its own.
+        resource = resource.merge(Resource({"service.instance.id": str(uuid.uuid4())}))
     provider = MeterProvider(
         metric_readers=[PeriodicExportingMetricReader(_exporter())], resource=resource
     )
