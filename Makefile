@@ -1,12 +1,15 @@
 # Two commands do everything on a fresh machine with Python 3:
 #   make demo   instruments a small workload and prints its metrics (console exporter)
-#   make test   sets up, then runs lint, types, every test, a benchmark smoke run and the docs build
+#   make test   sets up, then runs lint, types, every test, two cells of the version
+#               matrix, a benchmark smoke run and the docs build
+#   make matrix every cell of the version matrix (noxfile.py)
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test setup servers lint typecheck unit compat stress bench bench-smoke docs clean
+.PHONY: demo test setup servers lint typecheck unit lowest-oldest latest-newest matrix stress \
+	bench bench-smoke docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -32,18 +35,24 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
 
-# The oldest supported Python (3.10), where the machine has it: the unit tests only
-# (the version-neutral stress tests, 40 s, run once, in `unit`).
-compat:
-	@py=$$(for c in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10; do \
-	  "$$c" -c 'import sys' >/dev/null 2>&1 && echo "$$c" && break; done); \
-	if [ -n "$$py" ]; then \
-	  "$$py" -m venv .venv-py310 && \
-	  .venv-py310/bin/python -m pip install --quiet -e '.[otlp]' pytest 'hypothesis>=6.100' && \
-	  .venv-py310/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/e2e \
-	    --ignore=tests/test_docs.py --ignore=tests/test_examples.py \
-	    --ignore=tests/test_stress.py; \
-	else echo "compat: python3.10 not found, skipped"; fi
+# The version matrix (noxfile.py): the unit tests with the dependencies at their
+# lowest allowed versions (constraints/lowest.txt) and at the latest, on Python
+# 3.10-3.13 (pyenv's are found; a Python that is missing is skipped, except
+# under CI). Venvs are kept in .nox and reinstalled only when pyproject.toml or
+# the constraints change. `make test` runs two cells: the lowest versions on the
+# oldest Python, with the Linux-only direct reads off so that psutil's portable
+# path runs everywhere, and the latest versions on the newest Python.
+lowest-oldest: $(STAMP)
+	@echo "==> unit tests: lowest allowed versions, Python 3.10, direct reads off (psutil's portable path)"
+	OTEL_PYTHON_PROCESS_METRICS_DIRECT_READS=false $(BIN)/nox -s "unit-3.10(lowest)"
+
+latest-newest: $(STAMP)
+	@echo "==> unit tests: latest versions, Python 3.13"
+	$(BIN)/nox -s "unit-3.13(latest)"
+
+matrix: $(STAMP)
+	@echo "==> unit tests: every cell of the version matrix (lowest and latest, Python 3.10-3.13)"
+	$(BIN)/nox -s unit
 
 # The hardening tests at the sizes of the issue (minutes); `make test` runs short variants.
 stress: $(STAMP)
@@ -59,7 +68,7 @@ bench-smoke: $(STAMP)
 docs: $(STAMP)
 	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
 
-test: setup servers lint typecheck unit compat bench-smoke docs
+test: setup servers lint typecheck unit lowest-oldest latest-newest bench-smoke docs
 
 clean:
-	rm -rf $(VENV) .venv-py310 docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .nox docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -206,6 +206,9 @@ def test_instrument_configured_by_environment() -> None:
         assert "process_metrics.unix.file_descriptor.limit" in names, "INCLUDE was ignored"
 
 
+@pytest.mark.skipif(
+    sys.platform == "win32", reason="stops the example with SIGTERM, which Windows cannot send"
+)
 def test_instrument_with_the_prometheus_exporter() -> None:
     """``OTEL_METRICS_EXPORTER=prometheus``: the no-code way to a pull endpoint."""
     port = free_port()
@@ -242,6 +245,9 @@ def test_instrument_with_the_prometheus_exporter() -> None:
     assert re.search(r"^process_uptime_seconds(\{.*\})? [0-9.e+-]+$", body, re.MULTILINE)
 
 
+@pytest.mark.skipif(
+    sys.platform == "win32", reason="stops the example with SIGTERM, which Windows cannot send"
+)
 def test_prometheus_pull_endpoint() -> None:
     proc = subprocess.Popen(
         [sys.executable, "examples/prometheus/app.py"],

@@ -66,6 +66,7 @@ def _in_child(
     return result
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="times the child with CLOCK_BOOTTIME (Linux)")
 def test_child_reports_its_own_memory_pid_and_cpu(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:

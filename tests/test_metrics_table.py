@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +18,32 @@ from .conftest import collect, points
 
 DEFAULTS = [m for m in METRICS if m.default and m.supported()]
 OPT_IN = [m for m in METRICS if not m.default and m.supported()]
+
+# Rows that the table says a platform supports, but whose source has no value for
+# them there: gaps of the table, kept visible (strict xfail) rather than skipped.
+ABSENT_ON: dict[str, tuple[str, str]] = {
+    "process.paging.faults": ("win32", "no getrusage(2) on Windows: no major/minor faults"),
+    "process_metrics.unix.file_descriptor.limit": ("win32", "no RLIMIT_NOFILE on Windows"),
+}
+
+
+def _absent_here(metric: Metric) -> bool:
+    platform, _why = ABSENT_ON.get(metric.name, ("", ""))
+    return sys.platform == platform
+
+
+def _rows(metrics: list[Metric]) -> list[Any]:
+    return [
+        pytest.param(
+            m,
+            id=m.name,
+            marks=pytest.mark.xfail(
+                _absent_here(m), reason=ABSENT_ON.get(m.name, ("", ""))[1], strict=True
+            ),
+        )
+        for m in metrics
+    ]
+
 
 # Names the semantic conventions deprecated; none may be emitted.
 DEPRECATED = {
@@ -61,7 +89,7 @@ def test_table_is_consistent() -> None:
             assert "extension" in m.description
 
 
-@pytest.mark.parametrize("metric", DEFAULTS, ids=lambda m: m.name)
+@pytest.mark.parametrize("metric", _rows(DEFAULTS))
 def test_default_metric_is_reported_with_its_shape(
     metric: Metric, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
@@ -75,10 +103,10 @@ def test_defaults_are_exactly_the_default_rows(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
     instrument()
-    assert set(collect(reader)) == {m.name for m in DEFAULTS}
+    assert set(collect(reader)) == {m.name for m in DEFAULTS if not _absent_here(m)}
 
 
-@pytest.mark.parametrize("metric", OPT_IN, ids=lambda m: m.name)
+@pytest.mark.parametrize("metric", _rows(OPT_IN))
 def test_opt_in_metric_only_when_enabled(
     metric: Metric, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
@@ -161,6 +189,10 @@ def test_exclude_glob_drops_host_metrics(
     assert names and not any(n.startswith("system.") for n in names)
 
 
+@pytest.mark.skipif(
+    sys.platform == "darwin" and os.geteuid() != 0,
+    reason="psutil.net_connections() needs root on macOS; without it the metric is left out",
+)
 def test_connection_count_needs_its_exact_name(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
