@@ -28,6 +28,7 @@ servers:
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/ci.yml
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
