@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import inspect
 import logging
 import os
 import random
@@ -533,6 +534,11 @@ def test_thread_churn_keeps_series_and_memory_bounded(
     warm_up = max(500, n // 10)
     # Every thread started by 90% of the run, so the last exits are seen.
     start_every = n * 0.9 / CHURNED_THREADS
+    if "cardinality_limits" not in inspect.signature(InMemoryMetricReader).parameters:
+        pytest.skip(
+            "this SDK's readers take no cardinality_limits, and its fixed limit (2000) "
+            f"would fold the {SDK_SERIES_LIMIT} series this test checks exactly"
+        )
     reader = InMemoryMetricReader(
         preferred_temporality=ALL_DELTA, cardinality_limits={ObservableCounter: SDK_SERIES_LIMIT}
     )
