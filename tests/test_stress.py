@@ -47,7 +47,6 @@ from opentelemetry.instrumentation.process import (
     ProcessMetricsOptions,
     instruments,
     snapshot,
-    sources,
 )
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
@@ -55,6 +54,7 @@ from opentelemetry.instrumentation.process.instruments import Live
 from opentelemetry.instrumentation.process.metrics import METRICS, Kind
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
+from opentelemetry.instrumentation.process.sources import process as process_sources
 
 from .conftest import Points, collect, ours, points
 from .stress import seconds, size
@@ -108,7 +108,7 @@ JOIN_TIMEOUT = 120.0
 COUNTERS = {m.name for m in METRICS if m.kind is Kind.COUNTER}
 THREAD_METRIC = "process_metrics.thread.cpu.time"
 # The resource module, as the package's getrusage() source calls it (None on Windows).
-RESOURCE: Any = vars(sources).get("_resource")
+RESOURCE: Any = vars(process_sources).get("_resource")
 DELTA = AggregationTemporality.DELTA
 ALL_DELTA: dict[type, AggregationTemporality] = {
     ObservableCounter: DELTA,
