@@ -1,17 +1,23 @@
 # Two commands do everything on a fresh machine with Python 3:
 #   make demo   instruments a small workload and prints its metrics (console exporter)
 #   make test   sets up, then runs lint, types, every test, two cells of the version
-#               matrix, a benchmark smoke run and the docs build
+#               matrix, a benchmark smoke run, the docs build and a check of the
+#               built docs in a headless browser
 #   make matrix every cell of the version matrix (noxfile.py)
+# `make test` also needs apt-get, dpkg-deb and the Debian archive (README, "Two commands").
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# One line before each phase of `make test`, so that the log says what runs.
+,      := ,
+say     = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: demo test setup servers lint typecheck unit lowest-oldest latest-newest matrix stress \
-	bench bench-smoke docs clean
+.PHONY: demo test setup servers browser lint typecheck unit lowest-oldest latest-newest \
+	matrix stress bench bench-smoke docs docs-render clean
 
 $(STAMP): pyproject.toml
+	$(call say,setup: $(VENV) with the otlp$(,) test and docs extras)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[otlp,test,docs]'
@@ -23,18 +29,27 @@ demo: $(STAMP)
 	$(BIN)/python examples/console_demo.py
 
 servers:
+	$(call say,real servers for the end-to-end tests (scripts/get-servers.sh))
 	bash scripts/get-servers.sh
 
+browser:
+	$(call say,headless browser for the docs check (scripts/get-browser.sh))
+	bash scripts/get-browser.sh
+
 lint: $(STAMP)
+	$(call say,lint (ruff))
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/ci.yml
 
 typecheck: $(STAMP)
+	$(call say,types (mypy --strict))
 	$(BIN)/mypy
 
+# Every test but the browser check of the built docs, which `docs-render` runs.
 unit: $(STAMP)
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest
+	$(call say,unit and end-to-end tests (Python $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)))
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest --ignore=tests/test_docs_render.py
 
 # The version matrix (noxfile.py): the unit tests with the dependencies at their
 # lowest allowed versions (constraints/lowest.txt) and at the latest, on Python
@@ -44,15 +59,15 @@ unit: $(STAMP)
 # oldest Python, with the Linux-only direct reads off so that psutil's portable
 # path runs everywhere, and the latest versions on the newest Python.
 lowest-oldest: $(STAMP)
-	@echo "==> unit tests: lowest allowed versions, Python 3.10, direct reads off (psutil's portable path)"
+	$(call say,unit tests: lowest allowed versions$(,) Python 3.10$(,) direct reads off (psutil's portable path))
 	OTEL_PYTHON_PROCESS_METRICS_DIRECT_READS=false $(BIN)/nox -s "unit-3.10(lowest)"
 
 latest-newest: $(STAMP)
-	@echo "==> unit tests: latest versions, Python 3.13"
+	$(call say,unit tests: latest versions$(,) Python 3.13)
 	$(BIN)/nox -s "unit-3.13(latest)"
 
 matrix: $(STAMP)
-	@echo "==> unit tests: every cell of the version matrix (lowest and latest, Python 3.10-3.13)"
+	$(call say,unit tests: every cell of the version matrix (lowest and latest$(,) Python 3.10-3.13))
 	$(BIN)/nox -s unit
 
 # The hardening tests at the sizes of the issue (minutes); `make test` runs short variants.
@@ -64,12 +79,20 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
 bench-smoke: $(STAMP)
+	$(call say,benchmark smoke run (every phase a few times; asserts exact counts only))
 	$(BIN)/python benchmarks/run.py --smoke
 
 docs: $(STAMP)
+	$(call say,docs (sphinx$(,) warnings are errors))
 	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
 
-test: setup servers lint typecheck unit lowest-oldest latest-newest bench-smoke docs
+# The pages that `docs` built, in headless Chromium at 1280 and 390 px.
+docs-render: $(STAMP) docs
+	$(call say,docs in a browser (headless Chromium$(,) 1280 and 390 px))
+	DOCS_HTML=docs/_build/html $(BIN)/python -m pytest -q tests/test_docs_render.py
+
+test: setup servers browser lint typecheck unit lowest-oldest latest-newest bench-smoke docs \
+	docs-render
 
 clean:
-	rm -rf $(VENV) .nox docs/_build .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .nox docs/_build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis

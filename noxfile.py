@@ -42,6 +42,7 @@ LOWEST = ROOT / "constraints" / "lowest.txt"
 NOT_UNIT = (
     "--ignore=tests/e2e",
     "--ignore=tests/test_docs.py",
+    "--ignore=tests/test_docs_render.py",
     "--ignore=tests/test_stress.py",
     "--ignore=tests/test_fork_stress.py",
 )

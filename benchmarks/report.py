@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import configs
-from analysis import OURS_ORDER, TARGETS, fmt_ratio, targets
+from analysis import OURS_ORDER, TARGETS, count_checks, fmt_ratio, targets
 
 
 def _us(seconds: float) -> str:
@@ -478,6 +478,25 @@ def summary(results: dict[str, Any]) -> str:
     for name, body in t.items():
         parts += [f"## {name}", "", body, ""]
     return "\n".join(parts)
+
+
+def smoke(results: dict[str, Any]) -> str:
+    """The smoke run's whole report: the exact counts it asserts, and nothing timed.
+
+    Its timings come from a few iterations on a busy machine: they prove only
+    that every phase runs, so they are not shown.
+    """
+    checks = count_checks(results)
+    info = results["info"]
+    lines = [
+        f"Benchmark SMOKE run: every phase ran a few times ({info['plan']['rounds']} rounds, "
+        f"{info.get('duration_s', '?')} s); no timing is shown (`make bench` measures).",
+        "Exact counts per collection, as asserted:",
+    ]
+    lines += [f"  {'ok  ' if c.ok else 'FAIL'} {c.what}: {c.measured}" for c in checks]
+    failed = sum(not c.ok for c in checks)
+    lines.append(f"Smoke run: {len(checks) - failed} of {len(checks)} count checks passed.")
+    return "\n".join(lines)
 
 
 def docs(results: dict[str, Any], template: str) -> str:

@@ -91,8 +91,12 @@ SMOKE = Plan(
 )
 
 
+QUIET = False  # the smoke run prints its report only
+
+
 def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+    if not QUIET:
+        print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
 def run_counts(plan: Plan, workdir: Path) -> dict[str, Any]:
@@ -152,6 +156,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.render_only:
         return render_only(args.render_only)
+    global QUIET
+    QUIET = args.smoke
     plan = SMOKE if args.smoke else FULL
     if args.rounds:
         plan = Plan(**{**asdict(plan), "rounds": args.rounds})
@@ -259,9 +265,9 @@ def main() -> int:
         (ROOT / "docs" / "benchmarks.md").write_text(docs)
         log("wrote docs/benchmarks.md")
     log(f"wrote {out}/bench.json, results.json, summary.md in {info['duration_s']} s")
-    if args.smoke:
-        print(summary)
     problems = analysis.check_counts(results)
+    if args.smoke:
+        print(report.smoke(results))
     for p in problems:
         log(f"COUNT CHECK FAILED: {p}")
     tmp.cleanup()

@@ -19,6 +19,14 @@
 #               Without it, a server that is already in the cache is reused
 #               without any network access.
 #
+# Servers of your own: VICTORIA_METRICS_BIN and OTELCOL_BIN (paths to the
+# binaries) skip the install of that server; the tests then use them.
+#
+# Needs apt-get, dpkg-deb and the Debian archive (about 250 MB of downloads and
+# a 1-2 minute Go build the first time). Without them, the servers are reported
+# unavailable and the end-to-end tests skip, except under CI=true, where a missing
+# VictoriaMetrics makes this script fail.
+#
 # Other environment knobs:
 #   DEBIAN_MIRROR        mirror URI to use instead of the one configured for apt
 #   OTELCOL_RETRY_AFTER  seconds during which a failed collector build is not
@@ -26,11 +34,15 @@
 #   OTELCOL_KEEP_BUILD=1 keep the downloaded .debs / extracted tree (~2.3 GB)
 #                        in $CACHE/otelcol-build after a build (default: delete)
 #
-# Exit status: non-zero if VictoriaMetrics could not be installed. A failed
+# Exit status: non-zero if VictoriaMetrics could not be installed under CI=true
+# (outside CI: a banner, exit 0, and the end-to-end tests skip). A failed
 # collector build is NOT fatal: the reason goes to $CACHE/otelcol.unavailable,
 # a banner is printed, and the script exits 0 (tests then skip the collector).
 set -euo pipefail
 
+# Binaries the user gives (read before this script's own OTELCOL_BIN is set).
+GIVEN_VICTORIA_METRICS_BIN="${VICTORIA_METRICS_BIN:-}"
+GIVEN_OTELCOL_BIN="${OTELCOL_BIN:-}"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${SERVERS_CACHE_DIR:-$REPO_ROOT/.cache/servers}"
 mkdir -p "$CACHE"
@@ -51,7 +63,7 @@ REFRESH="${GET_SERVERS_REFRESH:-0}"
 for arg in "$@"; do
     case "$arg" in
         --refresh) REFRESH=1 ;;
-        -h|--help) sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "[get-servers] unknown argument: $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -169,9 +181,30 @@ VM_LOG="$LOGS/victoria-metrics.log"
 # NB: Debian's build prints an empty version string, but `-version` exits 0.
 vm_ok() { [[ -x "$VM_BIN" ]] && "$VM_BIN" -version >/dev/null 2>&1; }
 
+# A binary given by the user: VICTORIA_METRICS_BIN / OTELCOL_BIN.
+given_bin() {  # given_bin VAR  -> true when the user's VAR names a binary to use
+    local given="GIVEN_$1"
+    local path="${!given}"
+    [[ -n "$path" ]] || return 1
+    if [[ -x "$path" ]]; then
+        log "$1=$path: using it, not installing"
+    else
+        log "WARNING: $1=$path is not executable; the tests will say so"
+    fi
+}
+
+needs_debian_tools() {  # needs_debian_tools STEP -> dies when apt-get or dpkg-deb is missing
+    local tool
+    for tool in apt-get dpkg-deb; do
+        command -v "$tool" >/dev/null 2>&1 ||
+            die "$1" "$tool not found: the servers come from Debian packages (set VICTORIA_METRICS_BIN and OTELCOL_BIN to use your own)"
+    done
+}
+
 install_vm() {
     local conf debs deb want
     : > "$VM_LOG"
+    needs_debian_tools "victoria-metrics"
     log "victoria-metrics: apt-get update (private apt: trixie from $MIRROR)"
     conf="$(setup_apt trixie)" || die "victoria-metrics: apt setup (trixie)" "cannot write the private apt config under $APT_ROOT"
     apt-get -c "$conf" -qq update --error-on=any >>"$VM_LOG" 2>&1 ||
@@ -200,13 +233,30 @@ install_vm() {
     rm -rf "$debs"
 }
 
-if vm_ok && [[ "$REFRESH" != 1 ]]; then
+vm_unavailable() {  # outside CI the end-to-end tests skip; under CI=true this fails
+    {
+        echo
+        echo "==== VICTORIAMETRICS UNAVAILABLE: the end-to-end tests will be skipped ===="
+        echo "    (the reason is above; set VICTORIA_METRICS_BIN to use your own binary)"
+        echo "===="
+        echo
+    } >&2
+    if [[ "${CI:-}" == true ]]; then
+        exit 1
+    fi
+    log "done without servers (cache: $CACHE)"
+    exit 0
+}
+
+if given_bin VICTORIA_METRICS_BIN; then
+    :
+elif vm_ok && [[ "$REFRESH" != 1 ]]; then
     log "victoria-metrics: cached ($(cat "$VM_STAMP" 2>/dev/null || echo "version unknown"))"
 elif vm_ok; then
     # --refresh with a working cached binary: a failed refresh is not fatal.
     ( install_vm ) || log "WARNING: victoria-metrics refresh failed; keeping the cached $VM_BIN"
 else
-    install_vm
+    ( install_vm ) || vm_unavailable
     log "victoria-metrics: ready: $VM_BIN ($(cat "$VM_STAMP" 2>/dev/null))"
 fi
 
@@ -254,6 +304,8 @@ build_otelcol() {
     : > "$OTELCOL_LOG"
 
     [[ -f "$OTELCOL_SRC" ]] || { otel_fail "source" "missing $OTELCOL_SRC"; return 1; }
+    command -v apt-get >/dev/null 2>&1 && command -v dpkg >/dev/null 2>&1 ||
+        { otel_fail "tools" "apt-get or dpkg not found: the collector is built from Debian packages"; return 1; }
 
     log "otelcol: apt-get update (private apt: sid from $MIRROR)"
     conf="$(setup_apt sid)" || { otel_fail "apt setup (sid)" "could not write the private apt config"; return 1; }
@@ -363,7 +415,9 @@ stamp_head_matches() {  # offline check: main.go + recipe unchanged since the bu
     [[ "$(head -n 2 "$OTELCOL_STAMP" 2>/dev/null)" == "$(stamp_header)" ]]
 }
 
-if [[ "$REFRESH" != 1 ]] && otelcol_ok && stamp_head_matches; then
+if given_bin OTELCOL_BIN; then
+    :
+elif [[ "$REFRESH" != 1 ]] && otelcol_ok && stamp_head_matches; then
     log "otelcol: cached ($("$OTELCOL_BIN" --version 2>/dev/null); $(grep -E "^($COLLECTOR_PKG|golang-1\.[0-9]+-go)=" "$OTELCOL_STAMP" | paste -sd " " -))"
     rm -f "$OTELCOL_UNAVAILABLE"
 elif [[ "$REFRESH" != 1 && -f "$OTELCOL_UNAVAILABLE" ]] && ! otelcol_ok &&

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -34,6 +35,55 @@ def ours(data: MetricsData | None) -> dict[str, Metric]:
                     assert m.name not in found, f"{m.name} reported twice"
                     found[m.name] = m
     return found
+
+
+def cgroup_limited_here() -> bool:
+    """Whether a cgroup CPU quota or memory limit applies to this process (read here, v1/v2)."""
+    try:
+        lines = open("/proc/self/cgroup").read().splitlines()  # noqa: SIM115
+    except OSError:
+        return False
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        for base, names in (
+            ("/sys/fs/cgroup", ("cpu.max", "memory.max")),
+            ("/sys/fs/cgroup/cpu", ("cpu.cfs_quota_us",)),
+            ("/sys/fs/cgroup/memory", ("memory.limit_in_bytes",)),
+        ):
+            v2 = controllers == "" and base == "/sys/fs/cgroup"
+            v1 = base.rsplit("/", 1)[-1] in controllers.split(",")
+            if not (v1 or v2):
+                continue
+            parts = [p for p in path.split("/") if p]
+            for depth in range(len(parts) + 1):
+                folder = "/".join([base, *parts[:depth]])
+                for name in names:
+                    try:
+                        text = open(f"{folder}/{name}").read().split()[0]  # noqa: SIM115
+                    except (OSError, IndexError):
+                        continue
+                    if text not in ("max", "-1") and int(text) < 1 << 60:
+                        return True
+    return False
+
+
+def on_by_default() -> set[str]:
+    """The metrics a default ``instrument()`` reports on this host, from the OS's own files.
+
+    The default rows, plus the automatic saturation group: pressure stalls
+    where ``/proc/pressure`` has them; the cgroup metrics only in a limited
+    cgroup, where the exact set depends on its files (tests skip then).
+    """
+    from opentelemetry.instrumentation.process.metrics import METRICS
+
+    if cgroup_limited_here():
+        pytest.skip("this process is in a limited cgroup: the default set depends on its files")
+    names = {m.name for m in METRICS if m.default and m.supported()}
+    return names | {
+        m.name
+        for m in METRICS
+        if m.source == "pressure" and m.supported() and os.path.exists(f"/proc/pressure/{m.field}")
+    }
 
 
 def points(metric: Metric) -> Points:

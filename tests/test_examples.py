@@ -31,6 +31,8 @@ import pytest
 
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
 
+from .conftest import on_by_default
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 BIN = Path(sys.executable).parent
@@ -53,6 +55,11 @@ NEEDS_SERVERS = {
     "otlp/push.py": "otelcol + VictoriaMetrics",
     "otlp/otelcol-config.yaml": "otelcol + VictoriaMetrics",
     "grafana/process-metrics-dashboard.json": "VictoriaMetrics",
+    # The pre-fork recipes of docs/prefork.md: tests/e2e/test_prefork.py.
+    "uwsgi/app.py": "uWSGI + VictoriaMetrics",
+    "uwsgi/uwsgi.ini": "uWSGI + VictoriaMetrics",
+    "celery-worker/tasks.py": "Celery + VictoriaMetrics",
+    "multiprocessing-pool/pool.py": "VictoriaMetrics",
 }
 SERVERS = Path(os.environ.get("SERVERS_CACHE_DIR") or ROOT / ".cache" / "servers") / "bin"
 NOT_CODE = {"README.md"}
@@ -164,7 +171,7 @@ def test_console_demo() -> None:
     assert len(exports) == 3, out  # exactly the announced number, none at shutdown
     first = exports[0]
     names = set(re.findall(r"^([a-z][\w.]+) ", first, re.MULTILINE))
-    assert names == {m.name for m in METRICS if m.default and m.supported()}
+    assert names == on_by_default()
     assert len(first.strip().splitlines()) == len(names)  # one line per metric
     rss = re.search(r"^process\.memory\.usage +([\d,.]+) MiB$", first, re.MULTILINE)
     assert rss is not None and float(rss.group(1).replace(",", "")) > 1

@@ -11,11 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from opentelemetry.instrumentation.process.facts import (
-    available_cpus,
+from opentelemetry.instrumentation.process.facts import available_cpus, read_facts
+from opentelemetry.instrumentation.process.linux.cgroup import (
     cgroup_cpu_quota,
     cgroup_memory_limit,
-    read_facts,
 )
 
 

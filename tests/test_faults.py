@@ -25,11 +25,14 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMe
 from opentelemetry.instrumentation.process import facts as facts_module
 from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
 from opentelemetry.instrumentation.process.instruments import _registries
-from opentelemetry.instrumentation.process.linux import procfs
+from opentelemetry.instrumentation.process.linux import procfs, sock_diag
+from opentelemetry.instrumentation.process.linux import threads as linux_threads
 from opentelemetry.instrumentation.process.metrics import METRICS
+from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauses
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
 from opentelemetry.instrumentation.process.sources import process as process_sources
+from opentelemetry.instrumentation.process.sources import saturation as saturation_sources
 
 from .conftest import collect, points
 from .conftest import value as value_of
@@ -57,6 +60,11 @@ TARGETS: dict[str, tuple[Any, str]] = {
     "system.filesystem": (psutil, "disk_partitions"),
     "system.connections": (psutil, "net_connections"),
     "cpython.gc": (gc, "get_stats"),
+    "cpython.gc_pauses": (GcPauses, "read"),
+    # Each file's own faults (vanished, unreadable, garbage) are in test_cgroup.py.
+    "cgroup.cpu": (saturation_sources, "read_all"),
+    "cgroup.memory": (saturation_sources, "read_all"),
+    "pressure": (saturation_sources, "read_all"),
     "process.rusage": (
         (process_sources._resource, "getrusage")
         if process_sources._resource is not None
@@ -101,13 +109,22 @@ def test_every_source_has_a_fault_target() -> None:
 
 # Sources whose direct Linux read falls back to psutil: broken with direct reads off
 # (the fallback itself is tested below).
-FALLS_BACK = {"process.num_threads"}
+FALLS_BACK = {"process.num_threads", "process.threads", "system.connections"}
+# Each direct read, and the function that does it.
+DIRECT_READS: dict[str, tuple[Any, str]] = {
+    "thread_count": (procfs, "thread_count"),
+    "threads": (linux_threads, "busiest_threads"),
+    "connections": (sock_diag, "connection_counts"),
+}
 
 
 def _options_for(source: str) -> dict[str, Any]:
     fed = [m for m in METRICS if m.source == source and m.supported()]
     gated = {m.option for m in fed if m.option}
     direct = {"direct_reads": False} if source in FALLS_BACK else {}
+    if gated == {"saturation"}:  # its sources share one reader: turn on only this one
+        others = [m.name for m in METRICS if m.option == "saturation" and m.source != source]
+        return {"saturation": True, "exclude": others}
     if gated:
         return {**direct, **{option: True for option in gated if option}}
     return {**direct, "include": [m.name for m in fed if not m.default]}
@@ -237,21 +254,28 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    instrument(direct_reads=True)  # whatever the run-wide switch of conftest says
+    # Direct reads on, whatever the run-wide switch of conftest says.
+    instrument(direct_reads=True, per_thread=True, include=["system.network.connection.count"])
+    healthy = collect(reader)
 
-    def broken() -> int:
+    def broken(*_a: Any) -> Any:
         raise ERRORS[error]()
 
-    monkeypatch.setattr(procfs, "thread_count", broken)
+    for owner, name in DIRECT_READS.values():
+        monkeypatch.setattr(owner, name, broken)
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     for _ in range(3):
-        # psutil's count on each side: a thread of an earlier test may still be ending.
+        # psutil's thread count on each side: a thread of an earlier test may be ending.
         before = psutil.Process().num_threads()
-        count = value_of(collect(reader)["process.thread.count"])
+        got = collect(reader)
         after = psutil.Process().num_threads()
-        assert min(before, after) <= count <= max(before, after)
-    said = [m for m in _ours(caplog) if "direct Linux read 'thread_count'" in m]
-    assert len(said) == 1 and "psutil is used instead" in said[0], _ours(caplog)
+        assert set(got) == set(healthy), set(got) ^ set(healthy)
+        assert min(before, after) <= value_of(got["process.thread.count"]) <= max(before, after)
+        threads = {dict(a)["thread.id"] for a in points(got["process_metrics.thread.cpu.time"])}
+        assert threads == {t.id for t in psutil.Process().threads()}
+    for read in DIRECT_READS:
+        said = [m for m in _ours(caplog) if f"direct Linux read {read!r}" in m]
+        assert len(said) == 1 and "psutil is used instead" in said[0], _ours(caplog)
 
 
 @pytest.mark.skipif(

@@ -14,10 +14,13 @@ from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Kind, Metric
 
-from .conftest import collect, points
+from .conftest import cgroup_limited_here, collect, on_by_default, points
 
 DEFAULTS = [m for m in METRICS if m.default and m.supported()]
-OPT_IN = [m for m in METRICS if not m.default and m.supported()]
+# Opt-in: off until something turns it on. The automatic saturation group is
+# checked on its own, with saturation=False and True.
+OPT_IN = [m for m in METRICS if not m.default and m.supported() and m.option != "saturation"]
+SATURATION = [m for m in METRICS if m.option == "saturation" and m.supported()]
 
 # Rows that the table says a platform supports, but whose source has no value for
 # them there: gaps of the table, kept visible (strict xfail) rather than skipped.
@@ -103,7 +106,8 @@ def test_defaults_are_exactly_the_default_rows(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
     instrument()
-    assert set(collect(reader)) == {m.name for m in DEFAULTS if not _absent_here(m)}
+    absent = {m.name for m in DEFAULTS if _absent_here(m)}
+    assert set(collect(reader)) == on_by_default() - absent
 
 
 @pytest.mark.parametrize("metric", _rows(OPT_IN))
@@ -228,3 +232,20 @@ def test_entry_point_is_declared() -> None:
     assert found[0].value == "opentelemetry.instrumentation.process:ProcessInstrumentor"
     assert found[0].load() is ProcessInstrumentor
     assert list(ProcessInstrumentor().instrumentation_dependencies()) == []
+
+
+@pytest.mark.parametrize("metric", SATURATION, ids=lambda m: m.name)
+def test_saturation_metric_follows_its_option(
+    metric: Metric, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(saturation=False)
+    assert metric.name not in collect(reader)
+    ProcessInstrumentor().uninstrument()
+    instrument(saturation=True)
+    reported = collect(reader)
+    if metric.name == "process_metrics.cgroup.memory.limit" and not cgroup_limited_here():
+        # Absent when there is no limit: never reported as 0, or as "no limit".
+        assert metric.name not in reported
+        return
+    assert metric.name in reported, sorted(reported)
+    _check_shape(metric, reported[metric.name])

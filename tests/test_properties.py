@@ -76,9 +76,11 @@ def examples(ci: int) -> settings:
     return settings(PROFILE, max_examples=size(ci, 10 * ci))
 
 
-FLAGS = ("cpu_frequency", "per_thread", "per_cpu", "direct_reads")
+FLAGS = ("cpu_frequency", "per_thread", "per_cpu", "direct_reads", "gc_pause_histogram")
 LISTS = ("include", "exclude")
-OPTIONS = (*FLAGS, *LISTS, "max_thread_series", "attributes")
+CHOICES = {"thread_series_by": ("thread", "name")}
+TRISTATES = ("saturation",)  # True, False, or None for auto
+OPTIONS = (*FLAGS, *LISTS, "max_thread_series", "attributes", *CHOICES, *TRISTATES)
 DEFAULTS = ProcessMetricsOptions()
 NAMES = sorted(METRICS_BY_NAME)
 GATED = sorted(m.name for m in METRICS if m.option is not None)
@@ -126,6 +128,12 @@ def parse_env(option: str, raw: str) -> Any:
         return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(
             word, INVALID
         )
+    if option in CHOICES:
+        word = raw.strip().lower()
+        return word if word in CHOICES[option] else INVALID
+    if option in TRISTATES:
+        word = raw.strip().lower()
+        return None if word == "auto" else parse_env(FLAGS[0], raw)
     if option == "max_thread_series":
         try:
             number = int(raw.strip())  # Python's int(): also "+7", "1_000", "٣"
@@ -161,6 +169,10 @@ def assert_stored_valid(options: ProcessMetricsOptions, option: str) -> None:
     elif option == "max_thread_series":
         assert isinstance(value, int) and not isinstance(value, bool) and value >= 0
         assert value % 2 == 0
+    elif option in CHOICES:
+        assert value in CHOICES[option]
+    elif option in TRISTATES:
+        assert value is None or type(value) is bool
     elif option in LISTS:
         assert type(value) is tuple
         for p in value:
@@ -348,8 +360,24 @@ NEAR_LIST = st.builds(
     st.sampled_from([",", ", ", " ,", ",,", ", ,", "\t,\n"]),
     st.lists(padded(ITEM), max_size=5),
 )
-NEAR = {"bool": NEAR_BOOL, "int": NEAR_INT, "list": NEAR_LIST}
-KIND = {**dict.fromkeys(FLAGS, "bool"), **dict.fromkeys(LISTS, "list"), "max_thread_series": "int"}
+NEAR_CHOICE = padded(
+    st.sampled_from(["thread", "name", "Name", "THREAD", "names", "threads", "id", "tname", ""])
+)
+NEAR_TRISTATE = st.one_of(NEAR_BOOL, padded(st.sampled_from(["auto", "AUTO", "Auto", "automatic"])))
+NEAR = {
+    "bool": NEAR_BOOL,
+    "int": NEAR_INT,
+    "list": NEAR_LIST,
+    "choice": NEAR_CHOICE,
+    "tristate": NEAR_TRISTATE,
+}
+KIND = {
+    **dict.fromkeys(FLAGS, "bool"),
+    **dict.fromkeys(LISTS, "list"),
+    "max_thread_series": "int",
+    **dict.fromkeys(CHOICES, "choice"),
+    **dict.fromkeys(TRISTATES, "tristate"),
+}
 
 
 def good_patterns(option: str) -> st.SearchStrategy[list[str]]:
@@ -363,6 +391,13 @@ def valid_env(option: str) -> st.SearchStrategy[str]:
     if option in FLAGS:
         words = st.sampled_from(["true", "false", "1", "0", "yes", "no"])
         return padded(st.builds(lambda case, word: case(word), CASE, words))
+    if option in TRISTATES:
+        words = st.sampled_from(["true", "false", "1", "0", "yes", "no", "auto"])
+        return padded(st.builds(lambda case, word: case(word), CASE, words))
+    if option in CHOICES:
+        return padded(
+            st.builds(lambda case, word: case(word), CASE, st.sampled_from(CHOICES[option]))
+        )
     if option == "max_thread_series":
         odd = st.sampled_from(["0", "200", "1_000", "+7", ARABIC_THREE, "9" * 4300])
         return padded(st.one_of(st.integers(0, 10**6).map(str), odd))
@@ -392,22 +427,36 @@ ENVIRONMENTS = st.fixed_dictionaries(
 @example(env={ENV_VARS["include"]: "[", ENV_VARS["exclude"]: "process.*"})
 @example(env={var: " TRUE " for var in ENV_VARS.values()})
 @example(
-    env=dict(
-        zip(
-            ENV_VARS.values(),
-            ["on", "off", "y", "1_000", "process.cpu.tim", "*", "nope"],
-            strict=True,
-        )
-    )
+    env={
+        ENV_VARS[option]: raw
+        for option, raw in {
+            "cpu_frequency": "on",
+            "per_thread": "off",
+            "per_cpu": "y",
+            "include": "1_000",
+            "exclude": "process.cpu.tim",
+            "max_thread_series": "*",
+            "direct_reads": "nope",
+            "thread_series_by": "threads",
+            "saturation": "maybe",
+        }.items()
+    }
 )
 @example(
-    env=dict(
-        zip(
-            ENV_VARS.values(),
-            ["Yes", "NO", "2", "-1", "system.cpu.frequency", "[", "0"],
-            strict=True,
-        )
-    )
+    env={
+        ENV_VARS[option]: raw
+        for option, raw in {
+            "cpu_frequency": "Yes",
+            "per_thread": "NO",
+            "per_cpu": "2",
+            "include": "-1",
+            "exclude": "system.cpu.frequency",
+            "max_thread_series": "[",
+            "direct_reads": "0",
+            "thread_series_by": " NAME ",
+            "saturation": " Auto ",
+        }.items()
+    }
 )
 def test_environment_never_breaks_instrument(
     env: dict[str, str], provider: MeterProvider, reader: InMemoryMetricReader
@@ -574,6 +623,7 @@ BAD_ATTRIBUTES = st.one_of(
 )
 GOOD: dict[str, st.SearchStrategy[Any]] = {
     **dict.fromkeys(FLAGS, st.booleans()),
+    **dict.fromkeys(TRISTATES, st.sampled_from([True, False, None])),
     **{
         option: st.builds(
             lambda kind, ps: kind(ps),
@@ -588,12 +638,18 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
     "attributes": st.dictionaries(ATTR_KEY, ATTR_VALUE, max_size=3).map(
         lambda d: MappingProxyType(d) if len(d) % 2 else d
     ),
+    "thread_series_by": st.sampled_from(CHOICES["thread_series_by"]),
 }
 BAD = {
     **dict.fromkeys(FLAGS, NOT_BOOL),
+    **dict.fromkeys(TRISTATES, NOT_BOOL.filter(lambda v: v is not None)),
     "include": bad_list("include"),
     "exclude": bad_list("exclude"),
     "max_thread_series": BAD_CAP,
+    "thread_series_by": st.one_of(
+        st.text(max_size=8).filter(lambda w: w not in CHOICES["thread_series_by"]),
+        st.sampled_from(["Name", " name", None, 1, True, ("name",)]),
+    ),
     "attributes": BAD_ATTRIBUTES,
 }
 

@@ -83,3 +83,90 @@ def test_passing_the_sdk_cardinality_limit_is_announced_once(
     assert len(warned) == 1, warned
     assert warned[0].startswith(f"process metrics: {THREAD_CPU} has reported more than 2000")
     assert "otel.metric.overflow=true" in warned[0] and "Raise that limit" in warned[0]
+
+
+def _job(name: str, seconds: float, while_alive: Callable[[], None]) -> None:
+    """A thread named ``name`` burns ``seconds`` of CPU; ``while_alive`` runs before it exits."""
+    burned, release = threading.Event(), threading.Event()
+
+    def burn() -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            sum(range(2_000))
+        burned.set()
+        release.wait(10)
+
+    t = threading.Thread(target=burn, name=name)
+    t.start()
+    burned.wait(10)
+    try:
+        while_alive()
+    finally:
+        release.set()
+        t.join()
+    if t.native_id is not None:
+        _wait_gone([t.native_id])
+
+
+def test_by_name_keeps_the_time_of_exited_threads_in_one_series(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(per_thread=True, thread_series_by="name")
+    for n in range(4):  # a new thread, a new id and name each time: one series
+        _job(f"job-{n}", 0.1, lambda: collect(reader))
+        got = points(collect(reader)[THREAD_CPU])  # the job has exited
+        mine = {a: v for a, v in got.items() if ("thread.name", "job-N") in a}
+        assert {dict(a)["cpu.mode"] for a in mine} == {"user", "system"}, got
+        assert all("thread.id" not in dict(a) for a in got), "no per-thread id by name"
+        # The series keeps the CPU of every job, exited ones included (to the
+        # clock tick of /proc's per-thread times: up to two ticks per job).
+        tick = 1 / os.sysconf("SC_CLK_TCK")
+        assert sum(mine.values()) >= (0.1 - 2 * tick) * (n + 1), (n, mine)
+
+
+def test_prometheus_scrapes_add_no_series_by_name(
+    instrument: Callable[..., ProcessInstrumentor],
+) -> None:
+    import re
+    import urllib.request
+
+    import prometheus_client
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from opentelemetry.sdk.metrics import MeterProvider
+
+    def scrape_series(by: str, scrapes: int) -> tuple[set[str], list[float]]:
+        # The reader registers with prometheus_client's default registry.
+        provider = MeterProvider(metric_readers=[PrometheusMetricReader()])
+        server, thread = prometheus_client.start_http_server(0, addr="127.0.0.1")
+        port = server.server_address[1]
+        ProcessInstrumentor().instrument(
+            meter_provider=provider, per_thread=True, thread_series_by=by, exclude=["system.*"]
+        )
+        series: set[str] = set()
+        totals: list[float] = []
+        try:
+            for _ in range(scrapes):
+                url = f"http://127.0.0.1:{port}/metrics"
+                with urllib.request.urlopen(url, timeout=10) as response:
+                    text = response.read().decode()
+                lines = re.findall(
+                    r"^process_metrics_thread_cpu_time_seconds_total\{(.*)\} (\S+)$",
+                    text,
+                    re.MULTILINE,
+                )
+                series |= {labels for labels, _ in lines}
+                totals.append(sum(float(v) for _, v in lines))
+        finally:
+            ProcessInstrumentor().uninstrument()
+            server.shutdown()
+            thread.join()
+            provider.shutdown()
+        return series, totals
+
+    by_thread, _ = scrape_series("thread", 12)
+    by_name, totals = scrape_series("name", 12)
+    # prometheus_client serves each scrape on a new thread: a new series each...
+    assert len(by_thread) >= 12, by_thread
+    # ...unless the series stand for thread-name patterns.
+    assert len(by_name) <= 8, by_name
+    assert totals == sorted(totals), "a counter summed over patterns never goes down"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -14,10 +15,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
-from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
-from .conftest import OpenRecorder, collect, points
+from .conftest import OpenRecorder, collect, on_by_default, points
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
 
@@ -85,7 +85,7 @@ def test_one_refresh_per_reader_collection_with_two_readers(counter: CallCounter
         assert _cache().refreshes == 3
         assert counter.calls["Process.memory_info"] == 3
         # Each reader sees every metric, from its own fresh snapshot.
-        assert set(a) == set(b) == {m.name for m in METRICS if m.default and m.supported()}
+        assert set(a) == set(b) == on_by_default()
     finally:
         ProcessInstrumentor().uninstrument()
         provider.shutdown()
@@ -105,7 +105,7 @@ def test_concurrent_collections_never_see_a_half_built_snapshot(
     provider = MeterProvider(metric_readers=readers)
     ProcessInstrumentor().instrument(meter_provider=provider)
     monkeypatch.setattr(psutil, "virtual_memory", slow)
-    expected = {m.name for m in METRICS if m.default and m.supported()}
+    expected = on_by_default()
     failures: list[str] = []
     collections = 0
 
@@ -175,10 +175,13 @@ def test_default_collection_opens_only_its_sources(
     for unwanted in ("cpufreq", "/proc/cpuinfo", "diskstats", "/proc/net", "cgroup", "mounts"):
         assert unwanted not in joined, paths
     # /proc/self/stat is not needed: CPU times come from getrusage(2). The
-    # thread count comes from the task listing, or from psutil's read of status.
+    # thread count comes from the task listing, or from psutil's read of status
+    # with the direct reads off. Pressure stalls are on wherever the kernel has
+    # them: one file per resource.
     threads = "task" if inst.options and inst.options.direct_reads else "status"
+    pressure = [r for r in ("cpu", "io", "memory") if os.path.exists(f"/proc/pressure/{r}")]
     assert sorted(p.rsplit("/", 1)[-1] for p in paths) == sorted(
-        [threads, "statm", "io", "fd", "stat", "meminfo"]
+        [threads, "statm", "io", "fd", "stat", "meminfo", *pressure]
     ), paths
     assert len(paths) == len(set(paths))
 

@@ -51,12 +51,12 @@ from opentelemetry.instrumentation.process import (
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
 from opentelemetry.instrumentation.process.instruments import Live
-from opentelemetry.instrumentation.process.metrics import METRICS, Kind
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, Kind
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources import process as process_sources
 
-from .conftest import Points, collect, ours, points
+from .conftest import Points, cgroup_limited_here, collect, ours, points
 from .stress import seconds, size
 
 # Concurrency: readers collecting at once for this long, per variant.
@@ -217,8 +217,17 @@ def current_live() -> Live:
 
 
 def names_for(options: Mapping[str, Any]) -> set[str]:
-    """Every metric ``options`` enable: one instrument each."""
-    return {m.name for m in enabled_metrics(ProcessMetricsOptions(**options))}
+    """Every metric ``options`` enable here: one instrument each."""
+    return {m.name for m in enabled_metrics(ProcessMetricsOptions(**options)) if _here(m)}
+
+
+def _here(metric: Any) -> bool:
+    """Whether the automatic saturation group has ``metric`` on this host, by the OS's files."""
+    if metric.source == "pressure":
+        return os.path.exists(f"/proc/pressure/{metric.field}")
+    if metric.source.startswith("cgroup."):
+        return cgroup_limited_here()
+    return True
 
 
 def expected_names(options: Mapping[str, Any]) -> set[str]:
@@ -232,9 +241,9 @@ def expected_names(options: Mapping[str, Any]) -> set[str]:
     )
     known = SOURCES["static"].read(ctx)
     return {
-        m.name
-        for m in enabled_metrics(ProcessMetricsOptions(**options))
-        if m.source != "static" or m.field in known
+        n
+        for n in names_for(options)
+        if METRICS_BY_NAME[n].source != "static" or METRICS_BY_NAME[n].field in known
     }
 
 

@@ -30,7 +30,11 @@ from opentelemetry.instrumentation.process import environment as environment_mod
 from opentelemetry.instrumentation.process import metrics as metrics_module
 from opentelemetry.instrumentation.process import options as options_module
 from opentelemetry.instrumentation.process import platforms as platforms_module
-from opentelemetry.instrumentation.process.environment import ENV_VARS, from_environment
+from opentelemetry.instrumentation.process.environment import (
+    ENV_VARS,
+    FORMATS,
+    from_environment,
+)
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, Kind, Metric
 from opentelemetry.instrumentation.process.sources import SOURCES
 
@@ -165,9 +169,15 @@ def prometheus_name(metric: Metric) -> str:
 
 
 def when_on(metric: Metric) -> str:
-    if metric.option is not None:
-        var = ENV_VARS[metric.option]
-        return f"off; on with `{metric.option}=True` (`{var}=true`)"
+    if metric.option == "saturation":
+        auto = (
+            "wherever the kernel has pressure stall information"
+            if metric.source == "pressure"
+            else "when a cgroup CPU quota or memory limit applies to the process"
+        )
+        return f"**auto**: on {auto}; `saturation=True` or `False` forces it"
+    if metric.option is not None:  # the section's text gives the environment variable
+        return f"off; on with `{metric.option}=True`"
     if metric.default:
         return "**on**"
     if metric.exact_only:
@@ -222,21 +232,15 @@ class MetricTable(_Generated):
             attributes: list[Cell] = [codes(m.attributes) if m.attributes else "none"]
             if m.note:
                 attributes.append(m.note)
-            cost: list[Cell] = [m.cost]
+            # Four columns, so that the table fits a desktop page with no
+            # identifier broken: when, where and what it reads share one.
+            platforms = _PLATFORMS.get(m.platforms, ", ".join(sorted(m.platforms)))
+            usage: list[Cell] = [when_on(m), f"*Platforms:* {platforms}", f"*Reads:* {m.cost}"]
             if sharing(m):
-                cost.append(sharing(m))
-            rows.append(
-                [
-                    cell,
-                    [instrument_kind(m), f"`{m.unit}`"],
-                    attributes,
-                    when_on(m),
-                    _PLATFORMS.get(m.platforms, ", ".join(sorted(m.platforms))),
-                    cost,
-                ]
-            )
-        headers = ["Metric", "Instrument, unit", "Attributes", "Default", "Platforms", "Reads"]
-        return [table(headers, rows, [30, 12, 18, 14, 10, 16])]
+                usage.append(sharing(m))
+            rows.append([cell, [instrument_kind(m), f"`{m.unit}`"], attributes, usage])
+        headers = ["Metric", "Instrument, unit", "Attributes", "Default, platforms, reads"]
+        return [table(headers, rows, [34, 14, 20, 32])]
 
 
 class MetricCount(_Generated):
@@ -292,12 +296,6 @@ class SourceTable(_Generated):
 
 # --- configuration ---------------------------------------------------------------
 
-_ENV_FORMATS = {
-    bool: "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
-    int: "a whole number",
-    tuple: "comma-separated names or globs, e.g. `cpython.gc.*,system.disk.io`",
-}
-
 
 def _field_docs() -> dict[str, str]:
     analyzer = ModuleAnalyzer.for_module(options_module.__name__)
@@ -331,17 +329,13 @@ class OptionTable(_Generated):
             if not doc:
                 _log.warning("option %s has no docstring to show", field.name)
                 doc = ""
-            env: list[Cell] = (
-                [f"`{var}`", _ENV_FORMATS[type(default)]] if var else ["none: code only"]
-            )
-            rows.append(
-                [
-                    [f"`{field.name}`", f"`{field.type}`"],
-                    f"`{default!r}`",
-                    env,
-                    doc,
-                ]
-            )
+            env: list[Cell] = [f"`{var}`", FORMATS[field.name]] if var else ["none: code only"]
+            kind: list[Cell] = [f"`{field.name}`", f"`{field.type}`"]
+            shown = f"`{default!r}`"
+            if isinstance(default, tuple):  # what callers may pass, and what is kept
+                kind = [f"`{field.name}`", "any iterable of `str`, kept as a `tuple`"]
+                shown = f"none, `{default!r}`"
+            rows.append([kind, shown, env, doc])
         headers = ["Option, type", "Default", "Environment variable", "What it does"]
         return [table(headers, rows, [22, 10, 30, 38])]
 
@@ -368,6 +362,11 @@ ENV_CASES = (
 )
 
 
+def message(text: str) -> nodes.literal:
+    """A message shown as code that wraps at its blanks (class ``message``, custom.css)."""
+    return nodes.literal("", text, classes=["message"])
+
+
 class OptionErrors(_Generated):
     """``process-metrics-errors``: each bad value and the ``ValueError`` it gets."""
 
@@ -382,7 +381,7 @@ class OptionErrors(_Generated):
             try:
                 eval(case, namespace)  # our own constant cases, shown as run
             except ValueError as exc:
-                rows.append([nodes.literal(case, case), nodes.literal("", f"ValueError: {exc}")])
+                rows.append([nodes.literal(case, case), message(f"ValueError: {exc}")])
             else:
                 ProcessInstrumentor().uninstrument()
                 _log.warning("docs: %s no longer raises ValueError; update ERROR_CASES", case)
@@ -418,7 +417,7 @@ class EnvWarnings(_Generated):
             if found or len(capture.messages) != 1:
                 _log.warning("docs: %s=%r no longer logs one warning; update ENV_CASES", var, raw)
                 continue
-            rows.append([nodes.literal("", f"{var}={raw}"), nodes.literal("", capture.messages[0])])
+            rows.append([nodes.literal("", f"{var}={raw}"), message(capture.messages[0])])
         return [table(["Environment", "Logs (WARNING) and uses the default"], rows, [35, 65])]
 
 

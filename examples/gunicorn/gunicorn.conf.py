@@ -91,12 +91,15 @@ def post_fork(server: Any, worker: Any) -> None:
     from opentelemetry.instrumentation.process import ProcessInstrumentor
 
     service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE_NAME
-    # Resource.create() runs here, in the worker: the random service.instance.id
-    # is this worker's own. process.pid tells the workers apart at a glance.
-    resource = Resource.create({"service.name": service, "process.pid": os.getpid()})
-    if "service.instance.id" not in resource.attributes:
-        # SDKs before 1.43 make none up: give the worker one of its own.
-        resource = resource.merge(Resource({"service.instance.id": str(uuid.uuid4())}))
+    # Set here, in the worker: this worker's pid, and an instance id of its own
+    # (explicit, so that every SDK version gives one).
+    resource = Resource.create(
+        {
+            "service.name": service,
+            "process.pid": os.getpid(),
+            "service.instance.id": str(uuid.uuid4()),
+        }
+    )
     provider = MeterProvider(
         metric_readers=[PeriodicExportingMetricReader(_exporter())], resource=resource
     )

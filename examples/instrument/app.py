@@ -1,4 +1,4 @@
-"""An application with no OpenTelemetry code: ``opentelemetry-instrument`` adds the metrics.
+"""An application with no OpenTelemetry code: ``opentelemetry-instrument`` adds metrics.
 
 ``opentelemetry-instrument`` loads every installed instrumentor, this package's
 (entry point ``process``) among them, and configures the SDK from the

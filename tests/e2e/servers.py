@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -393,3 +394,68 @@ class Collector(Server):
         with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=1):
             pass
         return status > 0
+
+
+# --- pre-fork servers ----------------------------------------------------------
+
+
+def worker_pids(master: Child, count: int, timeout: float = 30) -> set[int]:
+    """The pids of the ``count`` processes that ``master`` forked, once it has them all."""
+    parent = psutil.Process(master.pid)
+
+    def forked() -> set[int]:
+        assert master.alive(), master.describe()
+        pids = {p.pid for p in parent.children()}
+        assert len(pids) == count, f"{master.name} children: {pids}, expected {count}"
+        return pids
+
+    return wait_until(forked, timeout, f"{count} workers of {master.name}")
+
+
+def uwsgi_binary() -> tuple[Path | None, str]:
+    """uWSGI from this virtualenv (``pip install uwsgi`` builds it), else from PATH."""
+    for path in (VENV_BIN / "uwsgi", shutil.which("uwsgi")):
+        if path is not None and os.access(path, os.X_OK):
+            return Path(path), ""
+    return None, "uwsgi not found: `pip install uwsgi` (it builds from source, 1-3 minutes)"
+
+
+class Uwsgi:
+    """A uWSGI server from an ini file, serving HTTP on a free port of 127.0.0.1.
+
+    ``options`` are more ``--name value`` command-line flags; they add to the ini.
+    """
+
+    def __init__(
+        self,
+        children: Children,
+        binary: Path,
+        ini: Path,
+        env: Mapping[str, str],
+        options: Sequence[str] = (),
+        name: str = "uwsgi",
+    ) -> None:
+        self.port = free_port()
+        argv = [str(binary), "--ini", str(ini), "--http-socket", f"127.0.0.1:{self.port}"]
+        self.child = children.start(name, [*argv, *options], env)
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid
+
+    def get(self, path: str = "/", timeout: float = 10) -> str:
+        """One request, retried until the server answers."""
+
+        def answer() -> str:
+            assert self.child.alive(), self.child.describe()
+            try:
+                status, body = _http(f"http://127.0.0.1:{self.port}{path}", timeout=5)
+            except OSError as exc:
+                raise AssertionError(f"no answer yet: {exc}") from exc
+            assert status == 200, f"HTTP {status}: {body[:200]!r}"
+            return body.decode()
+
+        return wait_until(answer, timeout, f"uWSGI on port {self.port} to answer")
+
+    def workers(self, count: int, timeout: float = 30) -> set[int]:
+        return worker_pids(self.child, count, timeout)

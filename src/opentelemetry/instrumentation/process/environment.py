@@ -27,6 +27,9 @@ ENV_VARS: Mapping[str, str] = {
     "exclude": ENV_PREFIX + "EXCLUDE",
     "max_thread_series": ENV_PREFIX + "MAX_THREAD_SERIES",
     "direct_reads": ENV_PREFIX + "DIRECT_READS",
+    "thread_series_by": ENV_PREFIX + "THREAD_SERIES_BY",
+    "saturation": ENV_PREFIX + "SATURATION",
+    "gc_pause_histogram": ENV_PREFIX + "GC_PAUSE_HISTOGRAM",
 }
 """The environment variable of each option that has one."""
 
@@ -41,6 +44,15 @@ def _boolean(raw: str) -> bool:
     if word in _TRUE | _FALSE:
         return word in _TRUE
     raise ValueError("expected one of true, false, 1, 0, yes, no")
+
+
+def _boolean_or_auto(raw: str) -> bool | None:
+    if raw.strip().lower() == "auto":
+        return None
+    try:
+        return _boolean(raw)
+    except ValueError:
+        raise ValueError("expected auto, or one of true, false, 1, 0, yes, no") from None
 
 
 def _whole_number(raw: str) -> int:
@@ -62,7 +74,27 @@ _PARSERS: Mapping[str, Callable[[str], Any]] = {
     "exclude": _patterns,
     "max_thread_series": _whole_number,
     "direct_reads": _boolean,
+    "thread_series_by": lambda raw: raw.strip().lower(),
+    "saturation": _boolean_or_auto,
+    "gc_pause_histogram": _boolean,
 }
+
+
+FORMATS: Mapping[str, str] = {
+    "cpu_frequency": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "per_thread": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "per_cpu": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "include": "comma-separated names or globs, e.g. `cpython.gc.*,system.disk.io`",
+    "exclude": "comma-separated names or globs, e.g. `cpython.gc.*,system.disk.io`",
+    "max_thread_series": "a whole, even number",
+    "direct_reads": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "thread_series_by": "`thread` or `name` (any case)",
+    "saturation": "`auto`, or `true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "gc_pause_histogram": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+}
+"""How each variable is written, for the configuration reference."""
+if FORMATS.keys() != ENV_VARS.keys():  # one row per variable, checked at import
+    raise RuntimeError("environment: FORMATS and ENV_VARS name different options")
 
 
 def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -17,15 +17,15 @@ from typing import TypeVar
 import psutil
 
 from .faultlog import FaultLog
+from .linux.cgroup import (
+    CGROUP_ROOT,
+    PROC_SELF_CGROUP,
+    cgroup_cpu_quota,
+    cgroup_memory_limit,
+)
 
 _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
-
-CGROUP_ROOT = Path("/sys/fs/cgroup")
-PROC_SELF_CGROUP = Path("/proc/self/cgroup")
-
-# cgroup v1 reports "no limit" as a huge page-aligned number, not "max".
-_V1_UNLIMITED = 1 << 60
 
 
 @dataclass(frozen=True)
@@ -182,71 +182,3 @@ def _cpu_freq_limits() -> tuple[int | None, int | None]:
             "rather than reported as 0."
         )
     return fmin, fmax
-
-
-def _cgroup_dirs(cgroup_root: Path, proc_self_cgroup: Path, controller: str) -> list[Path]:
-    """The process's cgroup folder and its ancestors, innermost first.
-
-    Limits of every ancestor apply, so callers take the tightest.
-    """
-    try:
-        lines = proc_self_cgroup.read_text().splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        hier, _, rest = line.partition(":")
-        controllers, _, path = rest.partition(":")
-        if hier == "0" and controllers == "":
-            base = cgroup_root
-        elif controller in controllers.split(","):
-            base = cgroup_root / controller
-        else:
-            continue
-        leaf = base / path.lstrip("/")
-        dirs = [leaf, *leaf.parents]
-        return [d for d in dirs if d == base or base in d.parents]
-    return []
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def cgroup_cpu_quota(
-    cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
-) -> float | None:
-    """CPUs allowed by the tightest cgroup CPU quota, or ``None`` if unlimited.
-
-    Reads ``cpu.max`` (cgroup v2), else ``cpu.cfs_quota_us`` over
-    ``cpu.cfs_period_us`` (cgroup v1).
-    """
-    quotas: list[float] = []
-    for d in _cgroup_dirs(cgroup_root, proc_self_cgroup, "cpu"):
-        v2 = _read(d / "cpu.max")
-        if v2 is not None:
-            quota, _, period = v2.partition(" ")
-            if quota != "max" and period:
-                quotas.append(int(quota) / int(period))
-            continue
-        v1_quota, v1_period = _read(d / "cpu.cfs_quota_us"), _read(d / "cpu.cfs_period_us")
-        if v1_quota and v1_period and int(v1_quota) > 0:
-            quotas.append(int(v1_quota) / int(v1_period))
-    return min(quotas) if quotas else None
-
-
-def cgroup_memory_limit(
-    cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
-) -> int | None:
-    """Bytes allowed by the tightest cgroup memory limit, or ``None`` if unlimited.
-
-    Reads ``memory.max`` (cgroup v2), else ``memory.limit_in_bytes`` (v1).
-    """
-    limits: list[int] = []
-    for d in _cgroup_dirs(cgroup_root, proc_self_cgroup, "memory"):
-        value = _read(d / "memory.max") or _read(d / "memory.limit_in_bytes")
-        if value and value != "max" and int(value) < _V1_UNLIMITED:
-            limits.append(int(value))
-    return min(limits) if limits else None

@@ -54,8 +54,10 @@ class Live:
     def __init__(self, options: ProcessMetricsOptions) -> None:
         self.options = options
         self.provider: weakref.ref[Any] | None = None
-        self.metrics = enabled_metrics(options)
-        self.cache = SnapshotCache(options, {m.source for m in self.metrics})
+        metrics = enabled_metrics(options)
+        self.cache = SnapshotCache(options, {m.source for m in metrics})
+        # A source with nothing to read here (no cgroup limit, say) gets no instruments.
+        self.metrics = tuple(m for m in metrics if m.source not in self.cache.idle)
         self._attributes = dict(options.attributes)
         # Attribute dicts of the last collection, by metric and key: the same
         # sets mostly come back, so each is built once. Only current keys are

@@ -18,8 +18,12 @@ from .sources import SOURCES
 
 EXTENSION_PREFIX = "process_metrics."
 
-BOOLEAN_OPTIONS = ("cpu_frequency", "per_thread")
-"""Options that alone turn metrics on; a row's ``option`` must be one of them."""
+GATING_OPTIONS = ("cpu_frequency", "per_thread", "saturation", "gc_pause_histogram")
+"""Options that alone turn metrics on or off; a row's ``option`` must be one of them.
+
+A metric gated by one is on unless the option is ``False``: ``None`` (auto)
+leaves the decision to the snapshot side, which then may report nothing.
+"""
 
 
 class Kind(enum.Enum):
@@ -50,7 +54,7 @@ class Metric:
     default: bool = False
     value_type: type = int
     option: str | None = None
-    """Boolean option that alone turns this metric on (``include`` does not)."""
+    """Option that alone turns this metric on (``include`` does not); see GATING_OPTIONS."""
     exact_only: bool = False
     """Enabled by ``include`` only when named exactly, never by a glob."""
     note: str = ""
@@ -87,6 +91,10 @@ _FS = (
 )
 _PER_CPU = "cpu.logical_number only with per_cpu=True"
 _GEN = ("cpython.gc.generation",)
+_PSI = (
+    "stall_type is some or full; scope is cgroup (the files of a v2 cgroup) or host "
+    "(/proc/pressure); modelled on semantic-conventions PR #3528"
+)
 
 
 METRICS: tuple[Metric, ...] = (
@@ -155,6 +163,23 @@ METRICS: tuple[Metric, ...] = (
            "Objects found uncollectable, by generation.",
            group="cpython", source="cpython.gc", field="uncollectable", attributes=_GEN,
            default=True),
+    Metric("process_metrics.cpython.gc.pause.time", C, "s",
+           "Time spent in garbage collections, by generation, measured around each one "
+           "(extension).",
+           group="cpython", source="cpython.gc_pauses", field="time", attributes=_GEN,
+           default=True, value_type=float),
+    Metric("process_metrics.cpython.gc.pause.max", G, "s",
+           "Longest single garbage-collection pause since the previous collection of "
+           "metrics, by generation; 0 for a generation that did not collect (extension).",
+           group="cpython", source="cpython.gc_pauses", field="max", attributes=_GEN,
+           default=True, value_type=float),
+    Metric("process_metrics.cpython.gc.pause.bucket", C, "{pause}",
+           "Garbage-collection pauses no longer than each bucket bound, all generations "
+           "(extension): a histogram as cumulative counters.",
+           group="cpython", source="cpython.gc_pauses", field="buckets", attributes=("le",),
+           option="gc_pause_histogram",
+           note="le: 1e-05 to 1 (seconds, the 1-2-5 series) and +Inf, as Prometheus writes "
+           "them"),
     # --- host CPU and memory, on by default (cheap: one file each)
     Metric("system.cpu.time", C, "s", "CPU seconds of the host, by mode.",
            group="system.cpu", source="system.cpu", field="time", attributes=_CPU,
@@ -185,6 +210,62 @@ METRICS: tuple[Metric, ...] = (
            "Wall time of the snapshot refresh of this collection, waits for the GIL "
            "included (extension).",
            group="self", source="refresh", field="duration", default=True, value_type=float),
+    # --- saturation (Linux): on when a cgroup limits the process, or saturation=True
+    Metric("process_metrics.cgroup.cpu.periods", C, "{period}",
+           "CPU quota enforcement periods of the cgroup of this process in which it was runnable "
+           "(extension).",
+           group="saturation", source="cgroup.cpu", field="periods", option="saturation"),
+    Metric("process_metrics.cgroup.cpu.throttled_periods", C, "{period}",
+           "Periods in which the cgroup of this process was throttled by its CPU quota "
+           "(extension).",
+           group="saturation", source="cgroup.cpu", field="throttled_periods",
+           option="saturation"),
+    Metric("process_metrics.cgroup.cpu.throttled_time", C, "s",
+           "Total time the tasks of the cgroup of this process were throttled (extension).",
+           group="saturation", source="cgroup.cpu", field="throttled_time", value_type=float,
+           option="saturation"),
+    Metric("container.cpu.time", C, "s",
+           "CPU seconds of the cgroup of this process (all its processes), by mode.",
+           group="saturation", source="cgroup.cpu", field="cpu_time", attributes=("cpu.mode",),
+           value_type=float, option="saturation",
+           note="cpu.mode is user or kernel, as the container conventions name them"),
+    Metric("container.memory.usage", U, "By",
+           "Memory charged to the cgroup of this process, page cache included.",
+           group="saturation", source="cgroup.memory", field="usage", option="saturation"),
+    Metric("container.memory.working_set", U, "By",
+           "Memory usage of the cgroup of this process minus its inactive page cache, floored at "
+           "0, as kubelet and cAdvisor compute it.",
+           group="saturation", source="cgroup.memory", field="working_set",
+           option="saturation"),
+    Metric("process_metrics.cgroup.memory.limit", G, "By",
+           "The tightest memory limit of the cgroup of this process and its ancestors (extension); "
+           "absent when there is none.",
+           group="saturation", source="cgroup.memory", field="limit", option="saturation"),
+    Metric("process_metrics.cgroup.memory.peak", G, "By",
+           "Highest memory usage of the cgroup of this process, where the kernel keeps it "
+           "(extension).",
+           group="saturation", source="cgroup.memory", field="peak", option="saturation"),
+    Metric("process_metrics.cgroup.memory.events", C, "{event}",
+           "Memory events of the cgroup of this process: over high, at max, OOM, OOM kill "
+           "(extension).",
+           group="saturation", source="cgroup.memory", field="events",
+           attributes=("process_metrics.cgroup.memory.event",), option="saturation",
+           note="v1 has only max (memory.failcnt) and oom_kill"),
+    Metric("process_metrics.cpu.linux.pressure.total", C, "s",
+           "Time tasks stalled waiting for CPU (pressure stall information) (extension).",
+           group="saturation", source="pressure", field="cpu",
+           attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
+           value_type=float, option="saturation", note=_PSI),
+    Metric("process_metrics.memory.linux.pressure.total", C, "s",
+           "Time tasks stalled waiting for memory (pressure stall information) (extension).",
+           group="saturation", source="pressure", field="memory",
+           attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
+           value_type=float, option="saturation", note=_PSI),
+    Metric("process_metrics.io.linux.pressure.total", C, "s",
+           "Time tasks stalled waiting for I/O (pressure stall information) (extension).",
+           group="saturation", source="pressure", field="io",
+           attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
+           value_type=float, option="saturation", note=_PSI),
     # --- CPU frequency: only with cpu_frequency=True
     Metric("system.cpu.frequency", G, "Hz", "Current frequency of each logical CPU.",
            group="frequency", source="system.cpu_freq", field="current",
@@ -260,7 +341,7 @@ def _check_table() -> None:
                 f"metric table: {m.name} reads field {m.field!r}, which source "
                 f"{m.source!r} does not declare"
             )
-        if m.option is not None and m.option not in BOOLEAN_OPTIONS:
+        if m.option is not None and m.option not in GATING_OPTIONS:
             raise RuntimeError(f"metric table: {m.name} names an unknown option {m.option!r}")
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
-from .metrics import BOOLEAN_OPTIONS, METRICS, METRICS_BY_NAME
+from .metrics import GATING_OPTIONS, METRICS, METRICS_BY_NAME
 
 DEFAULT_MAX_THREAD_SERIES = 200
 """100 threads, each with a ``user`` and a ``system`` series."""
@@ -34,6 +34,9 @@ The specification's default is no limit; constant attributes are copied onto
 every point of every collection, so this package bounds them by default.
 ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` overrides it.
 """
+
+THREAD_SERIES_BY = ("thread", "name")
+"""What a per-thread series stands for: one thread, or one thread-name pattern."""
 
 _ATTRIBUTE_TYPES = (str, bool, int, float)  # bool before int: see _kind
 _ATTRIBUTES_ALLOWED = (
@@ -64,8 +67,24 @@ class ProcessMetricsOptions:
     """Metric names or globs not to report; exclude wins over everything."""
     max_thread_series: int = DEFAULT_MAX_THREAD_SERIES
     """Cap on per-thread series, an even number (two per thread); the busiest threads are kept."""
+    thread_series_by: str = "thread"
+    """``"thread"``: a series per thread. ``"name"``: a series per thread-name pattern.
+
+    ``"name"`` replaces each run of digits in a thread's name with ``N``, so
+    that threads started one per request or per scrape (``Thread-12 (...)``)
+    add up in one stable series instead of a new series each.
+    """
     attributes: Mapping[str, Any] = field(default_factory=dict)
     """Constant attributes added to every point (bounded: see the configuration reference)."""
+    saturation: bool | None = None
+    """Container CPU throttling, memory headroom and OOM kills, pressure stalls (Linux).
+
+    ``None`` (auto): the cgroup metrics when a CPU quota or a memory limit
+    applies to the process, pressure stalls whenever the kernel has them.
+    ``True`` forces them on where the files exist; ``False`` turns them off.
+    """
+    gc_pause_histogram: bool = False
+    """Count garbage-collection pauses in buckets from 10 µs to 1 s (a histogram as counters)."""
     direct_reads: bool = True
     """On Linux, read a few kernel interfaces directly where psutil costs more per item.
 
@@ -73,19 +92,34 @@ class ProcessMetricsOptions:
     """
 
     def __post_init__(self) -> None:
-        for name in ("cpu_frequency", "per_thread", "per_cpu", "direct_reads"):
+        for name in (
+            "cpu_frequency",
+            "per_thread",
+            "per_cpu",
+            "gc_pause_histogram",
+            "direct_reads",
+        ):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise ValueError(f"{name}: expected True or False, got {show(value)}")
         for name in ("include", "exclude"):
             object.__setattr__(self, name, _check_patterns(name, getattr(self, name)))
+        if self.saturation is not None and not isinstance(self.saturation, bool):
+            raise ValueError(
+                f"saturation: expected True, False or None (auto), got {show(self.saturation)}"
+            )
         _check_thread_cap(self.max_thread_series)
+        if self.thread_series_by not in THREAD_SERIES_BY:
+            raise ValueError(
+                f"thread_series_by: expected one of {', '.join(map(repr, THREAD_SERIES_BY))}, "
+                f"got {show(self.thread_series_by)}"
+            )
         object.__setattr__(self, "attributes", _check_attributes(self.attributes))
 
 
 OPTION_NAMES = tuple(f.name for f in fields(ProcessMetricsOptions))
-if not set(BOOLEAN_OPTIONS) <= set(OPTION_NAMES):  # the table names only real options
-    raise RuntimeError(f"metric table: an option of {BOOLEAN_OPTIONS} is not an option")
+if not set(GATING_OPTIONS) <= set(OPTION_NAMES):  # the table names only real options
+    raise RuntimeError(f"metric table: an option of {GATING_OPTIONS} is not an option")
 
 
 def show(value: object, limit: int = 200) -> str:

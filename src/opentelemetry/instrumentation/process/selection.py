@@ -1,7 +1,7 @@
 """Which metrics a set of options turns on.
 
 The rules, in order: ``exclude`` wins over everything; a metric gated by a
-boolean option is on exactly when that option is; a default metric is on; any
+option is on unless that option is ``False`` (``None`` is auto); a default metric is on; any
 other metric is on when ``include`` names it, or when a glob of ``include``
 matches it and it is not one that only its exact name enables.
 """
@@ -25,8 +25,8 @@ def is_enabled(metric: Metric, options: ProcessMetricsOptions) -> bool:
     """Whether ``options`` turn ``metric`` on, on any platform."""
     if any(fnmatch.fnmatchcase(metric.name, p) for p in options.exclude):
         return False
-    if metric.option is not None:
-        return bool(getattr(options, metric.option))
+    if metric.option is not None:  # None (auto) is on: the snapshot side decides
+        return getattr(options, metric.option) is not False
     if metric.default:
         return True
     return any(

@@ -81,8 +81,8 @@ class SnapshotCache:
             faults=self.faults,
             direct=ON_LINUX and self.options.direct_reads,
         )
-        for source in self.sources:
-            self._hook(source, "open")
+        self.idle = frozenset(s.name for s in self.sources if not self._open(s))
+        """Sources with nothing to read in this process (their open hook said so)."""
         self._read(tuple(s for s in self.sources if s.stateful))
 
     @property
@@ -124,6 +124,8 @@ class SnapshotCache:
 
     def _read(self, sources: tuple[Source, ...]) -> dict[str, Reading]:
         ctx = self._ctx
+        if self.idle:
+            sources = tuple(s for s in sources if s.name not in self.idle)
         ctx.now = time.monotonic()
         readings: dict[str, Reading] = {}
         in_process = [s for s in sources if s.in_process]
@@ -167,22 +169,33 @@ class SnapshotCache:
                     source.name,
                 )
 
-    def _hook(self, source: Source, which: str) -> None:
-        hook = source.open if which == "open" else source.close
-        if hook is None:
+    def _open(self, source: Source) -> bool:
+        """Run ``source``'s open hook; whether it has anything to read in this process."""
+        if source.open is None:
+            return True
+        try:
+            return source.open(self._ctx)
+        except Exception as exc:  # noqa: BLE001 - a hook must never break the host
+            self._hook_failed(source, "open", exc)
+            return False
+
+    def _close(self, source: Source) -> None:
+        if source.close is None:
             return
         try:
-            hook(self._ctx)
+            source.close(self._ctx)
         except Exception as exc:  # noqa: BLE001 - a hook must never break the host
-            self.faults.warning(
-                (source.name, which, type(exc).__name__),
-                "process metrics: could not %s source %r (%s: %s); the metrics it feeds "
-                "may be missing.",
-                which,
-                source.name,
-                type(exc).__name__,
-                exc,
-            )
+            self._hook_failed(source, "close", exc)
+
+    def _hook_failed(self, source: Source, which: str, exc: Exception) -> None:
+        self.faults.warning(
+            (source.name, which, type(exc).__name__),
+            "process metrics: could not %s source %r (%s: %s); the metrics it feeds are left out.",
+            which,
+            source.name,
+            type(exc).__name__,
+            exc,
+        )
 
     def close(self) -> None:
         """Stop for good: remove every hook; later snapshots read nothing."""
@@ -190,7 +203,7 @@ class SnapshotCache:
             return
         self._closed = True
         for source in self.sources:
-            self._hook(source, "close")
+            self._close(source)
         self.sources = ()
         self._snapshot = None
         _live_caches.discard(self)
@@ -199,7 +212,7 @@ class SnapshotCache:
         """Re-bind in a new process; if that fails, report nothing rather than the parent."""
         try:
             for source in self.sources:
-                self._hook(source, "close")
+                self._close(source)
             self._bind()
         except Exception as exc:  # noqa: BLE001 - never break the forking program
             self.sources = ()

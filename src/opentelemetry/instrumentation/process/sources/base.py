@@ -69,6 +69,12 @@ class ReadOptions(Protocol):
     def max_thread_series(self) -> int: ...
     @property
     def direct_reads(self) -> bool: ...
+    @property
+    def thread_series_by(self) -> str: ...
+    @property
+    def saturation(self) -> bool | None: ...
+    @property
+    def gc_pause_histogram(self) -> bool: ...
 
 
 @dataclass
@@ -141,8 +147,12 @@ class Source:
     """Keeps a baseline: read once at start, so the first collection has a delta."""
     available: Callable[[], bool] = _always
     """A run-time check on top of ``platforms`` (a psutil call that may be missing)."""
-    open: Callable[[ReadContext], None] | None = None
-    """Called before the first read in each process: installs hooks, finds paths."""
+    open: Callable[[ReadContext], bool] | None = None
+    """Called before the first read in each process: installs hooks, finds paths.
+
+    Returns whether there is anything to read in this process; a source that
+    has nothing is not read, and its metrics are not registered.
+    """
     close: Callable[[ReadContext], None] | None = None
     """Called when reporting stops (``uninstrument()``) or before re-binding after a fork."""
 

@@ -1,11 +1,16 @@
-"""Sources about the Python runtime: garbage collections."""
+"""Sources about the Python runtime: garbage collections and their pauses."""
 
 from __future__ import annotations
 
 import gc
 import sys
+from itertools import accumulate
 
-from .base import ReadContext, Reading, Source
+from ..runtime.gc_pauses import BOUNDS, GcPauses
+from .base import Key, ReadContext, Reading, Source
+
+_LE = (*(f"{bound:g}" for bound in BOUNDS), "+Inf")
+"""Bucket labels, as Prometheus writes them: a histogram_quantile() over them works."""
 
 
 def _gc(ctx: ReadContext) -> Reading:
@@ -20,6 +25,34 @@ def _is_cpython() -> bool:
     return sys.implementation.name == "cpython"
 
 
+def _open_pauses(ctx: ReadContext) -> bool:
+    recorder = GcPauses(histogram=ctx.options.gc_pause_histogram)
+    ctx.state["cpython.gc_pauses"] = recorder
+    return recorder.start()
+
+
+def _close_pauses(ctx: ReadContext) -> None:
+    recorder: GcPauses | None = ctx.state.pop("cpython.gc_pauses", None)
+    if recorder is not None:
+        recorder.stop()
+
+
+def _pauses(ctx: ReadContext) -> Reading:
+    recorder: GcPauses = ctx.state["cpython.gc_pauses"]
+    got = recorder.read()  # once per refresh: it starts the next longest-pause window
+    reading: dict[str, dict[Key, float | int]] = {
+        "time": {(gen,): seconds for gen, seconds in enumerate(got.seconds)},
+        # A generation that did not collect since the last refresh did not pause
+        # the program: that is known, so it is 0, and the series stays.
+        "max": {(gen,): top or 0.0 for gen, top in enumerate(got.longest)},
+    }
+    if got.buckets is not None:
+        # Cumulative counts per upper bound, all generations together.
+        per_bucket = [sum(column) for column in zip(*got.buckets, strict=True)]
+        reading["buckets"] = {(le,): n for le, n in zip(_LE, accumulate(per_bucket), strict=True)}
+    return reading
+
+
 SOURCES: tuple[Source, ...] = (
     Source(
         "cpython.gc",
@@ -27,5 +60,14 @@ SOURCES: tuple[Source, ...] = (
         frozenset({"collections", "collected", "uncollectable"}),
         "none: gc.get_stats() in memory",
         available=_is_cpython,
+    ),
+    Source(
+        "cpython.gc_pauses",
+        _pauses,
+        frozenset({"time", "max", "buckets"}),
+        "none: a gc.callbacks hook keeps running totals (about 1 µs per garbage collection)",
+        available=lambda: _is_cpython() and GcPauses.available(),
+        open=_open_pauses,
+        close=_close_pauses,
     ),
 )

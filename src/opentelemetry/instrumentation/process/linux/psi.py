@@ -1,0 +1,110 @@
+"""Pressure stall information (PSI): total time tasks stalled on cpu, memory and io.
+
+Each file (``/proc/pressure/<resource>``, or ``<resource>.pressure`` in a v2
+cgroup) has a ``some`` line and, except for cpu on kernels before 5.13, a
+``full`` line: ``some avg10=0.00 avg60=0.00 avg300=0.00 total=<µs>``.
+``some`` is time in which at least one task stalled, ``full`` time in which
+all non-idle tasks stalled at once.
+
+The cgroup's files are read when the process is in a non-root v2 cgroup
+(scope ``"cgroup"``), else the host's (scope ``"host"``). At the host, the
+cpu ``full`` line is left out: the kernel documents it as undefined there and
+reports zeros since 5.18 (psi.rst). A resource whose file is absent is left
+out. Nothing here knows about OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cgroup import CgroupPaths
+from .files import KernelFile, Values, available
+
+PROC_PRESSURE = Path("/proc/pressure")
+RESOURCES = ("cpu", "memory", "io")
+SCOPE_CGROUP = "cgroup"
+SCOPE_HOST = "host"
+
+
+def field(resource: str, kind: str) -> str:
+    """The name of a total stall time field (seconds), e.g. ``pressure.cpu.some``."""
+    return f"pressure.{resource}.{kind}"
+
+
+@dataclass(frozen=True)
+class PressureFiles:
+    """The PSI files to read at each collection, and whose stalls they count."""
+
+    scope: str
+    """``"cgroup"`` (the process's v2 cgroup) or ``"host"`` (/proc/pressure)."""
+    files: tuple[KernelFile, ...]
+    """One per resource whose file exists; fields ``pressure.<resource>.<some|full>``."""
+
+
+def discover_pressure(paths: CgroupPaths, proc_pressure: Path = PROC_PRESSURE) -> PressureFiles:
+    """Find the PSI files, once (at ``instrument()`` and after a fork). Never raises."""
+    try:
+        own = _own_v2_cgroup(paths)
+    except OSError:
+        own = None
+    if own is not None:
+        files = available([_file(own / f"{r}.pressure", r, full=True) for r in RESOURCES])
+        if files:
+            return PressureFiles(SCOPE_CGROUP, files)
+    host = [_file(proc_pressure / r, r, full=r != "cpu") for r in RESOURCES]
+    return PressureFiles(SCOPE_HOST, available(host))
+
+
+def _own_v2_cgroup(paths: CgroupPaths) -> Path | None:
+    # The root cgroup's pressure is the host's. A non-root cgroup has a
+    # cgroup.type file, also when a cgroup namespace shows it as "/".
+    unified = paths.unified
+    if unified is None or not (unified.own / "cgroup.type").is_file():
+        return None
+    return unified.own
+
+
+def _file(path: Path, resource: str, *, full: bool) -> KernelFile:
+    kinds = ("some", "full") if full else ("some",)
+    return KernelFile(str(path), _parser(resource, kinds), tuple(field(resource, k) for k in kinds))
+
+
+def _parser(resource: str, kinds: tuple[str, ...]) -> Callable[[bytes], Values]:
+    some = field(resource, "some")
+    full = field(resource, "full") if "full" in kinds else None
+
+    def parse(data: bytes) -> Values:
+        t = data.split()
+        # Today's format: "some avg10= avg60= avg300= total=", then the same for "full".
+        if (
+            len(t) == 10
+            and t[0] == b"some"
+            and t[5] == b"full"
+            and t[4][:6] == t[9][:6] == b"total="
+        ):
+            out: Values = {some: int(t[4][6:]) / 1e6}
+            if full is not None:
+                out[full] = int(t[9][6:]) / 1e6
+            return out
+        return _by_lines(data.split(b"\n"), some, full)
+
+    return parse
+
+
+def _by_lines(lines: list[bytes], some: str, full: str | None) -> Values:
+    """Any other layout: a ``some`` line, maybe a ``full`` line, ``total=`` anywhere in each."""
+    if not lines[0].startswith(b"some "):
+        raise ValueError("no 'some' line")
+    out: Values = {some: _total(lines[0]) / 1e6}
+    if full is not None and lines[1].startswith(b"full "):
+        out[full] = _total(lines[1]) / 1e6
+    return out
+
+
+def _total(line: bytes) -> int:
+    """The ``total=`` of one line, in microseconds."""
+    start = line.index(b" total=") + 7
+    end = line.find(b" ", start)
+    return int(line[start:] if end < 0 else line[start:end])

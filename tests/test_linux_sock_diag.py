@@ -1,0 +1,313 @@
+"""The netlink sock_diag connection count against psutil.net_connections() on real sockets."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
+
+from opentelemetry.instrumentation.process.sources.host import _TCP_STATES
+
+pytestmark = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="netlink sock_diag is Linux-only"
+)
+
+if sys.platform.startswith("linux"):
+    from opentelemetry.instrumentation.process.linux import sock_diag
+    from opentelemetry.instrumentation.process.linux.sock_diag import connection_counts
+
+Counts = dict[tuple[str | None, str], int]
+LOOPBACK = "127.0.0.1"
+
+
+def psutil_counts() -> Counts:
+    """What today's psutil path (sources._connections) counts."""
+    counts: Counts = {}
+    for conn in psutil.net_connections(kind="inet"):
+        transport = "tcp" if conn.type == socket.SOCK_STREAM else "udp"
+        status = conn.status
+        state = None if status == psutil.CONN_NONE else _TCP_STATES.get(status, status.lower())
+        counts[(state, transport)] = counts.get((state, transport), 0) + 1
+    return counts
+
+
+def read_both(tries: int = 30) -> tuple[Counts, Counts]:
+    """psutil, the reader, psutil again: retried until both psutil reads agree."""
+    for _ in range(tries):
+        before = psutil_counts()
+        ours = connection_counts()
+        after = psutil_counts()
+        if before == after:
+            return before, ours
+        time.sleep(0.05)
+    raise AssertionError("other sockets kept changing on the host")
+
+
+def _ipv6_loopback() -> bool:
+    if not socket.has_ipv6:
+        return False
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def _wait_for(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 5
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"never reached: {what}")
+        time.sleep(0.005)
+
+
+def _tcp_state(sock: socket.socket) -> int:
+    # struct tcp_info starts with tcpi_state.
+    return socket.socket.getsockopt(sock, socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0]
+
+
+class Scene:
+    """Real loopback sockets in known states; ``created`` counts them by key."""
+
+    def __init__(self) -> None:
+        self.stack = contextlib.ExitStack()
+        self.created: Counts = {}
+
+    def keep(self, sock: socket.socket) -> socket.socket:
+        self.stack.callback(sock.close)
+        return sock
+
+    def add(self, key: tuple[str | None, str], n: int = 1) -> None:
+        self.created[key] = self.created.get(key, 0) + n
+
+    def listener(self, family: int = socket.AF_INET, host: str = LOOPBACK) -> socket.socket:
+        server = self.keep(socket.socket(family, socket.SOCK_STREAM))
+        server.bind((host, 0))
+        server.listen(64)
+        self.add(("listen", "tcp"))
+        return server
+
+    def pair(self, server: socket.socket, host: str = LOOPBACK) -> tuple[socket.socket, ...]:
+        client = self.keep(socket.create_connection((host, server.getsockname()[1])))
+        accepted = self.keep(server.accept()[0])
+        return client, accepted
+
+    def established(self, server: socket.socket, host: str = LOOPBACK) -> None:
+        self.pair(server, host)
+        self.add(("established", "tcp"), 2)
+
+    def time_wait(self, server: socket.socket) -> None:
+        client, accepted = self.pair(server)
+        client.close()  # the active closer ends in TIME_WAIT
+        _wait_for(lambda: _tcp_state(accepted) == 8, "CLOSE_WAIT after the peer's FIN")
+        accepted.close()
+        self.add(("time_wait", "tcp"))
+
+    def close_wait(self, server: socket.socket) -> None:
+        client, accepted = self.pair(server)
+        client.close()  # the peer closed, we did not: CLOSE_WAIT here, FIN_WAIT2 there
+        _wait_for(lambda: _tcp_state(accepted) == 8, "CLOSE_WAIT")
+        self.add(("close_wait", "tcp"))
+        self.add(("fin_wait_2", "tcp"))
+
+    def syn_sent(self, n: int) -> None:
+        """Connections to a listener whose accept queue is full: their SYNs are dropped."""
+        full = self.keep(socket.socket())
+        full.bind((LOOPBACK, 0))
+        full.listen(0)
+        self.add(("listen", "tcp"))
+        self.keep(socket.create_connection(full.getsockname()))  # fills the queue
+        self.add(("established", "tcp"), 2)  # both ends, one not accepted yet
+        for _ in range(n):
+            client = self.keep(socket.socket())
+            client.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                client.connect(full.getsockname())
+            _wait_for(lambda c=client: _tcp_state(c) == 2, "SYN_SENT")
+        self.add(("syn_sent", "tcp"), n)
+
+    def syn_received(self) -> None:
+        """TCP_DEFER_ACCEPT keeps the request in SYN_RECV until data comes."""
+        server = self.keep(socket.socket())
+        server.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, 30)
+        server.bind((LOOPBACK, 0))
+        server.listen(8)
+        self.add(("listen", "tcp"))
+        self.keep(socket.create_connection(server.getsockname()))
+        self.add(("established", "tcp"))  # the client end
+        self.add(("syn_received", "tcp"))  # the server's request socket
+
+    def udp(self, family: int = socket.AF_INET, host: str = LOOPBACK) -> None:
+        bound = self.keep(socket.socket(family, socket.SOCK_DGRAM))
+        bound.bind((host, 0))
+        connected = self.keep(socket.socket(family, socket.SOCK_DGRAM))
+        connected.connect(bound.getsockname()[:2])
+        self.add((None, "udp"), 2)
+
+
+@pytest.fixture
+def scene() -> Iterator[Scene]:
+    s = Scene()
+    with s.stack:
+        yield s
+
+
+def build_all_states(scene: Scene) -> None:
+    # Bound, never listening nor connecting: in no /proc/net/tcp line, so not counted.
+    scene.keep(socket.socket()).bind((LOOPBACK, 0))
+    server = scene.listener()
+    scene.established(server)
+    scene.time_wait(server)
+    scene.close_wait(server)
+    scene.syn_sent(2)
+    scene.syn_received()
+    scene.udp()
+    if _ipv6_loopback():
+        server6 = scene.listener(socket.AF_INET6, "::1")
+        scene.established(server6, "::1")
+        scene.udp(socket.AF_INET6, "::1")
+        # A dual-stack listener: the accepted IPv4 peer is an IPv4-mapped AF_INET6 socket.
+        dual = scene.keep(
+            socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+        )
+        scene.add(("listen", "tcp"))
+        scene.keep(socket.create_connection((LOOPBACK, dual.getsockname()[1])))
+        mapped = scene.keep(dual.accept()[0])
+        assert mapped.family == socket.AF_INET6 and mapped.getsockname()[0].startswith("::ffff:")
+        scene.add(("established", "tcp"), 2)
+
+
+def test_counts_equal_psutil_for_every_state(scene: Scene) -> None:
+    build_all_states(scene)
+    theirs, ours = read_both()
+    assert ours == theirs
+    for key, n in scene.created.items():
+        assert ours.get(key, 0) >= n, (key, n, ours)
+
+
+def test_thousand_sockets_still_equal(scene: Scene) -> None:
+    server = scene.listener()
+    for _ in range(500):
+        scene.established(server)
+    theirs, ours = read_both()
+    assert ours == theirs
+    assert ours[("established", "tcp")] >= 1000
+
+
+def test_no_descriptor_left_open(scene: Scene) -> None:
+    build_all_states(scene)
+    before = sorted(os.listdir("/proc/self/fd"))
+    connection_counts()
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_kernel_error_raises_its_errno_and_closes_the_socket(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No sock_diag handler for a protocol: the kernel answers NLMSG_ERROR -ENOENT."""
+    by_family = sock_diag._by_family
+    monkeypatch.setattr(sock_diag, "_by_family", lambda family, protocol: by_family(family, 200))
+    before = sorted(os.listdir("/proc/self/fd"))
+    with pytest.raises(OSError) as info:
+        connection_counts()
+    assert info.value.errno == errno.ENOENT
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+def test_refused_single_tcp_dump_falls_back_to_one_per_family(
+    scene: Scene, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel refusing the older TCP request (EINVAL) still gets counted, per family."""
+    build_all_states(scene)
+    request = sock_diag._tcp_all_families()
+    truncated = len(request) - 8  # shorter than struct inet_diag_req: the kernel says EINVAL
+    short = truncated.to_bytes(4, sys.byteorder) + request[4:truncated]
+    netlink = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, sock_diag.NETLINK_SOCK_DIAG)
+    netlink.settimeout(5)
+    with netlink as sock, pytest.raises(OSError) as info:
+        sock_diag._dump(sock, short)
+    assert info.value.errno == errno.EINVAL
+    monkeypatch.setattr(sock_diag, "_tcp_all_families", lambda: short)
+    theirs, ours = read_both()
+    assert ours == theirs
+    for key, n in scene.created.items():
+        assert ours.get(key, 0) >= n, (key, n, ours)
+
+
+def test_in_flight_reuseport_sockets_each_count(scene: Scene) -> None:
+    """The one known difference: psutil's set merges unattributed twins, the kernel does not.
+
+    Two UDP sockets bound to one port (SO_REUSEPORT) and then held only by a unix
+    socket's queue (sent with SCM_RIGHTS, closed here) have no fd in any process:
+    psutil lists both as (fd=-1, pid=None, same addresses), which its set keeps once.
+    """
+    first = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    first.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    first.bind((LOOPBACK, 0))
+    second = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    second.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    second.bind(first.getsockname())
+    port = first.getsockname()[1]
+    left, _ = (scene.keep(s) for s in socket.socketpair())
+    socket.send_fds(left, [b"x"], [first.fileno(), second.fileno()])
+    first.close()
+    second.close()
+    mine = [c for c in psutil.net_connections(kind="udp4") if c.laddr and c.laddr.port == port]
+    assert [(c.fd, c.pid) for c in mine] == [(-1, None)]  # two sockets, one entry
+    theirs, ours = read_both()
+    key = (None, "udp")
+    assert ours[key] == theirs[key] + 1
+    assert {k: v for k, v in ours.items() if k != key} == {
+        k: v for k, v in theirs.items() if k != key
+    }
+
+
+def test_state_names_are_todays_names() -> None:
+    """Every kernel state maps to psutil's status name after today's mapping."""
+    statuses = {
+        1: psutil.CONN_ESTABLISHED,
+        2: psutil.CONN_SYN_SENT,
+        3: psutil.CONN_SYN_RECV,
+        4: psutil.CONN_FIN_WAIT1,
+        5: psutil.CONN_FIN_WAIT2,
+        6: psutil.CONN_TIME_WAIT,
+        7: psutil.CONN_CLOSE,
+        8: psutil.CONN_CLOSE_WAIT,
+        9: psutil.CONN_LAST_ACK,
+        10: psutil.CONN_LISTEN,
+        11: psutil.CONN_CLOSING,
+        12: psutil.CONN_SYN_RECV,
+    }
+    today = {n: _TCP_STATES.get(s, s.lower()) for n, s in statuses.items()}
+    assert today == sock_diag.TCP_STATE_NAMES
+
+
+def test_a_reply_that_never_comes_times_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernel ignores a message without NLM_F_REQUEST: no answer, so a timeout, no hang."""
+    request = bytearray(sock_diag._tcp_all_families())
+    request[6:8] = (0x300).to_bytes(2, sys.byteorder)  # NLM_F_DUMP without NLM_F_REQUEST
+    monkeypatch.setattr(sock_diag, "_tcp_all_families", lambda: bytes(request))
+    monkeypatch.setattr(sock_diag, "_TIMEOUT_SECONDS", 0.2)
+    before = sorted(os.listdir("/proc/self/fd"))
+
+    def hung(signum: int, frame: object) -> None:
+        raise AssertionError("connection_counts() hung")
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.setitimer(signal.ITIMER_REAL, 3)
+    try:
+        with pytest.raises(TimeoutError):
+            connection_counts()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert sorted(os.listdir("/proc/self/fd")) == before
