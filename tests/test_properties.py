@@ -76,7 +76,14 @@ def examples(ci: int) -> settings:
     return settings(PROFILE, max_examples=size(ci, 10 * ci))
 
 
-FLAGS = ("cpu_frequency", "per_thread", "per_cpu", "direct_reads", "gc_pause_histogram")
+FLAGS = (
+    "cpu_frequency",
+    "per_thread",
+    "per_cpu",
+    "direct_reads",
+    "gc_pause_histogram",
+    "event_loop",
+)
 LISTS = ("include", "exclude")
 CHOICES = {"thread_series_by": ("thread", "name")}
 TRISTATES = ("saturation",)  # True, False, or None for auto

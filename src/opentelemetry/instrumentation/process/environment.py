@@ -30,6 +30,7 @@ ENV_VARS: Mapping[str, str] = {
     "thread_series_by": ENV_PREFIX + "THREAD_SERIES_BY",
     "saturation": ENV_PREFIX + "SATURATION",
     "gc_pause_histogram": ENV_PREFIX + "GC_PAUSE_HISTOGRAM",
+    "event_loop": ENV_PREFIX + "EVENT_LOOP",
 }
 """The environment variable of each option that has one."""
 
@@ -77,6 +78,7 @@ _PARSERS: Mapping[str, Callable[[str], Any]] = {
     "thread_series_by": lambda raw: raw.strip().lower(),
     "saturation": _boolean_or_auto,
     "gc_pause_histogram": _boolean,
+    "event_loop": _boolean,
 }
 
 
@@ -91,6 +93,7 @@ FORMATS: Mapping[str, str] = {
     "thread_series_by": "`thread` or `name` (any case)",
     "saturation": "`auto`, or `true`, `false`, `1`, `0`, `yes` or `no` (any case)",
     "gc_pause_histogram": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "event_loop": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
 }
 """How each variable is written, for the configuration reference."""
 if FORMATS.keys() != ENV_VARS.keys():  # one row per variable, checked at import

@@ -18,7 +18,7 @@ from .sources import SOURCES
 
 EXTENSION_PREFIX = "process_metrics."
 
-GATING_OPTIONS = ("cpu_frequency", "per_thread", "saturation", "gc_pause_histogram")
+GATING_OPTIONS = ("cpu_frequency", "per_thread", "saturation", "gc_pause_histogram", "event_loop")
 """Options that alone turn metrics on or off; a row's ``option`` must be one of them.
 
 A metric gated by one is on unless the option is ``False``: ``None`` (auto)
@@ -91,6 +91,10 @@ _FS = (
 )
 _PER_CPU = "cpu.logical_number only with per_cpu=True"
 _GEN = ("cpython.gc.generation",)
+_LOOP = (
+    "thread.name: the thread running the loop, with the counter of default names "
+    "removed (Thread (serve)); #2, #3 for loops alive at once under one name"
+)
 _PSI = (
     "stall_type is some or full; scope is cgroup (the files of a v2 cgroup) or host "
     "(/proc/pressure); modelled on semantic-conventions PR #3528"
@@ -180,6 +184,32 @@ METRICS: tuple[Metric, ...] = (
            option="gc_pause_histogram",
            note="le: 1e-05 to 1 (seconds, the 1-2-5 series) and +Inf, as Prometheus writes "
            "them"),
+    # --- event-loop lag: only with event_loop=True
+    Metric("process_metrics.eventloop.delay.max", G, "s",
+           "Longest delay of an asyncio event loop in running a timer since the previous "
+           "collection (extension).",
+           group="eventloop", source="asyncio.loops", field="max", attributes=("thread.name",),
+           value_type=float, option="event_loop", note=_LOOP),
+    Metric("process_metrics.eventloop.delay.mean", G, "s",
+           "Mean delay of an asyncio event loop in running a timer since the previous "
+           "collection (extension).",
+           group="eventloop", source="asyncio.loops", field="mean", attributes=("thread.name",),
+           value_type=float, option="event_loop", note=_LOOP),
+    Metric("process_metrics.eventloop.delay.p50", G, "s",
+           "Median delay of an asyncio event loop in running a timer since the previous "
+           "collection, rounded up to a bucket bound (extension).",
+           group="eventloop", source="asyncio.loops", field="p50", attributes=("thread.name",),
+           value_type=float, option="event_loop", note=_LOOP),
+    Metric("process_metrics.eventloop.delay.p99", G, "s",
+           "99th percentile of the delays of an asyncio event loop in running a timer since "
+           "the previous collection, rounded up to a bucket bound (extension).",
+           group="eventloop", source="asyncio.loops", field="p99", attributes=("thread.name",),
+           value_type=float, option="event_loop", note=_LOOP),
+    Metric("process_metrics.eventloop.utilization", G, "1",
+           "Share of its running time an asyncio event loop spent busy, not waiting for I/O, "
+           "since the previous collection; not measured on uvloop (extension).",
+           group="eventloop", source="asyncio.loops", field="utilization",
+           attributes=("thread.name",), value_type=float, option="event_loop", note=_LOOP),
     # --- host CPU and memory, on by default (cheap: one file each)
     Metric("system.cpu.time", C, "s", "CPU seconds of the host, by mode.",
            group="system.cpu", source="system.cpu", field="time", attributes=_CPU,

@@ -85,6 +85,8 @@ class ProcessMetricsOptions:
     """
     gc_pause_histogram: bool = False
     """Count garbage-collection pauses in buckets from 10 µs to 1 s (a histogram as counters)."""
+    event_loop: bool = False
+    """Measure how late each asyncio event loop runs a timer (``process_metrics.eventloop.*``)."""
     direct_reads: bool = True
     """On Linux, read a few kernel interfaces directly where psutil costs more per item.
 
@@ -92,16 +94,10 @@ class ProcessMetricsOptions:
     """
 
     def __post_init__(self) -> None:
-        for name in (
-            "cpu_frequency",
-            "per_thread",
-            "per_cpu",
-            "gc_pause_histogram",
-            "direct_reads",
-        ):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ValueError(f"{name}: expected True or False, got {show(value)}")
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "bool" and not isinstance(value, bool):
+                raise ValueError(f"{f.name}: expected True or False, got {show(value)}")
         for name in ("include", "exclude"):
             object.__setattr__(self, name, _check_patterns(name, getattr(self, name)))
         if self.saturation is not None and not isinstance(self.saturation, bool):
