@@ -20,6 +20,7 @@ from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.metrics import Kind, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
+from ..conftest import on_by_default
 from .servers import VictoriaMetrics, wait_until
 
 Labels = frozenset[tuple[str, str]]
@@ -70,8 +71,9 @@ PROMETHEUS = Naming(prometheus=True)
 
 
 def default_metrics() -> tuple[Metric, ...]:
-    """The metrics the package reports by default on this host."""
-    found = enabled_metrics(ProcessMetricsOptions())
+    """The metrics the package reports by default on this host (the OS says which)."""
+    on = on_by_default()
+    found = tuple(m for m in enabled_metrics(ProcessMetricsOptions()) if m.name in on)
     if psutil.cpu_count(logical=False) is None:  # left out, never reported as 0
         found = tuple(m for m in found if m.name != "system.cpu.physical.count")
     return found

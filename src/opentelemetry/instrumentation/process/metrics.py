@@ -97,7 +97,8 @@ _LOOP = (
 )
 _PSI = (
     "stall_type is some or full; scope is cgroup (the files of a v2 cgroup) or host "
-    "(/proc/pressure); modelled on semantic-conventions PR #3528"
+    "(/proc/pressure); modelled on semantic-conventions PR #3528, whose .total suffix is "
+    "left out because Prometheus naming would read it as the counter suffix"
 )
 
 
@@ -281,17 +282,17 @@ METRICS: tuple[Metric, ...] = (
            group="saturation", source="cgroup.memory", field="events",
            attributes=("process_metrics.cgroup.memory.event",), option="saturation",
            note="v1 has only max (memory.failcnt) and oom_kill"),
-    Metric("process_metrics.cpu.linux.pressure.total", C, "s",
+    Metric("process_metrics.cpu.linux.pressure.stall_time", C, "s",
            "Time tasks stalled waiting for CPU (pressure stall information) (extension).",
            group="saturation", source="pressure", field="cpu",
            attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
            value_type=float, option="saturation", note=_PSI),
-    Metric("process_metrics.memory.linux.pressure.total", C, "s",
+    Metric("process_metrics.memory.linux.pressure.stall_time", C, "s",
            "Time tasks stalled waiting for memory (pressure stall information) (extension).",
            group="saturation", source="pressure", field="memory",
            attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
            value_type=float, option="saturation", note=_PSI),
-    Metric("process_metrics.io.linux.pressure.total", C, "s",
+    Metric("process_metrics.io.linux.pressure.stall_time", C, "s",
            "Time tasks stalled waiting for I/O (pressure stall information) (extension).",
            group="saturation", source="pressure", field="io",
            attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
