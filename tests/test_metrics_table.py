@@ -22,32 +22,6 @@ DEFAULTS = [m for m in METRICS if m.default and m.supported()]
 OPT_IN = [m for m in METRICS if not m.default and m.supported() and m.option != "saturation"]
 SATURATION = [m for m in METRICS if m.option == "saturation" and m.supported()]
 
-# Rows that the table says a platform supports, but whose source has no value for
-# them there: gaps of the table, kept visible (strict xfail) rather than skipped.
-ABSENT_ON: dict[str, tuple[str, str]] = {
-    "process.paging.faults": ("win32", "no getrusage(2) on Windows: no major/minor faults"),
-    "process_metrics.unix.file_descriptor.limit": ("win32", "no RLIMIT_NOFILE on Windows"),
-}
-
-
-def _absent_here(metric: Metric) -> bool:
-    platform, _why = ABSENT_ON.get(metric.name, ("", ""))
-    return sys.platform == platform
-
-
-def _rows(metrics: list[Metric]) -> list[Any]:
-    return [
-        pytest.param(
-            m,
-            id=m.name,
-            marks=pytest.mark.xfail(
-                _absent_here(m), reason=ABSENT_ON.get(m.name, ("", ""))[1], strict=True
-            ),
-        )
-        for m in metrics
-    ]
-
-
 # Names the semantic conventions deprecated; none may be emitted.
 DEPRECATED = {
     "process.open_file_descriptor.count",
@@ -92,7 +66,7 @@ def test_table_is_consistent() -> None:
             assert "extension" in m.description
 
 
-@pytest.mark.parametrize("metric", _rows(DEFAULTS))
+@pytest.mark.parametrize("metric", DEFAULTS, ids=lambda m: m.name)
 def test_default_metric_is_reported_with_its_shape(
     metric: Metric, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
@@ -106,11 +80,10 @@ def test_defaults_are_exactly_the_default_rows(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
     instrument()
-    absent = {m.name for m in DEFAULTS if _absent_here(m)}
-    assert set(collect(reader)) == on_by_default() - absent
+    assert set(collect(reader)) == on_by_default()
 
 
-@pytest.mark.parametrize("metric", _rows(OPT_IN))
+@pytest.mark.parametrize("metric", OPT_IN, ids=lambda m: m.name)
 def test_opt_in_metric_only_when_enabled(
     metric: Metric, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
@@ -274,3 +247,14 @@ def test_saturation_metric_follows_its_option(
         return
     assert metric.name in reported, sorted(reported)
     _check_shape(metric, reported[metric.name])
+
+
+def test_platform_gaps_are_declared_where_the_value_comes_from() -> None:
+    """Windows has no getrusage(2) and no RLIMIT_NOFILE: the table says so, by source field."""
+    by_name = {m.name: m for m in METRICS}
+    for name in ("process.paging.faults", "process_metrics.unix.file_descriptor.limit"):
+        assert "windows" not in by_name[name].platforms, name
+        assert "linux" in by_name[name].platforms and "darwin" in by_name[name].platforms
+    # The other fields of the same sources stay on every platform.
+    assert "windows" in by_name["process.cpu.time"].platforms
+    assert "windows" in by_name["system.cpu.logical.count"].platforms

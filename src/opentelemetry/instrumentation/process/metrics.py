@@ -70,12 +70,13 @@ class Metric:
 
     @property
     def platforms(self) -> frozenset[str]:
-        """Where it can be reported: its source's platforms."""
-        return SOURCES[self.source].platforms
+        """Where it can be reported: its source's platforms, or its field's."""
+        source = SOURCES[self.source]
+        return source.field_platforms.get(self.field, source.platforms)
 
     def supported(self, platform: str | None = None) -> bool:
         """Whether this metric can be reported on ``platform`` (default: this one)."""
-        return SOURCES[self.source].supported(platform)
+        return SOURCES[self.source].supported(platform, self.field)
 
 
 C, U, G = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE
