@@ -14,6 +14,7 @@ And through the real instrumentor, on an SDK MeterProvider with an InMemoryMetri
   instrument JSON   ``ProcessInstrumentor().instrument(**JSON)`` (no options: auto mode)
   uninstrument      ``ProcessInstrumentor().uninstrument()``
   collect           one collection: {metric name: [[attributes, value], ...]}
+  opens             one collection: the paths it opened, in order (an audit hook)
   forkcollect       fork; the forked process collects once and answers, then exits
   logs              the package's log records since the last ``logs``: [[level, message]]
 """
@@ -106,7 +107,7 @@ _cached: list[Any] = []
 
 def cache(mib: int) -> dict[str, Any]:
     """Page cache charged to the cgroup, on the inactive list (written once, never read)."""
-    f = tempfile.TemporaryFile()
+    f = tempfile.TemporaryFile()  # noqa: SIM115 - kept open on purpose
     for _ in range(mib):
         f.write(b"\x02" * (1 << 20))
     f.flush()
@@ -169,6 +170,29 @@ def collect() -> dict[str, Any]:
     return out
 
 
+_opening: list[str] = []
+_recording: list[bool] = []
+_hooked: list[bool] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _recording and event == "open" and isinstance(args[0], str):
+        _opening.append(args[0])
+
+
+def opens() -> list[str]:
+    if not _hooked:
+        sys.addaudithook(_audit)  # once: an audit hook cannot be removed
+        _hooked.append(True)
+    _opening.clear()
+    _recording.append(True)
+    try:
+        collect()
+    finally:
+        _recording.clear()
+    return list(_opening)
+
+
 def forkcollect() -> dict[str, Any]:
     """One collection in a forked child, which finds its cgroup again."""
     read_end, write_end = os.pipe()
@@ -220,6 +244,8 @@ def main() -> None:
             answer = uninstrument()
         elif command == "collect":
             answer = collect()
+        elif command == "opens":
+            answer = opens()
         elif command == "forkcollect":
             answer = forkcollect()
         elif command == "logs":

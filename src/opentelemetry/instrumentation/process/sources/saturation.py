@@ -58,10 +58,23 @@ def _wanted(ctx: ReadContext, paths: cgroup.CgroupPaths) -> bool:
     return bool(ctx.options.saturation)
 
 
+# The fields the cpu source reports. v1 cpuacct.usage gives only the total CPU
+# time, which no metric reports: it is not read.
+_CPU_FIELDS = frozenset(
+    {
+        cgroup.CPU_PERIODS,
+        cgroup.CPU_THROTTLED_PERIODS,
+        cgroup.CPU_THROTTLED_TIME,
+        cgroup.CPU_TIME_USER,
+        cgroup.CPU_TIME_SYSTEM,
+    }
+)
+
+
 def _open_cpu(ctx: ReadContext) -> bool:
     paths = _paths(ctx)
     files = _files(ctx, paths) if _wanted(ctx, paths) else ()
-    state = _Files(tuple(f for f in files if f.fields[0].startswith("cpu.")))
+    state = _Files(tuple(f for f in files if _CPU_FIELDS.intersection(f.fields)))
     ctx.state["cgroup.cpu"] = state
     return bool(state.files)
 
@@ -173,7 +186,7 @@ SOURCES: tuple[Source, ...] = (
         "cgroup.cpu",
         _cpu,
         frozenset({"periods", "throttled_periods", "throttled_time", "cpu_time"}),
-        "the cgroup cpu.stat (v1: and cpuacct.stat, cpuacct.usage)",
+        "the cgroup cpu.stat (v1: and cpuacct.stat)",
         platforms=LINUX,
         open=_open_cpu,
     ),
