@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-from .linux_cgroups import Cgroup, Child, child_cgroup, flat, number
+from .linux_cgroups import Cgroup, Child, child_cgroup, flat, nested_cgroup, number
 
 MIB = 1 << 20
 HZ = 100  # USER_HZ, the unit of cpuacct.stat
@@ -108,6 +108,22 @@ def test_auto_mode_reports_cpu_throttling_as_the_cgroup_counts_it() -> None:
     assert value(got, "process_metrics.cpu.available") == 0.2
     # The only CPU time counted in the cgroup is in user or kernel mode.
     assert {a["cpu.mode"] for a, _ in got["container.cpu.time"]} == {"user", "kernel"}
+
+
+def test_throttling_counts_only_the_quota_of_the_process_own_cgroup() -> None:
+    """A quota on an ancestor throttles the process, but is counted in the ancestor's cpu.stat."""
+    with child_cgroup("cpu") as outer, nested_cgroup(outer) as inner, Child() as child:
+        quota(outer, 0.2)
+        inner.add(child.pid)
+        child.ask("instrument")  # auto: the ancestor's quota applies, so the group is on
+        child.ask("spin 1.5")
+        got = child.ask("collect")
+        own, ancestor = flat(inner.read("cpu.stat")), flat(outer.read("cpu.stat"))
+    assert ancestor["nr_throttled"] > 0  # the process was throttled...
+    assert own["nr_throttled"] == own["nr_periods"] == 0  # ...by a quota that is not its own
+    assert value(got, "process_metrics.cgroup.cpu.throttled_periods") == 0
+    assert value(got, "process_metrics.cgroup.cpu.periods") == 0
+    assert value(got, "process_metrics.cpu.available") == 0.2  # the tightest quota applies
 
 
 def _memory_files(mem: Cgroup) -> dict[str, int]:
