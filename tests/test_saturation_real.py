@@ -12,9 +12,13 @@ test fails, and nothing but the test's own processes is ever killed.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
+
+from opentelemetry.instrumentation.process.metrics import METRICS
 
 from .linux_cgroups import Cgroup, Child, child_cgroup, flat, nested_cgroup, number
 
@@ -110,6 +114,26 @@ def test_auto_mode_reports_cpu_throttling_as_the_cgroup_counts_it() -> None:
     assert {a["cpu.mode"] for a, _ in got["container.cpu.time"]} == {"user", "kernel"}
 
 
+def test_bursts_are_throttled_while_the_average_stays_under_the_quota() -> None:
+    with in_cgroups("cpu", "cpuacct") as (groups, child):
+        quota(groups["cpu"], 0.2)
+        enter(groups, child)
+        child.ask("instrument")
+        first = child.ask("collect")
+        start = time.monotonic()
+        for _ in range(5):
+            child.ask("spin 0.06")  # 60 ms of CPU: three periods' quota
+            time.sleep(0.5)
+        elapsed = time.monotonic() - start
+        got = child.ask("collect")
+    used = sum(v for _, v in got["container.cpu.time"]) - sum(
+        v for _, v in first["container.cpu.time"]
+    )
+    assert used / elapsed < 0.2  # on average, under the quota...
+    throttled = value(got, "process_metrics.cgroup.cpu.throttled_periods")
+    assert throttled - value(first, "process_metrics.cgroup.cpu.throttled_periods") >= 5  # ...yet
+
+
 def test_throttling_counts_only_the_quota_of_the_process_own_cgroup() -> None:
     """A quota on an ancestor throttles the process, but is counted in the ancestor's cpu.stat."""
     with child_cgroup("cpu") as outer, nested_cgroup(outer) as inner, Child() as child:
@@ -179,6 +203,31 @@ def test_auto_mode_reports_memory_usage_working_set_and_limit_as_the_cgroup_does
     assert value(got, "process_metrics.cgroup.memory.events", **_event("oom_kill")) == 0
     # A memory limit alone turns the group on: the cpu cgroup here has no quota.
     assert "process_metrics.cgroup.cpu.throttled_periods" in got
+
+
+def test_page_cache_is_reclaimed_before_anything_is_killed() -> None:
+    """Usage near the limit is no alarm while it is page cache: the working set is."""
+    with in_cgroups("memory") as (groups, child):
+        mem = groups["memory"]
+        mem.write("memory.limit_in_bytes", str(LIMIT_MIB * MIB))
+        enter(groups, child)
+        child.ask("instrument")
+        child.ask("cache 100")
+        cached = child.ask("collect")
+        child.ask("alloc 60")  # no room left unless the cache goes
+        got = child.ask("collect")
+        files = _memory_files(mem)
+    assert value(cached, "container.memory.usage") >= 100 * MIB  # cache counts in usage
+    assert (
+        value(got, "container.memory.working_set")
+        >= value(cached, "container.memory.working_set") + 50 * MIB
+    )
+    assert (
+        files["oom_kill"]
+        == value(got, "process_metrics.cgroup.memory.events", **_event("oom_kill"))
+        == 0
+    )
+    assert value(got, "container.memory.usage") <= LIMIT_MIB * MIB
 
 
 def _event(name: str) -> dict[str, str]:
@@ -287,8 +336,9 @@ def test_a_removed_cgroup_drops_only_its_metrics_logs_once_and_they_come_back() 
     for collected in (gone, gone_again):
         assert set(collected) == set(healthy) - set(MEMORY_FILE_METRICS)
     assert set(CPU_METRICS) <= set(gone)  # another controller: still read
-    # The limit was found at discovery: it is still what it was then.
+    # The limits were found at discovery: they are still what they were then.
     assert value(gone, "process_metrics.cgroup.memory.limit") == LIMIT_MIB * MIB
+    assert value(gone, "process_metrics.memory.limit") == LIMIT_MIB * MIB
     warnings = _messages(logs_gone, "WARNING")
     assert sorted(warnings) == sorted(
         f"process metrics: could not read {mem.folder / name} (FileNotFoundError: [Errno 2] "
@@ -330,3 +380,27 @@ def test_a_collection_opens_each_file_the_group_reads_once_and_no_other() -> Non
         for r in ("cpu", "memory", "io")
         if os.path.exists(f"/proc/pressure/{r}")
     )
+
+
+def test_every_process_of_a_cgroup_reports_the_same_container_values() -> None:
+    """Hence: never sum them across processes; or turn the group off in all but one."""
+    with child_cgroup("memory") as mem, Child() as first, Child() as second, Child() as quiet:
+        mem.write("memory.limit_in_bytes", str(256 * MIB))
+        for child in (first, second, quiet):
+            mem.add(child.pid)
+        first.ask("instrument")
+        second.ask("instrument")
+        quiet.ask("instrument " + json.dumps({"saturation": False}))
+        a, b, c = first.ask("collect"), second.ask("collect"), quiet.ask("collect")
+    for name in ("process_metrics.cgroup.memory.limit", "process_metrics.cgroup.memory.events"):
+        assert a[name] == b[name], name
+    # Read a moment apart, the usage moves by what the readers themselves touch.
+    usage = (value(a, "container.memory.usage"), value(b, "container.memory.usage"))
+    assert abs(usage[0] - usage[1]) <= 4 * MIB, usage
+    assert value(a, "process_metrics.cgroup.memory.limit") == 256 * MIB
+    # Each process's own metrics still differ: they are not the container's.
+    assert value(a, "process.memory.usage") != value(b, "process.memory.usage")
+    # saturation=False: none of the group, pressure stalls included; the limits stay.
+    saturation = {m.name for m in METRICS if m.option == "saturation"}
+    assert saturation & set(a) and not saturation & set(c)
+    assert value(c, "process_metrics.memory.limit") == 256 * MIB

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import sys
 from collections.abc import Iterator
 from types import ModuleType
@@ -219,3 +220,31 @@ def test_the_dashboard_saturation_row_shows_the_limited_app(
     stalls = by_panel["panel Stall time (share of time, pressure stall information)"]
     assert len(stalls) == 6 and all(0 <= s <= 1.05 for s in stalls), stalls
     assert max(stalls) > 0.01  # throttled within the last minute: the CPU stall shows
+
+
+def _docs_queries() -> list[str]:
+    """The PromQL of the "Is my service starved?" section of the containers page."""
+    text = (REPO / "docs" / "containers.md").read_text()
+    section = text.split("## Is my service starved?", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```promql\n(.*?)```", section, flags=re.DOTALL)
+
+
+def test_the_queries_of_the_containers_page_work_on_the_limited_app(
+    vm_prom: VictoriaMetrics, apps: dict[str, tuple[App, dict[str, Cgroup]]]
+) -> None:
+    app, groups = apps["prometheus"]
+    _settled(vm_prom, PROMETHEUS, app, groups)
+    found = _docs_queries()
+    assert len(found) == 4, found  # throttled share, working set / limit, OOM kills, stall rate
+    for expr in found:
+        assert 'service_name="checkout"' in expr, expr
+        result = vm_prom.query(
+            expr.replace('service_name="checkout"', f'service_name="{app.service}"')
+        )
+        assert len(result) >= 1, f"nothing from the docs' query: {expr}"
+        for series in result:
+            got = float(series["value"][1])
+            if "oom_kill" in expr:
+                assert got >= 1, expr  # the grandchild's kill, within 5 minutes
+            else:
+                assert 0 < got < 1.05, (expr, got)  # shares: of periods, of the limit, of time
