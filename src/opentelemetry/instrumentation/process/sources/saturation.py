@@ -103,6 +103,8 @@ def _read(ctx: ReadContext, name: str) -> tuple[_Files, Values]:
     """Read every file of source ``name`` once; log the files that fail, and those that recover."""
     state: _Files = ctx.state[name]
     values, failures = read_all(state.files)
+    if not failures and not state.failing:  # the usual case, kept short
+        return state, values
     failing = frozenset(f.path for f, _exc in failures)
     for f, exc in failures:
         ctx.faults.warning(
@@ -167,17 +169,20 @@ def _memory(ctx: ReadContext) -> Reading:
     return reading
 
 
+# (resource, field of the reading, kind): the names built once, not at each read.
+_STALLS = tuple(
+    (resource, psi.field(resource, kind), kind)
+    for resource in psi.RESOURCES
+    for kind in ("some", "full")
+)
+
+
 def _pressure(ctx: ReadContext) -> Reading:
     state, v = _read(ctx, "pressure")
     reading: dict[str, dict[Key, float]] = {}
-    for resource in psi.RESOURCES:
-        stalls: dict[Key, float] = {
-            (kind, state.scope): float(v[psi.field(resource, kind)])
-            for kind in ("some", "full")
-            if psi.field(resource, kind) in v
-        }
-        if stalls:
-            reading[resource] = stalls
+    for resource, field, kind in _STALLS:
+        if field in v:
+            reading.setdefault(resource, {})[(kind, state.scope)] = float(v[field])
     return reading
 
 
