@@ -12,7 +12,7 @@ from typing import Any
 
 from scaling import Sweep
 
-STYLE = {
+STYLE: dict[str, dict[str, Any]] = {
     "ours": {"linestyle": "-", "marker": "o"},
     "peer": {"linestyle": "--", "marker": "s"},
     "floor": {"linestyle": ":", "marker": ".", "alpha": 0.8},
