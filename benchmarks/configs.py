@@ -177,6 +177,10 @@ def counted() -> dict[str, tuple[ProcessMetricsOptions, str]]:
         ProcessMetricsOptions(include=EVERYTHING, per_thread=True, thread_series_by="name"),
         "everything but frequency and per_cpu, thread_series_by='name'",
     )
+    found["saturation"] = (
+        ProcessMetricsOptions(saturation=True),
+        "ProcessMetricsOptions(saturation=True): the cgroup and pressure files",
+    )
     found["signals_psutil"] = (
         only(("process.thread.count", "process.signals_pending"), direct_reads=False),
         "only(process.thread.count, process.signals_pending), direct_reads=False",
