@@ -261,6 +261,23 @@ def figures(r: Results) -> dict[str, str]:
         "late_off": _late(late.get("per_thread_off")),
         "late_idle": _late(late.get("no collections")),
         "ehash": f"{r.info['tcp_ehash_entries']:,}",
+        **peer_set(r),
+    }
+
+
+def peer_set(r: Results) -> dict[str, str]:
+    """What bounds ours against the peer's default, from the medians of the run."""
+    st, zero = r.main.stats, r.sockets.points[0].stats
+    floor = st["floor_peer_default_set"].median
+    dump = zero["connections"].median - zero["floor_connections"].median
+    peer = st["peer_default"].median
+    return {
+        "peer_set_us": us(st["peer_default_set"].median),
+        "peer_us": us(peer),
+        "peer_set_floor": us(floor),
+        "peer_set_points": str(r.main.shapes["peer_default_set"].points),
+        "connections_us": us(dump),
+        "peer_set_bound": f"{peer / (floor + dump):.1f}x",
     }
 
 
