@@ -84,6 +84,33 @@ def memory_limit() -> int | None:
     return min(limits) if limits else None
 
 
+def cpu_quota() -> float | None:
+    """CPUs allowed by the tightest cgroup CPU quota over this process's cgroup and ancestors."""
+    place = own_dir("cpu")
+    if place is None:
+        return None
+    mount, leaf = place
+    quotas: list[float] = []
+    for folder in [leaf, *leaf.parents]:
+        v2 = _read(folder / "cpu.max")
+        if v2 is not None and not v2.startswith("max"):
+            quota, period = v2.split()
+            quotas.append(int(quota) / int(period))
+        v1 = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
+        if v1[0] is not None and v1[1] is not None and int(v1[0]) > 0:
+            quotas.append(int(v1[0]) / int(v1[1]))
+        if folder == mount:
+            break
+    return min(quotas) if quotas else None
+
+
+def available_cpus() -> float:
+    """CPUs this process may use: its affinity mask, capped by a cgroup CPU quota."""
+    cpus = float(len(os.sched_getaffinity(0)))
+    quota = cpu_quota()
+    return min(cpus, quota) if quota else cpus
+
+
 @contextlib.contextmanager
 def sub_cgroup(controller: str, settings: dict[str, str]) -> Iterator[Path]:
     """A new cgroup v1 child of this process's ``controller`` cgroup, set up with ``settings``.

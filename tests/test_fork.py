@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import sys
 import threading
@@ -11,12 +12,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import psutil
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
+from . import cgroups
 from .conftest import collect, points, value
+from .internals import fork_wait_seconds
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -53,22 +58,30 @@ def test_child_reports_its_own_memory_pid_and_cpu(
     parent_rss = value(parent["process.memory.usage"])
     parent_start = time.clock_gettime(time.CLOCK_BOOTTIME) - value(parent["process.uptime"])
     time.sleep(0.2)
+    forked = time.monotonic()
 
     def child() -> dict[str, Any]:
+        # The baseline is read at fork: between `forked` and here, at a CPU
+        # time of the child (counted from the fork) between 0 and cpu_start.
+        started, cpu_start = time.monotonic(), _cpu_seconds()
         block = b"x" * (150 << 20)  # touched, so resident
         end = time.thread_time() + 0.4
         while time.thread_time() < end:
             sum(range(2_000))
+        t_b0, cpu_b0 = time.monotonic(), _cpu_seconds()
         got = collect(reader)
+        t_b1, cpu_b1 = time.monotonic(), _cpu_seconds()
         live = inst._live
         assert live is not None
+        available = cgroups.available_cpus()
         return {
             "rss": value(got["process.memory.usage"]),
             "start": time.clock_gettime(time.CLOCK_BOOTTIME) - value(got["process.uptime"]),
             "cpu": sum(points(got["process.cpu.utilization"]).values()),
+            "lo": (cpu_b0 - cpu_start) / (t_b1 - forked) / available,
+            "hi": cpu_b1 / (t_b0 - started) / available,
             "facts_pid": live.cache.facts.pid,
             "pid": os.getpid(),
-            "available": live.cache.facts.available_cpus,
             "kept": len(block),
         }
 
@@ -77,8 +90,14 @@ def test_child_reports_its_own_memory_pid_and_cpu(
     assert got["rss"] >= parent_rss + (120 << 20)
     # The child started after the parent (uptime is precise to a clock tick).
     assert got["start"] >= parent_start + 0.19
-    # A fresh baseline at fork: the first child collection sees its own busy loop.
-    assert got["cpu"] >= 0.5 / got["available"]
+    # A fresh baseline at fork: the first child collection sees its own busy
+    # loop, over the window since the fork.
+    assert got["lo"] * 0.97 <= got["cpu"] <= got["hi"] * 1.03, got
+
+
+def _cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 # Forking with a live thread is the point of this test (Python 3.12+ warns).
@@ -120,3 +139,135 @@ def test_parent_is_unaffected_by_the_child(
     rss = value(collect(reader)["process.memory.usage"])
     with open("/proc/self/statm") as f:
         assert abs(rss - int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")) < (8 << 20)
+
+
+# -- a collection in flight at fork time ------------------------------------------------
+
+
+def _statm_rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _fork_during_a_collection(
+    where: str,
+    hold: float,
+    provider: MeterProvider,
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    """Fork while another thread's collection is held up ``hold`` s in ``where``.
+
+    ``where`` is "refresh" (a source of this package: the SDK's collection lock
+    and the snapshot cache's lock are both held) or "callback" (another
+    meter's callback on the same provider: only the SDK's lock is held).
+    Returns what the child saw: whether that collection had ended when it was
+    forked, and its own collection.
+    """
+    parent = os.getpid()
+    entered, release = threading.Event(), threading.Event()
+    ended: list[bool] = []
+    armed = [False]
+
+    def hold_up() -> None:
+        if os.getpid() == parent and armed[0]:
+            armed[0] = False
+            entered.set()
+            release.wait(hold)
+            ended.append(True)
+
+    if where == "refresh":
+        real = psutil.virtual_memory
+
+        def slow(*args: Any, **kwargs: Any) -> Any:
+            hold_up()
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(psutil, "virtual_memory", slow)
+    else:
+
+        def callback(_options: Any) -> list[Any]:
+            hold_up()
+            return []
+
+        provider.get_meter("in-flight").create_observable_gauge("test.held", callbacks=[callback])
+
+    def child() -> dict[str, Any]:
+        ended_at_fork = bool(ended)
+        got = collect(reader)
+        return {
+            "ended_at_fork": ended_at_fork,
+            "rss": value(got["process.memory.usage"]),
+            "statm": _statm_rss(),
+        }
+
+    armed[0] = True
+    # MetricReader.collect(), as a periodic reader's export thread calls it.
+    # (Not get_metrics_data(): that also holds the in-memory reader's own
+    # lock, which no fork guard knows about.)
+    collector = threading.Thread(target=reader.collect)
+    collector.start()
+    try:
+        assert entered.wait(10), "the collection never started"
+        return _in_child(child, timeout=10)
+    finally:
+        release.set()
+        collector.join(10)
+
+
+IN_FLIGHT = pytest.mark.parametrize("where", ["refresh", "callback"])
+
+
+@IN_FLIGHT
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_fork_waits_for_a_short_collection_in_flight(
+    where: str,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    provider: MeterProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instrument()
+    hold = fork_wait_seconds() / 5
+    got = _fork_during_a_collection(where, hold, provider, reader, monkeypatch)
+    # Shorter than the documented wait: the fork waited it out.
+    assert got["ended_at_fork"], got
+    assert abs(got["rss"] - got["statm"]) < (8 << 20), got
+
+
+@IN_FLIGHT
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_fork_does_not_wait_for_a_long_collection_in_flight(
+    where: str,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    provider: MeterProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instrument()
+    hold = fork_wait_seconds() + 3
+    got = _fork_during_a_collection(where, hold, provider, reader, monkeypatch)
+    # Longer than the documented wait: the fork went ahead in the middle of
+    # it, and the child still collects.
+    assert not got["ended_at_fork"], got
+    assert got["rss"] > 0, got
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: a child forked in the middle of a collection that outlasts the fork "
+    "wait inherits the SDK's half-collected sums, and its first collection adds its own "
+    "values to its parent's (process.memory.usage = parent's RSS + child's)",
+)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_child_forked_after_our_callbacks_of_a_long_collection_reports_itself(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    provider: MeterProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instrument()
+    hold = fork_wait_seconds() + 3
+    got = _fork_during_a_collection("callback", hold, provider, reader, monkeypatch)
+    assert not got["ended_at_fork"], got
+    assert abs(got["rss"] - got["statm"]) < (8 << 20), got
