@@ -127,7 +127,7 @@ def sub_cgroup(controller: str, settings: dict[str, str]) -> Iterator[Path]:
         pytest.skip(f"no cgroup hierarchy with the {controller} controller here")
     mount, leaf = place
     if not any(t == "cgroup" and m == mount for t, m, _ in _mounts()):
-        pytest.skip(f"the {controller} controller is on cgroup v2 here; this helper makes v1 groups")
+        pytest.skip(f"{controller} is a cgroup v2 controller here; this helper makes v1 groups")
     folder = leaf / f"otel-process-test-{os.getpid()}-{time.monotonic_ns()}"
     try:
         folder.mkdir()

@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 from collections.abc import Callable
 from typing import Any
 
+import psutil
 import pytest
 
 
@@ -45,3 +47,62 @@ def in_child(body: Callable[[], dict[str, Any]], timeout: int = 20) -> dict[str,
     if "error" in result:
         pytest.fail(f"the child failed: {result['error']}")
     return result
+
+
+class HoldUp:
+    """Holds up a collection of the test process, so that a fork lands inside it.
+
+    ``where`` is "refresh" (a source of this package, psutil.virtual_memory:
+    the SDK's collection lock and the snapshot cache's lock are both held) or
+    "callback" (another meter's callback on the same provider, called after
+    this package's: only the SDK's lock is held). The first collection that
+    gets there after ``arm()`` waits ``hold`` seconds, or until ``release()``.
+    Only in the process that made it: a forked child is never held up.
+    """
+
+    def __init__(self, where: str, provider: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._pid = os.getpid()
+        self._armed = False
+        self._hold = 0.0
+        self.entered = threading.Event()
+        self._release = threading.Event()
+        self._ended: list[bool] = []
+        if where == "refresh":
+            real = psutil.virtual_memory
+
+            def slow(*args: Any, **kwargs: Any) -> Any:
+                self._stop_here()
+                return real(*args, **kwargs)
+
+            monkeypatch.setattr(psutil, "virtual_memory", slow)
+        else:
+
+            def callback(_options: Any) -> list[Any]:
+                self._stop_here()
+                return []
+
+            meter = provider.get_meter("hold-up")
+            meter.create_observable_gauge("test.hold_up", callbacks=[callback])
+
+    def _stop_here(self) -> None:
+        if self._armed and os.getpid() == self._pid:
+            # This arm's own objects: a later arm() cannot mix with this stop.
+            self._armed = False
+            release, ended = self._release, self._ended
+            self.entered.set()
+            release.wait(self._hold)
+            ended.append(True)
+
+    def arm(self, hold: float) -> None:
+        self.entered.clear()
+        self._release = threading.Event()
+        self._ended = []
+        self._hold = hold
+        self._armed = True
+
+    def release(self) -> None:
+        self._release.set()
+
+    def ended(self) -> bool:
+        """Whether the held-up collection got past the hold (in a child: before the fork)."""
+        return bool(self._ended)

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import psutil
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -21,6 +20,7 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor
 
 from . import cgroups
 from .conftest import collect, points, value
+from .forked import HoldUp
 from .internals import fork_wait_seconds
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -158,42 +158,13 @@ def _fork_during_a_collection(
 ) -> dict[str, Any]:
     """Fork while another thread's collection is held up ``hold`` s in ``where``.
 
-    ``where`` is "refresh" (a source of this package: the SDK's collection lock
-    and the snapshot cache's lock are both held) or "callback" (another
-    meter's callback on the same provider: only the SDK's lock is held).
     Returns what the child saw: whether that collection had ended when it was
     forked, and its own collection.
     """
-    parent = os.getpid()
-    entered, release = threading.Event(), threading.Event()
-    ended: list[bool] = []
-    armed = [False]
-
-    def hold_up() -> None:
-        if os.getpid() == parent and armed[0]:
-            armed[0] = False
-            entered.set()
-            release.wait(hold)
-            ended.append(True)
-
-    if where == "refresh":
-        real = psutil.virtual_memory
-
-        def slow(*args: Any, **kwargs: Any) -> Any:
-            hold_up()
-            return real(*args, **kwargs)
-
-        monkeypatch.setattr(psutil, "virtual_memory", slow)
-    else:
-
-        def callback(_options: Any) -> list[Any]:
-            hold_up()
-            return []
-
-        provider.get_meter("in-flight").create_observable_gauge("test.held", callbacks=[callback])
+    held = HoldUp(where, provider, monkeypatch)
 
     def child() -> dict[str, Any]:
-        ended_at_fork = bool(ended)
+        ended_at_fork = held.ended()
         got = collect(reader)
         return {
             "ended_at_fork": ended_at_fork,
@@ -201,17 +172,17 @@ def _fork_during_a_collection(
             "statm": _statm_rss(),
         }
 
-    armed[0] = True
+    held.arm(hold)
     # MetricReader.collect(), as a periodic reader's export thread calls it.
     # (Not get_metrics_data(): that also holds the in-memory reader's own
     # lock, which no fork guard knows about.)
     collector = threading.Thread(target=reader.collect)
     collector.start()
     try:
-        assert entered.wait(10), "the collection never started"
+        assert held.entered.wait(10), "the collection never started"
         return _in_child(child, timeout=10)
     finally:
-        release.set()
+        held.release()
         collector.join(10)
 
 

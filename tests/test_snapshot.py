@@ -182,11 +182,11 @@ def test_callers_that_start_one_collection_together_share_one_refresh(
         start = threading.Barrier(2)
         got: list[int] = []
 
-        def call(seen: int = seen) -> None:
+        def call(start: threading.Barrier, got: list[int], seen: int) -> None:
             start.wait()
             got.append(cache.snapshot(seen).generation)
 
-        threads = [threading.Thread(target=call) for _ in range(2)]
+        threads = [threading.Thread(target=call, args=(start, got, seen)) for _ in range(2)]
         for t in threads:
             t.start()
         for t in threads:
