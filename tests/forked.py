@@ -1,9 +1,9 @@
-"""Run a function in a forked child of the test process and get its result back.
+"""Child processes for the tests: a forked child, a held-up collection, a fresh python.
 
 A forked child runs the very code the test process imported (under mutation
 testing, the mutated copy), so a check made in the child still catches a
-wrong value. The child has a hard timeout, so a deadlock fails the test
-instead of hanging the suite.
+wrong value. It has a hard timeout, so a deadlock fails the test instead of
+hanging the suite.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -106,3 +107,16 @@ class HoldUp:
     def ended(self) -> bool:
         """Whether the held-up collection got past the hold (in a child: before the fork)."""
         return bool(self._ended)
+
+
+def python_env() -> dict[str, str]:
+    """The environment for a fresh ``python`` that imports this very copy of the package.
+
+    Under mutation testing the package is imported from a mutated copy; a
+    subprocess must import that copy too, not the installed one.
+    """
+    import opentelemetry.instrumentation.process as package
+
+    root = str(Path(package.__file__).resolve().parents[3])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}
