@@ -251,6 +251,10 @@ def scraped() -> Iterator[Callable[[], str]]:
         provider.shutdown()
 
 
+def _lines_of(exposition: str, name: str) -> str:
+    return "\n".join(line for line in exposition.splitlines() if line.startswith(name))
+
+
 def _names(exposition: str) -> set[str]:
     samples = [line for line in exposition.splitlines() if line[:1].isalpha()]
     return {line.split("{")[0].split(" ")[0] for line in samples}
@@ -265,6 +269,9 @@ def test_prometheus_exporter_names_and_one_refresh_per_scrape(
     assert "process_cpu_utilization" in names, sorted(names)
     assert not [n for n in names if n.endswith("_ratio")], sorted(names)
     assert {"process_cpu_time_seconds_total", "process_memory_usage_bytes"} <= names
+    # Resource attributes go to target_info, not onto every series.
+    assert "target_info" in names
+    assert "service_name" not in _lines_of(scraped(), "process_memory_usage_bytes")
     with opens.recording() as paths:
         for _ in range(5):
             scraped()
@@ -322,3 +329,115 @@ def test_the_sdk_keeps_about_1_4_kb_per_attribute_set() -> None:
     per_set = sum(s.size_diff for s in diff) / (2 * threads)
     assert 1000 <= per_set <= 1800, f"{per_set:.0f} B per attribute set"
     assert 2.0e6 <= per_set * 2 * 1000 <= 3.6e6, f"{per_set * 2000:.0f} B per 1,000 threads"
+
+
+# -- the refresh times itself (design, troubleshooting) ---------------------------------
+
+
+def test_refresh_duration_is_the_wall_time_of_the_refresh(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instrument()
+    real = psutil.virtual_memory
+
+    def slow(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.05)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(psutil, "virtual_memory", slow)  # a source that takes 50 ms
+    started = time.perf_counter()
+    got = collect(reader)
+    took = time.perf_counter() - started
+    assert 0.05 <= value(got["process_metrics.refresh.duration"]) <= took
+
+
+# -- "At DEBUG it logs how many metrics it registered" (troubleshooting) ----------------
+
+
+def test_debug_log_says_how_many_metrics_are_reported(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    instrument(include=["system.network.*"])
+    reported = len(collect(reader))
+    lines = [r.getMessage() for r in caplog.records if r.name == LOGGER]
+    assert f"process metrics: reporting {reported} metrics" in lines, lines
+
+
+# -- several configurations at once, each on its own provider (configuration) -----------
+
+
+def test_several_configurations_at_once_on_their_own_providers() -> None:
+    from opentelemetry.instrumentation.process import ProcessMetricsOptions
+    from opentelemetry.instrumentation.process.instruments import start, stop
+
+    readers = [InMemoryMetricReader(), InMemoryMetricReader()]
+    providers = [MeterProvider(metric_readers=[r]) for r in readers]
+    host_only = ProcessMetricsOptions(exclude=["process.*", "process_metrics.*", "cpython.*"])
+    process_only = ProcessMetricsOptions(exclude=["system.*"])
+    first = start(host_only, providers[0])
+    second = start(process_only, providers[1])
+    try:
+        a, b = collect(readers[0]), collect(readers[1])
+        assert a and all(n.startswith("system.") for n in a), sorted(a)
+        assert b and not any(n.startswith("system.") for n in b), sorted(b)
+        stop(first)
+        assert collect(readers[0]) == {}
+        assert set(collect(readers[1])) == set(b)
+    finally:
+        stop(first)
+        stop(second)
+        for p in providers:
+            p.shutdown()
+
+
+# -- uninstrument(): "they report no points, and they read nothing" (design) ------------
+
+
+@linux_only
+def test_after_uninstrument_a_collection_reads_nothing(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    opens: OpenRecorder,
+) -> None:
+    instrument(include=["system.disk.*", "system.network.*"])
+    collect(reader)
+    ProcessInstrumentor().uninstrument()
+    with opens.recording() as paths:
+        assert collect(reader) == {}
+    assert paths == []
+
+
+# -- "force_flush() returns True even when the export failed" (troubleshooting) ----------
+
+
+def test_force_flush_returns_true_even_when_the_export_fails() -> None:
+    from opentelemetry.sdk.metrics.export import (
+        MetricExporter,
+        MetricExportResult,
+        PeriodicExportingMetricReader,
+    )
+
+    class Failing(MetricExporter):
+        def export(self, *_args: Any, **_kwargs: Any) -> MetricExportResult:
+            return MetricExportResult.FAILURE
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, *_args: Any, **_kwargs: Any) -> None:
+            pass
+
+    provider = MeterProvider(
+        metric_readers=[PeriodicExportingMetricReader(Failing(), export_interval_millis=60_000)]
+    )
+    ProcessInstrumentor().instrument(meter_provider=provider)
+    try:
+        assert provider.force_flush() is True
+    finally:
+        ProcessInstrumentor().uninstrument()
+        provider.shutdown()

@@ -242,3 +242,27 @@ def test_a_child_forked_after_our_callbacks_of_a_long_collection_reports_itself(
     got = _fork_during_a_collection("callback", hold, provider, reader, monkeypatch)
     assert not got["ended_at_fork"], got
     assert abs(got["rss"] - got["statm"]) < (8 << 20), got
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_after_uninstrument_a_fork_does_not_wait_for_a_collection(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    provider: MeterProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # prefork.md: "After uninstrument() the provider is no longer guarded."
+    instrument()
+    ProcessInstrumentor().uninstrument()
+    hold = fork_wait_seconds() / 5
+    held = HoldUp("callback", provider, monkeypatch)
+    held.arm(hold)
+    collector = threading.Thread(target=reader.collect)
+    collector.start()
+    try:
+        assert held.entered.wait(10), "the collection never started"
+        got = _in_child(lambda: {"ended_at_fork": held.ended()}, timeout=10)
+    finally:
+        held.release()
+        collector.join(10)
+    assert not got["ended_at_fork"], got
