@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import functools
 import glob
 import importlib
@@ -85,6 +86,46 @@ def semconv_shapes() -> dict[str, tuple[Kind, str]]:
     return meter.shapes
 
 
+@functools.cache
+def semconv_attributes() -> dict[str, set[Any] | None]:
+    """Every attribute of the installed semantic conventions, with its enumerated values.
+
+    ``None`` where the conventions list no values. An enum ``XyzValues`` goes
+    with the module's string constant of the same name (``XYZ``).
+    """
+    import opentelemetry.semconv._incubating.attributes as incubating
+    import opentelemetry.semconv.attributes as stable
+
+    found: dict[str, set[Any] | None] = {}
+    for package in (incubating, stable):
+        for module in pkgutil.iter_modules(package.__path__):
+            mod = importlib.import_module(f"{package.__name__}.{module.name}")
+            constants = {
+                k.replace("_", ""): v
+                for k, v in vars(mod).items()
+                if k.isupper() and isinstance(v, str)
+            }
+            for name in constants.values():
+                found.setdefault(name, None)
+            for k, v in vars(mod).items():
+                if isinstance(v, type) and issubclass(v, enum.Enum) and k.endswith("Values"):
+                    attribute = constants.get(k[: -len("Values")].upper())
+                    if attribute is not None:
+                        found[attribute] = {member.value for member in v}
+    return found
+
+
+# Enumerations whose listed values are only the well-known ones: others are allowed.
+OPEN_ENUMS = {"system.filesystem.type"}
+
+
+def test_semconv_metrics_have_the_attributes_of_the_semantic_conventions() -> None:
+    known = semconv_attributes()
+    for m in METRICS:
+        if not m.extension:
+            assert set(m.attributes) <= set(known), (m.name, set(m.attributes) - set(known))
+
+
 def test_semconv_metrics_have_the_kind_and_unit_of_the_semantic_conventions() -> None:
     ours = [m for m in METRICS if not m.extension]
     assert len(ours) >= 37
@@ -108,9 +149,13 @@ def _check_shape(metric: Metric, reported: Any) -> None:
         assert isinstance(data, Sum)
         assert data.is_monotonic is (kind is Kind.COUNTER)
     assert data.data_points, f"{metric.name} has no points"
+    values = semconv_attributes()
     for attrs, v in points(reported).items():
         assert {k for k, _ in attrs} <= set(metric.attributes), (metric.name, attrs)
         assert isinstance(v, metric.value_type), (metric.name, v)
+        for key, attribute in attrs:
+            allowed = values.get(key) if key not in OPEN_ENUMS else None
+            assert allowed is None or attribute in allowed, (metric.name, key, attribute)
 
 
 def test_table_is_consistent() -> None:
