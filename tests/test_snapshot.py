@@ -17,6 +17,7 @@ from opentelemetry.instrumentation.process import METRICS, ProcessInstrumentor
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
 from .conftest import OpenRecorder, collect, points
+from .internals import snapshot_cache
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
 
@@ -166,7 +167,7 @@ def test_snapshot_is_complete_for_concurrent_callers(monkeypatch: pytest.MonkeyP
 def test_callers_that_start_one_collection_together_share_one_refresh(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cache = SnapshotCache(["system.memory"])
+    cache = snapshot_cache(["system.memory"])
     real = psutil.virtual_memory
     reads: list[int] = []
 
