@@ -33,6 +33,7 @@ def in_child(body: Callable[[], dict[str, Any]], timeout: int = 20) -> dict[str,
                 result = body()
             except BaseException as exc:  # noqa: BLE001 - anything goes back to the parent
                 result = {"error": f"{type(exc).__name__}: {exc}"}
+            result[_HITS] = _mutation_hits()
             data = json.dumps(result).encode()
             while data:
                 data = data[os.write(write_end, data) :]
@@ -45,9 +46,37 @@ def in_child(body: Callable[[], dict[str, Any]], timeout: int = 20) -> dict[str,
     if os.WIFSIGNALED(status):
         pytest.fail(f"the child died by signal {os.WTERMSIG(status)} (SIGALRM: it hung)")
     result: dict[str, Any] = json.loads(data or b"{}")
+    _add_mutation_hits(result.pop(_HITS, []))
     if "error" in result:
         pytest.fail(f"the child failed: {result['error']}")
     return result
+
+
+_HITS = "_mutation_hits"
+
+
+def _mutation_hits() -> list[str]:
+    """In a child: the functions of the package it ran, when mutmut is recording them.
+
+    mutmut picks the tests to run against a mutant by the functions each test
+    reached, and it records that in the test process only. Code that runs only
+    in a forked child (the fork handlers) would have no test at all.
+    """
+    if os.environ.get("MUTANT_UNDER_TEST") != "stats":
+        return []
+    try:
+        from mutmut.state import state
+    except ImportError:
+        return []
+    return sorted(state()._stats)
+
+
+def _add_mutation_hits(hits: list[str]) -> None:
+    """In the test process: count the child's functions as reached by this test."""
+    if hits:
+        from mutmut.state import state
+
+        state()._stats.update(hits)
 
 
 class HoldUp:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import resource
-import signal
 import sys
 import threading
 import time
@@ -20,7 +18,7 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor
 
 from . import cgroups
 from .conftest import collect, points, value
-from .forked import HoldUp
+from .forked import HoldUp, in_child
 from .internals import fork_wait_seconds
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -28,26 +26,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 def _in_child(body: Callable[[], dict[str, Any]], timeout: float = 20.0) -> dict[str, Any]:
     """Run ``body`` in a forked child; return what it returned (as JSON)."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        os.close(read_end)
-        signal.alarm(int(timeout))  # a deadlock ends the child instead of hanging the suite
-        try:
-            result = body()
-        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
-            result = {"error": repr(exc)}
-        os.write(write_end, json.dumps(result).encode())
-        os._exit(0)
-    os.close(write_end)
-    chunks = []
-    with os.fdopen(read_end, "rb") as f:
-        chunks.append(f.read())
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status), f"child died: status {status}"
-    result: dict[str, Any] = json.loads(b"".join(chunks) or b"{}")
-    assert "error" not in result, result
-    return result
+    return in_child(body, timeout=int(timeout))
 
 
 def test_child_reports_its_own_memory_pid_and_cpu(

@@ -307,8 +307,10 @@ def test_system_cpu_utilization_is_each_modes_share_since_the_last_collection(
         lo = max(0.0, b0[mode] - a1[mode]) / total_hi
         hi = (b1[mode] - a0[mode]) / total_lo
         assert lo - 1e-9 <= share <= hi + 1e-9, (mode, share, lo, hi)
-    # This process's busy loop is host user time too (the host counts in ticks).
-    assert shares["user"] >= (mine - 0.03) / total_hi, (shares, mine, total_hi)
+    # This process's busy loop is host user time too (the host counts in
+    # ticks), or nice time when the process runs niced.
+    mode = "nice" if hasattr(os, "nice") and os.nice(0) > 0 else "user"
+    assert shares[mode] >= (mine - 0.03) / total_hi, (mode, shares, mine, total_hi)
     assert sum(shares.values()) == pytest.approx(1.0, abs=1e-6)
 
 
