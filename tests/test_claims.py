@@ -143,7 +143,8 @@ class _Records(logging.Handler):
         self.messages: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
+        traceback = " [with traceback]" if record.exc_info else ""
+        self.messages.append(record.getMessage() + traceback)
 
 
 @linux_only
@@ -170,12 +171,20 @@ def test_a_child_that_cannot_rebind_after_fork_reports_no_process_metrics(
     records = _Records()
     logging.getLogger(LOGGER).addHandler(records)
     try:
-        got = in_child(lambda: {"names": sorted(collect(reader)), "logged": records.messages})
+
+        def child() -> dict[str, Any]:
+            fault = str(psutil.AccessDenied(os.getpid()))  # what the injected fault says
+            return {"names": sorted(collect(reader)), "logged": records.messages, "fault": fault}
+
+        got = in_child(child)
     finally:
         logging.getLogger(LOGGER).removeHandler(records)
     # Nothing read from the OS: no process metric, and no host metric either.
     assert set(got["names"]) <= {"process_metrics.refresh.duration"}, got
-    assert any("re-initialising after fork failed" in m for m in got["logged"]), got
+    assert [m for m in got["logged"] if "fork" in m] == [
+        f"process metrics: re-initialising after fork failed (AccessDenied: {got['fault']}); "
+        "this child reports no process metrics. [with traceback]"
+    ], got
     # The parent is unaffected: still its own memory.
     rss = value(collect(reader)["process.memory.usage"])
     with open("/proc/self/statm") as f:

@@ -245,3 +245,54 @@ def test_after_uninstrument_a_fork_does_not_wait_for_a_collection(
         held.release()
         collector.join(10)
     assert not got["ended_at_fork"], got
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_child_forked_during_an_export_exports() -> None:
+    # prefork.md: an export in flight is not waited for; the child gets a
+    # fresh export lock, so its own export thread exports.
+    from opentelemetry.sdk.metrics.export import (
+        MetricExporter,
+        MetricExportResult,
+        PeriodicExportingMetricReader,
+    )
+
+    parent = os.getpid()
+    stalled, resume = threading.Event(), threading.Event()
+    exported: list[int] = []
+
+    class Stalling(MetricExporter):
+        """The parent's exports wait for ``resume``: an export in flight over a slow network."""
+
+        def export(self, *_args: Any, **_kwargs: Any) -> MetricExportResult:
+            if os.getpid() == parent:
+                stalled.set()
+                resume.wait(10)
+            exported.append(os.getpid())
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, *_args: Any, **_kwargs: Any) -> None:
+            pass
+
+    provider = MeterProvider(
+        metric_readers=[PeriodicExportingMetricReader(Stalling(), export_interval_millis=20)]
+    )
+    ProcessInstrumentor().instrument(meter_provider=provider)
+
+    def child() -> dict[str, Any]:
+        deadline = time.monotonic() + 5
+        while os.getpid() not in exported and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return {"exported": os.getpid() in exported}
+
+    try:
+        assert stalled.wait(10), "the export thread never exported"
+        got = _in_child(child, timeout=10)
+    finally:
+        resume.set()
+        ProcessInstrumentor().uninstrument()
+        provider.shutdown()
+    assert got["exported"], "the child's export thread never exported"
