@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -34,6 +33,8 @@ from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumento
 from opentelemetry.instrumentation.process.instruments import Live
 
 from . import forkapps
+from .forked import HoldUp
+from .internals import fork_wait_seconds
 from .stress import size
 
 pytestmark = [
@@ -206,31 +207,6 @@ def _await_child(pid: int, read_end: int, name: str) -> dict[str, Any]:
     return result
 
 
-@contextmanager
-def held_by_another_thread(lock: Any) -> Iterator[Callable[[], bool]]:
-    """``lock`` is held by a helper thread inside the block, for ``HOLD_MAX`` at most.
-
-    Yields ``held()``: whether the helper still holds it. Bounded, so that a
-    fork guard that waited for the lock would make the fork late (and the
-    test fail on ``held()``) rather than deadlock the parent.
-    """
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            taken.set()
-            release.wait(HOLD_MAX)
-
-    holder = threading.Thread(target=hold, name="lock-holder", daemon=True)
-    holder.start()
-    try:
-        assert taken.wait(10), "the helper thread could not take the lock"
-        yield holder.is_alive
-    finally:
-        release.set()
-        holder.join(10)
-
-
 # -- what a child must report ------------------------------------------------------------
 
 
@@ -344,37 +320,78 @@ def _measure_child(s: Setup) -> dict[str, Any]:
     return forkapps.measure(s.reader, allocate_mib=8, busy=0.0)
 
 
+def _held_up_child(s: Setup, held: HoldUp) -> dict[str, Any]:
+    ended_at_fork = held.ended()
+    return {"ended_at_fork": ended_at_fork, "measured": _measure_child(s)}
+
+
+def _fork_in_held_up_collections(
+    s: Setup, held: HoldUp, hold: float, name: str
+) -> Iterator[dict[str, Any]]:
+    """Fork inside collections held up ``hold`` s; yield what each child saw.
+
+    The collection is the export thread's when there is one, else one made by
+    a helper thread, as a scrape would be.
+    """
+    for i in range(size(3, 30)):
+        held.arm(hold)
+        collector = None
+        if s.exporter is None:
+            collector = threading.Thread(target=s.reader.collect, daemon=True)
+            collector.start()
+        try:
+            assert held.entered.wait(10), "no collection got to the hold-up"
+            yield run_child(lambda: _held_up_child(s, held), f"child {i} ({name})")
+        finally:
+            held.release()
+            if collector is not None:
+                collector.join(10)
+
+
 @pytest.mark.parametrize("export_thread", [False, True], ids=["quiet", "exporting"])
-def test_cache_lock_held_at_fork(export_thread: bool, setup: Callable[[bool], Setup]) -> None:
+@pytest.mark.parametrize("short", [True, False], ids=["short", "long"])
+def test_cache_lock_held_at_fork(
+    export_thread: bool,
+    short: bool,
+    setup: Callable[[bool], Setup],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A refresh of this package in flight: the SDK's collection lock and the
+    # snapshot cache's lock are both held at the fork.
     s = setup(export_thread)
-    consumer_lock = s.provider._measurement_consumer._lock
+    held = HoldUp("refresh", s.provider, monkeypatch)
+    hold = fork_wait_seconds() / 5 if short else HOLD_MAX
     parent = os.getpid()
-    for i in range(size(3, 30)):
-        name = f"child {i} (snapshot cache lock held at fork)"
-        since = forkapps.boottime()
-        with held_by_another_thread(s.live.cache._lock) as held:
-            if export_thread:
-                # The export thread's next collection blocks on the cache lock
-                # while it holds the SDK's collection lock: both are held at fork.
-                assert _wait(consumer_lock.locked, 10), "the export thread never collected"
-                time.sleep(0.02)
-            got = run_child(lambda: _measure_child(s), name)
-            assert held(), f"{name}: the fork waited until the lock was let go"
-        check_own(got, name, parent=parent, since=since, allocated_mib=8)
+    since = forkapps.boottime()
+    for got in _fork_in_held_up_collections(s, held, hold, "refresh in flight at fork"):
+        # Shorter than the documented wait: the fork waited it out. Longer:
+        # the fork went ahead inside it.
+        assert got["ended_at_fork"] is short, got
+        # None of this package's points were taken yet: the child's are its own.
+        check_own(got["measured"], "child", parent=parent, since=since, allocated_mib=8)
 
 
-def test_sdk_collection_lock_held_at_fork(setup: Callable[[bool], Setup]) -> None:
+@pytest.mark.parametrize("short", [True, False], ids=["short", "long"])
+def test_sdk_collection_lock_held_at_fork(
+    short: bool, setup: Callable[[bool], Setup], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another meter's callback in flight, after this package's: only the
+    # SDK's collection lock is held at the fork.
     s = setup(False)
-    consumer_lock = s.provider._measurement_consumer._lock
+    held = HoldUp("callback", s.provider, monkeypatch)
+    hold = fork_wait_seconds() / 5 if short else HOLD_MAX
     parent = os.getpid()
-    for i in range(size(3, 30)):
-        name = f"child {i} (SDK collection lock held at fork)"
-        since = forkapps.boottime()
-        with held_by_another_thread(consumer_lock) as held:
-            got = run_child(lambda: _measure_child(s), name)
-            assert held(), f"{name}: the fork waited until the lock was let go"
-        check_own(got, name, parent=parent, since=since, allocated_mib=8)
-    # The parent collects as before once the holder let go.
+    since = forkapps.boottime()
+    for got in _fork_in_held_up_collections(s, held, hold, "collection in flight at fork"):
+        assert got["ended_at_fork"] is short, got
+        measured = got["measured"]
+        if short:
+            check_own(measured, "child", parent=parent, since=since, allocated_mib=8)
+        else:
+            # The child collects, but its sums are not its own yet (a known
+            # bug, see test_fork.py): only its pid is checked.
+            assert measured["facts_pid"] == measured["pid"] != parent, measured
+    # The parent collects as before once the collection let go.
     assert "process.memory.usage" in forkapps.collect(s.reader)
 
 
