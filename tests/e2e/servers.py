@@ -445,15 +445,21 @@ class Uwsgi:
 
     def get(self, path: str = "/", timeout: float = 10) -> str:
         """One request, retried until the server answers."""
+        return self.request(path, timeout)[1]
 
-        def answer() -> str:
+    def request(self, path: str = "/", timeout: float = 10) -> tuple[dict[str, str], str]:
+        """One request, retried until the server answers: its headers and body."""
+
+        def answer() -> tuple[dict[str, str], str]:
             assert self.child.alive(), self.child.describe()
+            url = f"http://127.0.0.1:{self.port}{path}"
             try:
-                status, body = _http(f"http://127.0.0.1:{self.port}{path}", timeout=5)
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    return dict(response.headers.items()), response.read().decode()
+            except urllib.error.HTTPError as exc:
+                raise AssertionError(f"HTTP {exc.code}: {exc.read()[:200]!r}") from exc
             except OSError as exc:
                 raise AssertionError(f"no answer yet: {exc}") from exc
-            assert status == 200, f"HTTP {status}: {body[:200]!r}"
-            return body.decode()
 
         return wait_until(answer, timeout, f"uWSGI on port {self.port} to answer")
 

@@ -131,10 +131,38 @@ def _after_in_child() -> None:
         if found is not None and id(found[0]) not in taken and found[1].locked():
             # The fork did not wait it out: its holder does not exist here.
             found[0]._lock = threading.Lock()
-        for reader in readers(provider):
-            export_lock: Any = getattr(reader, "_export_lock", None)
-            if _is_lock(export_lock) and export_lock.locked():
-                reader._export_lock = threading.Lock()
+        _fresh_export_locks(provider)
+
+
+def _fresh_export_locks(provider: Any) -> None:
+    # Only called where no thread of this process can hold one: its holder
+    # was a thread of the parent.
+    for reader in readers(provider):
+        export_lock: Any = getattr(reader, "_export_lock", None)
+        if _is_lock(export_lock) and export_lock.locked():
+            reader._export_lock = threading.Lock()
+
+
+def after_fork_without_hooks(provider: Any) -> None:
+    """Repair what can be repaired in a process forked without Python's at-fork hooks.
+
+    Called once, from inside the first collection of ``provider`` in the new
+    process (the snapshot cache notices the new pid). That collection holds
+    the provider's collection lock itself, so the lock was free; had the fork
+    left it held, the collection would never have started. No export of
+    ``provider`` has run in this process yet (an export follows a
+    collection), so an export lock that is held was held by a thread of the
+    parent, and a fresh one replaces it.
+    """
+    _fresh_export_locks(provider)
+    _logger.warning(
+        "process metrics: process %d was forked without Python's at-fork hooks (uWSGI does "
+        "this unless --py-call-osafterfork or --py-call-uwsgi-fork-hooks is given). Its "
+        "process metrics are its own, but the SDK's periodic export thread does not run "
+        "here and the resource still describes the parent: set up OpenTelemetry in each "
+        "worker after the fork (see the pre-fork page of the documentation).",
+        os.getpid(),
+    )
 
 
 if hasattr(os, "register_at_fork"):
