@@ -123,7 +123,8 @@ def check_own(got: Reported, before: Reading, after: Reading, *, fds_open: int) 
         assert first - 1e-6 <= value <= last + TICK, (
             f"{pid}: {mode} CPU {value}, stat read {first} then {last}"
         )
-    assert min(before.threads, after.threads) <= got.threads <= max(before.threads, after.threads), (
+    low_threads, high_threads = sorted((before.threads, after.threads))
+    assert low_threads <= got.threads <= high_threads, (
         f"{pid}: {got.threads} threads, stat read {before.threads} then {after.threads}"
     )
     low_fds, high_fds = sorted((before.fds, after.fds))

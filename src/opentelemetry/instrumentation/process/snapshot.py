@@ -222,8 +222,7 @@ class SnapshotCache:
         except Exception as exc:  # noqa: BLE001 - never break the forking program
             self.faults.warning(
                 ("unhooked fork", type(exc).__name__),
-                "process metrics: the clean-up after a fork without at-fork hooks failed "
-                "(%s: %s).",
+                "process metrics: the clean-up after a fork without at-fork hooks failed (%s: %s).",
                 type(exc).__name__,
                 exc,
                 exc_info=True,
