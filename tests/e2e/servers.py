@@ -436,7 +436,9 @@ class Uwsgi:
         name: str = "uwsgi",
     ) -> None:
         self.port = free_port()
+        self.stats_port = free_port()
         argv = [str(binary), "--ini", str(ini), "--http-socket", f"127.0.0.1:{self.port}"]
+        argv += ["--stats", f"127.0.0.1:{self.stats_port}"]
         self.child = children.start(name, [*argv, *options], env)
 
     @property
@@ -465,3 +467,22 @@ class Uwsgi:
 
     def workers(self, count: int, timeout: float = 30) -> set[int]:
         return worker_pids(self.child, count, timeout)
+
+    def stats(self) -> dict[str, Any]:
+        """uWSGI's stats server: one JSON document per connection."""
+        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=5) as conn:
+            chunks = []
+            while chunk := conn.recv(1 << 16):
+                chunks.append(chunk)
+        stats: dict[str, Any] = json.loads(b"".join(chunks))
+        return stats
+
+    def wait_idle(self, timeout: float = 10) -> None:
+        """Until no worker is inside a request: uWSGI skips Python's atexit in a busy one."""
+
+        def idle() -> bool:
+            busy = {w["pid"]: w["status"] for w in self.stats()["workers"]}
+            assert set(busy.values()) == {"idle"}, f"workers: {busy}"
+            return True
+
+        wait_until(idle, timeout, "every uWSGI worker to be idle")

@@ -39,6 +39,7 @@ INI = APPS / "uwsgi_master.ini"
 MERCY = "3"
 """Seconds uWSGI gives a stopping worker before it kills it (its default is 60)."""
 NO_MERCY = "is taking too much time to die...NO MERCY"
+UNHOOKED = "process metrics: process {pid} was forked without Python's at-fork hooks"
 
 
 def _start(children: Children, vm: VictoriaMetrics, service: str, *options: str) -> Uwsgi:
@@ -106,6 +107,9 @@ def test_no_fork_hooks_each_worker_reports_itself_but_exports_nothing(
         assert got.threads == 1, got
         # The resource is the one the master detected.
         assert resource["process_pid"] == str(master), resource
+        # Said once, at its first collection.
+        _scrape(server, pid)
+        assert server.child.output().count(UNHOOKED.format(pid=pid)) == 1, server.child.describe()
 
     # The backend has one pushing process: the master (it alone has the export thread).
     def pushing() -> set[str]:
@@ -139,13 +143,6 @@ def test_fork_hooks_each_worker_reports_and_exports_itself(
     server = _start(children, vm_prom, service, hooks)
     workers = server.workers(WORKERS)
     master = server.pid
-    for pid in workers:
-        got, resource, before, after = _scrape(server, pid)
-        procfs.check_own(got, before, after, fds_open=2)
-        procfs.differs(got, procfs.read(master), after)
-        # Main thread and the export thread the SDK restarted in the worker.
-        assert got.threads == 2, got
-        assert resource["process_pid"] == str(pid), resource
 
     # Each worker pushes under its own pid and instance id; the master too (it is instrumented).
     def pushing() -> dict[str, dict[str, str]]:
@@ -160,9 +157,23 @@ def test_fork_hooks_each_worker_reports_and_exports_itself(
         got, before, after = pushed_around(vm_prom, selector, pid)
         procfs.check_own(got, before, after, fds_open=1)
         procfs.differs(got, procfs.read(master), after)
+        # Main thread and the export thread the SDK restarted in the worker.
+        assert got.threads == 2, got
+
+    # Scraped once the workers have pushed: past their at-fork hooks, whose
+    # resource detection runs (and ends) a thread of its own.
+    for pid in workers:
+        got, resource, before, after = _scrape(server, pid)
+        procfs.check_own(got, before, after, fds_open=2)
+        procfs.differs(got, procfs.read(master), after)
+        assert got.threads == 2, got
+        assert resource["process_pid"] == str(pid), resource
+        assert UNHOOKED.format(pid=pid) not in server.child.output()
 
     # At exit each worker's export thread makes one last collection and export.
+    server.wait_idle()
     stopped = time.time()
     assert server.child.stop(timeout=20) == 0, server.child.describe()
     last = vm_prom.export(f'process_uptime_seconds{{service_name="{service}"}}', start=stopped)
-    assert {str(p) for p in workers} <= {row["metric"]["process_pid"] for row in last}, last
+    exported = {row["metric"]["process_pid"] for row in last}
+    assert {str(p) for p in workers} <= exported, f"{exported}: {server.child.describe()}"
