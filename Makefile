@@ -1,7 +1,9 @@
 # Two commands do everything on a fresh machine with Python 3:
 #   make demo   instruments a small workload and prints its metrics (console exporter)
-#   make test   sets up, then runs lint, types, every test, a benchmark smoke run, the docs
-#               build and a check of the built docs in a headless browser
+#   make test   sets up, then runs lint, types, every test, two cells of the version
+#               matrix, a benchmark smoke run, the docs build and a check of the
+#               built docs in a headless browser
+#   make matrix every cell of the version matrix (noxfile.py)
 # `make test` also needs apt-get, dpkg-deb and the Debian archive (README, "Two commands").
 PYTHON ?= python3
 VENV   ?= .venv
@@ -11,8 +13,8 @@ STAMP  := $(VENV)/.installed
 ,      := ,
 say     = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: demo test setup servers browser lint typecheck unit compat stress bench bench-smoke \
-	docs docs-render clean
+.PHONY: demo test setup servers browser lint typecheck unit lowest-oldest latest-newest \
+	matrix stress bench bench-smoke docs docs-render clean
 
 $(STAMP): pyproject.toml
 	$(call say,setup: $(VENV) with the otlp$(,) test and docs extras)
@@ -38,6 +40,7 @@ lint: $(STAMP)
 	$(call say,lint (ruff))
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/ci.yml
 
 typecheck: $(STAMP)
 	$(call say,types (mypy --strict))
@@ -48,19 +51,24 @@ unit: $(STAMP)
 	$(call say,unit and end-to-end tests (Python $(shell $(BIN)/python -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)))
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest --ignore=tests/test_docs_render.py
 
-# The oldest supported Python (3.10), where the machine has it: the unit tests only
-# (the version-neutral stress tests, 40 s, run once, in `unit`).
-compat:
-	$(call say,unit tests (Python 3.10$(,) the oldest supported))
-	@py=$$(for c in python3.10 $$HOME/.pyenv/versions/3.10*/bin/python3.10; do \
-	  "$$c" -c 'import sys' >/dev/null 2>&1 && echo "$$c" && break; done); \
-	if [ -n "$$py" ]; then \
-	  "$$py" -m venv .venv-py310 && \
-	  .venv-py310/bin/python -m pip install --quiet -e '.[otlp]' pytest 'hypothesis>=6.100' && \
-	  .venv-py310/bin/python -m pytest -q -p no:cacheprovider --ignore=tests/e2e \
-	    --ignore=tests/test_docs.py --ignore=tests/test_docs_render.py \
-	    --ignore=tests/test_examples.py --ignore=tests/test_stress.py; \
-	else echo "compat: python3.10 not found, skipped"; fi
+# The version matrix (noxfile.py): the unit tests with the dependencies at their
+# lowest allowed versions (constraints/lowest.txt) and at the latest, on Python
+# 3.10-3.13 (pyenv's are found; a Python that is missing is skipped, except
+# under CI). Venvs are kept in .nox and reinstalled only when pyproject.toml or
+# the constraints change. `make test` runs two cells: the lowest versions on the
+# oldest Python, with the Linux-only direct reads off so that psutil's portable
+# path runs everywhere, and the latest versions on the newest Python.
+lowest-oldest: $(STAMP)
+	$(call say,unit tests: lowest allowed versions$(,) Python 3.10$(,) direct reads off (psutil's portable path))
+	OTEL_PYTHON_PROCESS_METRICS_DIRECT_READS=false $(BIN)/nox -s "unit-3.10(lowest)"
+
+latest-newest: $(STAMP)
+	$(call say,unit tests: latest versions$(,) Python 3.13)
+	$(BIN)/nox -s "unit-3.13(latest)"
+
+matrix: $(STAMP)
+	$(call say,unit tests: every cell of the version matrix (lowest and latest$(,) Python 3.10-3.13))
+	$(BIN)/nox -s unit
 
 # The hardening tests at the sizes of the issue (minutes); `make test` runs short variants.
 stress: $(STAMP)
@@ -83,7 +91,8 @@ docs-render: $(STAMP) docs
 	$(call say,docs in a browser (headless Chromium$(,) 1280 and 390 px))
 	DOCS_HTML=docs/_build/html $(BIN)/python -m pytest -q tests/test_docs_render.py
 
-test: setup servers browser lint typecheck unit compat bench-smoke docs docs-render
+test: setup servers browser lint typecheck unit lowest-oldest latest-newest bench-smoke docs \
+	docs-render
 
 clean:
-	rm -rf $(VENV) .venv-py310 docs/_build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .nox docs/_build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis

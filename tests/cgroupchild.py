@@ -7,14 +7,26 @@ Commands:
   pulse SECONDS  2 ms of CPU every 50 ms for SECONDS: periods that stay within a quota
   alloc MIB      hold MIB mebibytes of memory, every page touched
   free           drop that memory
+  cache MIB      write MIB mebibytes to an unlinked temporary file: page cache, kept
   oom MIB        run a grandchild that allocates MIB mebibytes; say how it ended
+
+And through the real instrumentor, on an SDK MeterProvider with an InMemoryMetricReader:
+  instrument JSON   ``ProcessInstrumentor().instrument(**JSON)`` (no options: auto mode)
+  uninstrument      ``ProcessInstrumentor().uninstrument()``
+  collect           one collection: {metric name: [[attributes, value], ...]}
+  opens             one collection: the paths it opened, in order (an audit hook)
+  forkcollect       fork; the forked process collects once and answers, then exits
+  logs              the package's log records since the last ``logs``: [[level, message]]
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -90,14 +102,126 @@ def free() -> dict[str, Any]:
     return {"held": 0}
 
 
+_cached: list[Any] = []
+
+
+def cache(mib: int) -> dict[str, Any]:
+    """Page cache charged to the cgroup, on the inactive list (written once, never read)."""
+    f = tempfile.TemporaryFile()  # noqa: SIM115 - kept open on purpose
+    for _ in range(mib):
+        f.write(b"\x02" * (1 << 20))
+    f.flush()
+    os.fsync(f.fileno())
+    _cached.append(f)  # open, so that its pages stay
+    return {"cached": mib << 20}
+
+
 def oom(mib: int) -> dict[str, Any]:
     done = subprocess.run([sys.executable, "-c", GRANDCHILD, str(mib)], check=False)
     return {"returncode": done.returncode}
 
 
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[list[Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append([record.levelname, record.getMessage()])
+
+
+_records = _Records()
+_otel: dict[str, Any] = {}
+
+
+def instrument(options: dict[str, Any]) -> dict[str, Any]:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+    if "reader" not in _otel:
+        logger = logging.getLogger("opentelemetry.instrumentation.process")
+        logger.addHandler(_records)
+        logger.setLevel(logging.DEBUG)
+        _otel["reader"] = InMemoryMetricReader()
+        _otel["provider"] = MeterProvider(metric_readers=[_otel["reader"]])
+    ProcessInstrumentor().instrument(meter_provider=_otel["provider"], **options)
+    return {}
+
+
+def uninstrument() -> dict[str, Any]:
+    from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+    ProcessInstrumentor().uninstrument()
+    return {}
+
+
+def collect() -> dict[str, Any]:
+    from opentelemetry.instrumentation.process import SCOPE_NAME
+
+    data = _otel["reader"].get_metrics_data()
+    out: dict[str, Any] = {}
+    for rm in data.resource_metrics if data else ():
+        for sm in rm.scope_metrics:
+            if sm.scope.name == SCOPE_NAME:
+                for m in sm.metrics:
+                    out[m.name] = [[dict(p.attributes), p.value] for p in m.data.data_points]
+    return out
+
+
+_opening: list[str] = []
+_recording: list[bool] = []
+_hooked: list[bool] = []
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    if _recording and event == "open" and isinstance(args[0], str):
+        _opening.append(args[0])
+
+
+def opens() -> list[str]:
+    if not _hooked:
+        sys.addaudithook(_audit)  # once: an audit hook cannot be removed
+        _hooked.append(True)
+    _opening.clear()
+    _recording.append(True)
+    try:
+        collect()
+    finally:
+        _recording.clear()
+    return list(_opening)
+
+
+def forkcollect() -> dict[str, Any]:
+    """One collection in a forked child, which finds its cgroup again."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            os.write(write_end, json.dumps({"pid": os.getpid(), "metrics": collect()}).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    chunks = []
+    while chunk := os.read(read_end, 65536):
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    answer: dict[str, Any] = json.loads(b"".join(chunks))
+    return answer
+
+
+def logs() -> list[list[Any]]:
+    found, _records.records = _records.records, []
+    return found
+
+
 def main() -> None:
     for line in sys.stdin:
         command, *args = line.split()
+        answer: Any
         if command == "discover":
             answer = discover()
         elif command == "read":
@@ -110,8 +234,22 @@ def main() -> None:
             answer = alloc(int(args[0]))
         elif command == "free":
             answer = free()
+        elif command == "cache":
+            answer = cache(int(args[0]))
         elif command == "oom":
             answer = oom(int(args[0]))
+        elif command == "instrument":
+            answer = instrument(json.loads(" ".join(args) or "{}"))
+        elif command == "uninstrument":
+            answer = uninstrument()
+        elif command == "collect":
+            answer = collect()
+        elif command == "opens":
+            answer = opens()
+        elif command == "forkcollect":
+            answer = forkcollect()
+        elif command == "logs":
+            answer = logs()
         else:
             answer = {"error": f"unknown command {command!r}"}
         print(json.dumps(answer), flush=True)

@@ -125,13 +125,17 @@ def instrument(provider: MeterProvider) -> Iterator[Callable[..., ProcessInstrum
     ProcessInstrumentor().uninstrument()
 
 
+DIRECT_READS_VAR = "OTEL_PYTHON_PROCESS_METRICS_DIRECT_READS"
+"""Kept from the shell: ``=false`` runs the whole suite on psutil's portable path."""
+
+
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test inherits OTEL_PYTHON_PROCESS_METRICS_* from the shell."""
+    """No test inherits OTEL_PYTHON_PROCESS_METRICS_* from the shell, but DIRECT_READS."""
     import os
 
     for name in list(os.environ):
-        if name.startswith("OTEL_PYTHON_PROCESS_METRICS_"):
+        if name.startswith("OTEL_PYTHON_PROCESS_METRICS_") and name != DIRECT_READS_VAR:
             monkeypatch.delenv(name)
 
 

@@ -97,6 +97,17 @@ def child_cgroup(controller: str) -> Iterator[Cgroup]:
         _remove(folder)
 
 
+@contextlib.contextmanager
+def nested_cgroup(parent: Cgroup) -> Iterator[Cgroup]:
+    """A new cgroup inside ``parent`` (a test's own), removed afterwards whatever happens."""
+    folder = parent.folder / f"inner-{uuid.uuid4().hex[:8]}"
+    folder.mkdir()
+    try:
+        yield Cgroup(folder)
+    finally:
+        _remove(folder)
+
+
 def _remove(folder: Path, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while folder.exists():

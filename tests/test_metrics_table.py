@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -189,6 +191,10 @@ def test_exclude_glob_drops_host_metrics(
     assert names and not any(n.startswith("system.") for n in names)
 
 
+@pytest.mark.skipif(
+    sys.platform == "darwin" and os.geteuid() != 0,
+    reason="psutil.net_connections() needs root on macOS; without it the metric is left out",
+)
 def test_connection_count_needs_its_exact_name(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
@@ -241,3 +247,14 @@ def test_saturation_metric_follows_its_option(
         return
     assert metric.name in reported, sorted(reported)
     _check_shape(metric, reported[metric.name])
+
+
+def test_platform_gaps_are_declared_where_the_value_comes_from() -> None:
+    """Windows has no getrusage(2) and no RLIMIT_NOFILE: the table says so, by source field."""
+    by_name = {m.name: m for m in METRICS}
+    for name in ("process.paging.faults", "process_metrics.unix.file_descriptor.limit"):
+        assert "windows" not in by_name[name].platforms, name
+        assert "linux" in by_name[name].platforms and "darwin" in by_name[name].platforms
+    # The other fields of the same sources stay on every platform.
+    assert "windows" in by_name["process.cpu.time"].platforms
+    assert "windows" in by_name["system.cpu.logical.count"].platforms

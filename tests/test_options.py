@@ -227,3 +227,37 @@ def test_generic_provider_keywords_are_accepted(
 ) -> None:
     instrument(tracer_provider=None)
     assert "process.cpu.time" in collect(reader)
+
+
+def test_attribute_limits_follow_the_otel_variables(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, provider: Any
+) -> None:
+    three = {"a": 1, "b": 2, "c": 3}
+    monkeypatch.setenv("OTEL_ATTRIBUTE_COUNT_LIMIT", "2")
+    with pytest.raises(ValueError, match=r"^attributes: expected at most 2 attributes "):
+        ProcessMetricsOptions(attributes=three)
+    monkeypatch.setenv("OTEL_ATTRIBUTE_COUNT_LIMIT", "3")
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "4")
+    assert dict(ProcessMetricsOptions(attributes=three).attributes) == three
+    with pytest.raises(ValueError, match=r"at most 4 characters or elements .* got 5: 'abcde'$"):
+        ProcessMetricsOptions(attributes={"k": "abcde"})
+    with pytest.raises(ValueError, match=r"got 5: \['a', 'b', 'c', 'd', 'e'\]$"):
+        ProcessMetricsOptions(attributes={"k": list("abcde")})
+    # A bad variable: one warning at instrument(), and the package's default applies.
+    monkeypatch.setenv("OTEL_ATTRIBUTE_COUNT_LIMIT", "lots")
+    monkeypatch.delenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    inst = ProcessInstrumentor()
+    inst.instrument(meter_provider=provider, attributes={f"k{i}": i for i in range(128)})
+    try:
+        said = [
+            r.getMessage() for r in caplog.records if "OTEL_ATTRIBUTE_COUNT_LIMIT" in r.getMessage()
+        ]
+        assert len(said) == 1 and said[0].startswith(
+            "OTEL_ATTRIBUTE_COUNT_LIMIT='lots' is not valid"
+        )
+        assert inst.options is not None and len(inst.options.attributes) == 128
+    finally:
+        inst.uninstrument()
+    with pytest.raises(ValueError, match=r"^attributes: expected at most 128 attributes "):
+        ProcessMetricsOptions(attributes={f"k{i}": i for i in range(129)})

@@ -101,7 +101,10 @@ def test_wheel_has_the_license_and_the_urls(built: Path) -> None:
 def _make_paths(makefile: str) -> set[str]:
     """Files and folders of the repository that the Makefile's recipes name."""
     found = set(
-        re.findall(r"\b((?:benchmarks|examples|scripts|docs|tests|\.ci)/[\w./-]*)", makefile)
+        re.findall(
+            r"((?:benchmarks|examples|scripts|docs|tests|constraints|\.ci|\.github)/[\w./-]*)",
+            makefile,
+        )
     )
     return {path.rstrip("/") for path in found if not path.startswith("docs/_build")}
 
@@ -113,13 +116,27 @@ def test_sdist_holds_what_its_makefile_needs(built: Path) -> None:
     folders = {str(Path(n).parent) for n in names} | names
     makefile = (ROOT / "Makefile").read_text()
     needed = _make_paths(makefile) | {"LICENSE", "README.md", "pyproject.toml", "Makefile"}
+    if "/nox " in makefile:  # the version matrix: its sessions and their constraints
+        needed |= {"noxfile.py", "constraints/lowest.txt"}
     assert "benchmarks/run.py" in needed and "scripts/get-servers.sh" in needed
     missing = sorted(p for p in needed if p not in folders)
     assert not missing, f"the sdist lacks what its Makefile uses: {missing}"
     # Whatever the tests, benchmarks and docs import or read comes along: every
     # tracked file under those folders.
     tracked = subprocess.run(
-        ["git", "ls-files", "src", "tests", "docs", "examples", "scripts", "benchmarks", ".ci"],
+        [
+            "git",
+            "ls-files",
+            "src",
+            "tests",
+            "docs",
+            "examples",
+            "scripts",
+            "benchmarks",
+            ".ci",
+            "constraints",
+            ".github",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -48,7 +48,7 @@ from opentelemetry.instrumentation.process.environment import ENV_VARS, from_env
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
-from .conftest import collect
+from .conftest import DIRECT_READS_VAR, collect
 from .stress import size
 
 LOGGER = "opentelemetry.instrumentation.process"
@@ -63,6 +63,12 @@ settings.register_profile(
     **({"database": None} if CI else {}),
 )
 PROFILE = settings.get_profile("process-metrics-properties")
+
+
+@pytest.fixture(autouse=True)
+def _without_the_run_wide_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests parse options: conftest's run-wide direct-reads switch does not apply."""
+    monkeypatch.delenv(DIRECT_READS_VAR, raising=False)
 
 
 def examples(ci: int) -> settings:

@@ -39,6 +39,8 @@ class Query:
     source: str
     """``panel <title> / <refId>`` or ``variable <name>``."""
     expr: str
+    row: str = ""
+    """The title of the dashboard row the panel is in; empty for a variable."""
 
 
 def load(path: Path = DASHBOARD) -> dict[str, Any]:
@@ -96,12 +98,23 @@ def queries(
             metric = f"{metric}{{{selector}}}"
         expr = f"group by ({label}) ({metric})"
         found.append(Query(f"variable {var['name']}", expand(expr, values, interval)))
-    for panel in panels(dashboard.get("panels", [])):
+    for row, panel in in_rows(dashboard.get("panels", [])):
         for target in panel.get("targets", []):
             if target.get("expr"):
                 source = f"panel {panel['title']} / {target['refId']}"
-                found.append(Query(source, expand(target["expr"], values, interval)))
+                found.append(Query(source, expand(target["expr"], values, interval), row))
     return found
+
+
+def in_rows(items: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every panel with the title of its row: the row above it, or the collapsed row holding it."""
+    row = ""
+    for panel in items:
+        if panel.get("type") == "row":
+            row = panel.get("title", "")
+        yield row, panel
+        for inner in panel.get("panels", []):
+            yield row, inner
 
 
 if __name__ == "__main__":

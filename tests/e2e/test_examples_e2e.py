@@ -161,6 +161,8 @@ def test_every_dashboard_query_returns_data(
     vm_prom: VictoriaMetrics, straight_to_backend: App
 ) -> None:
     queries = _load_queries().queries(variables={"service": straight_to_backend.service})
+    # The Saturation row needs a limited cgroup: test_saturation_e2e.py runs it against one.
+    queries = [q for q in queries if q.row != "Saturation"]
     assert len(queries) >= 10, queries
     empty = [f"{q.source}: {q.expr}" for q in queries if not vm_prom.query(q.expr)]
     assert not empty, "queries without data:\n" + "\n".join(empty)

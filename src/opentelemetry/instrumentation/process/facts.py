@@ -51,6 +51,36 @@ class Facts:
     cpu_freq_max_hz: int | None
 
 
+def this_process() -> psutil.Process:
+    """``psutil.Process()`` of this process, even where its start time cannot be read.
+
+    psutil before 6.1 reads the start time in the constructor and lets any
+    error but its own escape (a masked ``/proc/stat``, an I/O error). Then the
+    start time is left unknown, as psutil does on ``AccessDenied``, and
+    :func:`read_facts` reports that fact as unreadable.
+    """
+    try:
+        return psutil.Process()
+    except Exception:  # noqa: BLE001 - never break instrument(): see _StartTimeUnknown
+        return _StartTimeUnknown()
+
+
+class _StartTimeUnknown(psutil.Process):
+    """``psutil.Process`` whose constructor does not read the start time; all else is psutil's."""
+
+    def __init__(self) -> None:
+        self._constructing = True
+        try:
+            super().__init__()
+        finally:
+            self._constructing = False
+
+    def create_time(self) -> float:
+        if self._constructing:
+            raise psutil.AccessDenied(os.getpid())
+        return super().create_time()
+
+
 def read_facts(
     process: psutil.Process,
     *,

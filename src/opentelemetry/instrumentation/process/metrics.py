@@ -70,12 +70,13 @@ class Metric:
 
     @property
     def platforms(self) -> frozenset[str]:
-        """Where it can be reported: its source's platforms."""
-        return SOURCES[self.source].platforms
+        """Where it can be reported: its source's platforms, or its field's."""
+        source = SOURCES[self.source]
+        return source.field_platforms.get(self.field, source.platforms)
 
     def supported(self, platform: str | None = None) -> bool:
         """Whether this metric can be reported on ``platform`` (default: this one)."""
-        return SOURCES[self.source].supported(platform)
+        return SOURCES[self.source].supported(platform, self.field)
 
 
 C, U, G = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE
@@ -243,8 +244,8 @@ METRICS: tuple[Metric, ...] = (
            group="self", source="refresh", field="duration", default=True, value_type=float),
     # --- saturation (Linux): on when a cgroup limits the process, or saturation=True
     Metric("process_metrics.cgroup.cpu.periods", C, "{period}",
-           "CPU quota enforcement periods of the cgroup of this process in which it was runnable "
-           "(extension).",
+           "Enforcement periods of the CPU quota of the cgroup of this process in which it was "
+           "runnable; 0 when the quota is set on an ancestor only (extension).",
            group="saturation", source="cgroup.cpu", field="periods", option="saturation"),
     Metric("process_metrics.cgroup.cpu.throttled_periods", C, "{period}",
            "Periods in which the cgroup of this process was throttled by its CPU quota "
@@ -269,8 +270,8 @@ METRICS: tuple[Metric, ...] = (
            group="saturation", source="cgroup.memory", field="working_set",
            option="saturation"),
     Metric("process_metrics.cgroup.memory.limit", G, "By",
-           "The tightest memory limit of the cgroup of this process and its ancestors (extension); "
-           "absent when there is none.",
+           "The tightest memory limit of the cgroup of this process and its ancestors, read at "
+           "instrument() (extension); absent when there is none.",
            group="saturation", source="cgroup.memory", field="limit", option="saturation"),
     Metric("process_metrics.cgroup.memory.peak", G, "By",
            "Highest memory usage of the cgroup of this process, where the kernel keeps it "

@@ -21,7 +21,7 @@ What this guard does, as the logging module does for its own locks:
   not exist there) is replaced by a fresh one, and so is a collection lock
   that the fork did not wait out.
 
-Every private attribute is feature-detected. Checked against SDK 1.27 to 1.45
+Every private attribute is feature-detected. Checked against SDK 1.28 to 1.45
 (``_real_meter_provider`` of the API's proxy; ``_measurement_consumer._lock``,
 ``_reader_storages`` and ``_sdk_config.metric_readers`` of the SDK provider;
 ``_export_lock`` of ``PeriodicExportingMetricReader``). Where a provider is an
@@ -108,7 +108,7 @@ def _unsupported(provider: Any) -> None:
     if not _said_unsupported:
         _said_unsupported = True
         _logger.debug(
-            "process metrics: %s has no measurement consumer lock where SDK 1.27-1.45 keep "
+            "process metrics: %s has no measurement consumer lock where SDK 1.28-1.45 keep "
             "it; the fork guard does nothing for it.",
             type(provider).__name__,
         )

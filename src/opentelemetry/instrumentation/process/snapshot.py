@@ -21,9 +21,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-import psutil
-
-from .facts import Facts, read_facts
+from .facts import Facts, read_facts, this_process
 from .faultlog import FaultLog
 from .platforms import ON_LINUX
 from .sources import SOURCES, ReadContext, Reading, Source
@@ -76,7 +74,7 @@ class SnapshotCache:
         self._lock = threading.Lock()
         self._snapshot: Snapshot | None = None
         self._pid = os.getpid()
-        process = psutil.Process()
+        process = this_process()
         facts = read_facts(process, cpu_frequency=self.options.cpu_frequency, faults=self.faults)
         self._ctx = ReadContext(
             process=process,

@@ -143,6 +143,8 @@ class Source:
     """What one read costs, in words, for the metric reference."""
     platforms: frozenset[str] = ALL
     """Where it can be read; the metric reference says so for each metric."""
+    field_platforms: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """Fields given on fewer platforms than the source is read on."""
     in_process: bool = False
     """Read inside the one ``Process.oneshot()`` of a refresh."""
     stateful: bool = False
@@ -158,6 +160,7 @@ class Source:
     close: Callable[[ReadContext], None] | None = None
     """Called when reporting stops (``uninstrument()``) or before re-binding after a fork."""
 
-    def supported(self, platform: str | None = None) -> bool:
-        """Whether this source can be read on ``platform`` (default: this one)."""
-        return (platform or current_platform()) in self.platforms and self.available()
+    def supported(self, platform: str | None = None, field: str | None = None) -> bool:
+        """Whether this source (or its ``field``) can be read on ``platform`` (default: here)."""
+        where = self.field_platforms.get(field, self.platforms) if field else self.platforms
+        return (platform or current_platform()) in where and self.available()

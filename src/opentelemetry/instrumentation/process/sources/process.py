@@ -224,6 +224,8 @@ SOURCES: tuple[Source, ...] = (
         _rusage,
         frozenset({"cpu_time", "cpu_utilization", "context_switches", "paging_faults"}),
         "one getrusage(2) syscall",
+        # Windows has no getrusage: psutil gives CPU times and context switches only.
+        field_platforms={"paging_faults": POSIX},
         in_process=True,
         stateful=True,
     ),
@@ -299,6 +301,7 @@ SOURCES: tuple[Source, ...] = (
             }
         ),
         "none: static facts, read once",
+        field_platforms={"fd_limit": POSIX},  # RLIMIT_NOFILE
     ),
     Source(
         REFRESH,

@@ -58,10 +58,23 @@ def _wanted(ctx: ReadContext, paths: cgroup.CgroupPaths) -> bool:
     return bool(ctx.options.saturation)
 
 
+# The fields the cpu source reports. v1 cpuacct.usage gives only the total CPU
+# time, which no metric reports: it is not read.
+_CPU_FIELDS = frozenset(
+    {
+        cgroup.CPU_PERIODS,
+        cgroup.CPU_THROTTLED_PERIODS,
+        cgroup.CPU_THROTTLED_TIME,
+        cgroup.CPU_TIME_USER,
+        cgroup.CPU_TIME_SYSTEM,
+    }
+)
+
+
 def _open_cpu(ctx: ReadContext) -> bool:
     paths = _paths(ctx)
     files = _files(ctx, paths) if _wanted(ctx, paths) else ()
-    state = _Files(tuple(f for f in files if f.fields[0].startswith("cpu.")))
+    state = _Files(tuple(f for f in files if _CPU_FIELDS.intersection(f.fields)))
     ctx.state["cgroup.cpu"] = state
     return bool(state.files)
 
@@ -90,6 +103,8 @@ def _read(ctx: ReadContext, name: str) -> tuple[_Files, Values]:
     """Read every file of source ``name`` once; log the files that fail, and those that recover."""
     state: _Files = ctx.state[name]
     values, failures = read_all(state.files)
+    if not failures and not state.failing:  # the usual case, kept short
+        return state, values
     failing = frozenset(f.path for f, _exc in failures)
     for f, exc in failures:
         ctx.faults.warning(
@@ -154,17 +169,20 @@ def _memory(ctx: ReadContext) -> Reading:
     return reading
 
 
+# (resource, field of the reading, kind): the names built once, not at each read.
+_STALLS = tuple(
+    (resource, psi.field(resource, kind), kind)
+    for resource in psi.RESOURCES
+    for kind in ("some", "full")
+)
+
+
 def _pressure(ctx: ReadContext) -> Reading:
     state, v = _read(ctx, "pressure")
     reading: dict[str, dict[Key, float]] = {}
-    for resource in psi.RESOURCES:
-        stalls: dict[Key, float] = {
-            (kind, state.scope): float(v[psi.field(resource, kind)])
-            for kind in ("some", "full")
-            if psi.field(resource, kind) in v
-        }
-        if stalls:
-            reading[resource] = stalls
+    for resource, field, kind in _STALLS:
+        if field in v:
+            reading.setdefault(resource, {})[(kind, state.scope)] = float(v[field])
     return reading
 
 
@@ -173,7 +191,7 @@ SOURCES: tuple[Source, ...] = (
         "cgroup.cpu",
         _cpu,
         frozenset({"periods", "throttled_periods", "throttled_time", "cpu_time"}),
-        "the cgroup cpu.stat (v1: and cpuacct.stat, cpuacct.usage)",
+        "the cgroup cpu.stat (v1: and cpuacct.stat)",
         platforms=LINUX,
         open=_open_cpu,
     ),
