@@ -19,6 +19,10 @@ from typing import Any
 import psutil
 import pytest
 
+from .forkapps import c_fork
+
+__all__ = ["c_fork", "in_child"]
+
 
 def in_child(
     body: Callable[[], dict[str, Any]],
@@ -57,22 +61,6 @@ def in_child(
 
 
 _HITS = "_mutation_hits"
-
-
-def c_fork() -> int:
-    """fork(2) called from C, as uWSGI does: no Python at-fork hook runs.
-
-    ``PyDLL`` keeps the GIL across the call, so the child holds it, as it would
-    after a fork in a C server's master process.
-    """
-    import ctypes
-
-    libc = ctypes.PyDLL(None)
-    libc.fork.restype = ctypes.c_int
-    pid: int = libc.fork()
-    if pid < 0:
-        raise OSError(ctypes.get_errno(), "fork failed")
-    return pid
 
 
 def _mutation_hits() -> list[str]:

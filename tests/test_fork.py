@@ -17,16 +17,12 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-from . import cgroups
+from . import cgroups, forkapps
 from .conftest import collect, points, value
-from .forked import HoldUp, c_fork, in_child
+from .forked import HoldUp, in_child
 from .internals import fork_wait_seconds
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-
-
-def _c_fork() -> int:
-    return c_fork()
 
 
 def _in_child(
@@ -88,8 +84,6 @@ def test_child_reports_its_own_memory_pid_and_cpu(
 def test_fork_without_python_hooks_reports_the_child_not_the_parent(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
-    from .forkapps import measure
-
     inst = instrument()
     seen = collect(reader)
     parent_rss = value(seen["process.memory.usage"])
@@ -102,7 +96,7 @@ def test_fork_without_python_hooks_reports_the_child_not_the_parent(
     assert in_flight.generation != last.generation and in_flight.pid == os.getpid()
 
     def child() -> dict[str, Any]:
-        got = measure(reader, allocate_mib=40, busy=0.1)
+        got = forkapps.measure(reader, allocate_mib=40, busy=0.1)
         with open("/proc/self/stat", "rb") as f:
             ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
         got["own_start"] = ticks / os.sysconf("SC_CLK_TCK")
@@ -111,7 +105,7 @@ def test_fork_without_python_hooks_reports_the_child_not_the_parent(
         got["own_fds"] = len(os.listdir("/proc/self/fd"))  # its own fd counted, as psutil does
         return got
 
-    got = _in_child(child, fork=_c_fork)
+    got = _in_child(child, fork=forkapps.c_fork)
     assert got["facts_pid"] == got["pid"] != os.getpid()
     assert got["floor"] <= got["rss"] <= got["rss_after"], got
     assert got["rss"] != parent_rss

@@ -23,6 +23,7 @@ from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 from .. import cgroups
 from ..conftest import on_by_default
+from . import procfs
 from .servers import VictoriaMetrics, wait_until
 
 Labels = frozenset[tuple[str, str]]
@@ -416,3 +417,42 @@ def check_prometheus_examples(vm: VictoriaMetrics, selector: str) -> None:
         assert len(result) >= 1, f"{expr} returned nothing"
         if "cpu_mode=" in expr or "generation=" in expr:
             assert len(result) == 1, f"{expr} returned {len(result)} series"
+
+
+# The values procfs.check_own holds against /proc, by their Prometheus names.
+_OWN_VALUES = {
+    "rss": "process_memory_usage_bytes",
+    "utilization": "process_memory_utilization_ratio",
+    "threads": "process_thread_count",
+    "fds": "process_unix_file_descriptor_count",
+    "uptime": "process_uptime_seconds",
+}
+
+
+def pushed_around(
+    vm: VictoriaMetrics, selector: str, pid: int, *, after: float = 0.3, timeout: float = 15
+) -> tuple[procfs.Reported, procfs.Reading, procfs.Reading]:
+    """A collection that process ``pid`` pushed under ``selector``, and /proc read around it.
+
+    The first reading is taken now; the collection is one whose points are
+    stamped at least ``after`` seconds later (a collection takes
+    milliseconds), so it ran after that reading. The second reading is taken
+    once the points are in the backend, so after the collection.
+    """
+    before = procfs.read(pid)
+
+    def arrived() -> dict[str, float]:
+        got = held(vm, PROMETHEUS, selector, window=10)
+        found: dict[str, float] = {}
+        stamps = []
+        for key, name in _OWN_VALUES.items():
+            (stamp, found[key]), *_ = got.of(name).values()
+            stamps.append(stamp)
+        for mode in ("user", "system"):
+            stamp, found[mode] = got.sample("process_cpu_time_seconds_total", cpu__mode=mode)
+            stamps.append(stamp)
+        assert min(stamps) >= before.wall + after, f"no collection after {before.wall} yet"
+        return found
+
+    values = wait_until(arrived, timeout, f"a collection of {pid} under {selector}", interval=0.1)
+    return procfs.Reported(**values), before, procfs.read(pid)

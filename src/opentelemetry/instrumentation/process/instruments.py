@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.metrics import (
@@ -182,9 +182,19 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
     for metric in live.metrics:
         registry.observer(metric).live = live
     live.provider = weakref.ref(provider)
+    live.cache.on_unhooked_fork = _after_fork_without_hooks(live.provider)
     sdk_fork_guard.guard(provider)
     _logger.debug("process metrics: reporting %d metrics", len(live.metrics))
     return live
+
+
+def _after_fork_without_hooks(provider: weakref.ref[Any]) -> Callable[[], None]:
+    def repair() -> None:
+        found = provider()
+        if found is not None:
+            sdk_fork_guard.after_fork_without_hooks(found)
+
+    return repair
 
 
 def stop(live: Live) -> None:
