@@ -397,3 +397,19 @@ def test_a_child_forked_during_an_export_exports() -> None:
         ProcessInstrumentor().uninstrument()
         provider.shutdown()
     assert got["exported"], "the child's export thread never exported"
+
+
+def test_a_forked_childs_main_thread_keeps_its_name(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    # CPython leaves the parent's native_id on the child's main thread object.
+    instrument(per_thread=True)
+    collect(reader)
+
+    def child() -> dict[str, Any]:
+        series = points(collect(reader)["process_metrics.thread.cpu.time"])
+        mine = [dict(a) for a in series if ("thread.id", os.getpid()) in a]
+        return {"named": [a.get("thread.name") for a in mine], "main": threading.main_thread().name}
+
+    got = in_child(child)
+    assert got["named"] == [got["main"]] * 2, got

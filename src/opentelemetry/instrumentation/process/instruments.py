@@ -110,7 +110,7 @@ class Live:
                 "OpenTelemetry SDK keeps every set an observable instrument has reported "
                 "and, past its cardinality limit (%d per metric unless a View or the "
                 "reader sets another), folds new ones into one otel.metric.overflow=true "
-                "point. Raise that limit (each set costs the SDK about 1 KiB) or exclude "
+                "point. Raise that limit (each set costs the SDK about 1.4 KB) or exclude "
                 "the metric. This is logged once.",
                 name,
                 SERIES_WARNING_THRESHOLD,
