@@ -27,6 +27,22 @@ INHERITED: InMemoryMetricReader | None = None
 _OWN: InMemoryMetricReader | None = None
 
 
+def c_fork() -> int:
+    """fork(2) called from C, as uWSGI does: no Python at-fork hook runs.
+
+    ``PyDLL`` keeps the GIL across the call, so the child holds it, as it would
+    after a fork in a C server's master process.
+    """
+    import ctypes
+
+    libc = ctypes.PyDLL(None, use_errno=True)
+    libc.fork.restype = ctypes.c_int
+    pid: int = libc.fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    return pid
+
+
 def collect(reader: InMemoryMetricReader) -> dict[str, Any]:
     """One collection: this package's points as {metric: {attributes: value}}.
 

@@ -568,9 +568,46 @@ def test_host_cpu_time_never_goes_down_when_the_kernel_moves_iowait_back(
     shift["iowait"] = 100.0
     before = points(collect(reader)["system.cpu.time"])
     shift["iowait"] = 0.0  # iowait drops by 100 s
+    time.sleep(0.15)  # past the 0.1 s utilisation window
+    a0 = real(percpu=True)
     after = points(collect(reader)["system.cpu.time"])
+    a1 = real(percpu=True)
     assert set(before) == set(after)
     for attributes, value in after.items():
         assert value >= before[attributes], dict(attributes)
+    time.sleep(0.3)
+    b0 = real(percpu=True)
     utilization = points(collect(reader)["system.cpu.utilization"])
-    assert all(0.0 <= v <= 1.0 for v in utilization.values())
+    b1 = real(percpu=True)
+    # iowait stays at the value it had before it went back: it did not move
+    # in this window, and every other mode has its share of what the kernel
+    # counted (read around the two collections).
+    for attributes, share in utilization.items():
+        cpu, mode = dict(attributes)["cpu.logical_number"], dict(attributes)["cpu.mode"]
+        if mode == "iowait":
+            assert share == 0.0, dict(attributes)
+            continue
+        moved = {k: v for k, v in _MODE_FIELDS.items() if k != "iowait"}
+        total_lo = _ticks(b0[cpu], moved) - _ticks(a1[cpu], moved)
+        total_hi = _ticks(b1[cpu], moved) - _ticks(a0[cpu], moved)
+        fields = {mode: _MODE_FIELDS[mode]}
+        lo = max(0.0, _ticks(b0[cpu], fields) - _ticks(a1[cpu], fields)) / total_hi
+        hi = (_ticks(b1[cpu], fields) - _ticks(a0[cpu], fields)) / total_lo
+        assert lo - 1e-9 <= share <= hi + 1e-9, (dict(attributes), share, lo, hi)
+
+
+_MODE_FIELDS = {
+    "user": ("user",),
+    "nice": ("nice",),
+    "system": ("system",),
+    "idle": ("idle",),
+    "iowait": ("iowait",),
+    "interrupt": ("irq", "softirq"),
+    "steal": ("steal",),
+}
+"""Each cpu.mode and the psutil fields it sums."""
+
+
+def _ticks(row: Any, modes: dict[str, tuple[str, ...]]) -> float:
+    times = row._asdict()
+    return sum(times.get(f, 0.0) for fields in modes.values() for f in fields)

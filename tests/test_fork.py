@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import signal
+import resource
 import sys
 import threading
 import time
@@ -13,29 +12,17 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
+from . import cgroups, forkapps
 from .conftest import collect, points, value
+from .forked import HoldUp, in_child
+from .internals import fork_wait_seconds
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-
-
-def _c_fork() -> int:
-    """fork(2) called from C, as uWSGI does: no Python at-fork hook runs.
-
-    ``PyDLL`` keeps the GIL across the call, so the child holds it, as it would
-    after a fork in a C server's master process.
-    """
-    import ctypes
-
-    libc = ctypes.PyDLL(None)
-    libc.fork.restype = ctypes.c_int
-    pid: int = libc.fork()
-    if pid < 0:
-        raise OSError(ctypes.get_errno(), "fork failed")
-    return pid
 
 
 def _in_child(
@@ -44,26 +31,7 @@ def _in_child(
     fork: Callable[[], int] = os.fork,
 ) -> dict[str, Any]:
     """Run ``body`` in a child made by ``fork``; return what it returned (as JSON)."""
-    read_end, write_end = os.pipe()
-    pid = fork()
-    if pid == 0:  # child
-        os.close(read_end)
-        signal.alarm(int(timeout))  # a deadlock ends the child instead of hanging the suite
-        try:
-            result = body()
-        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
-            result = {"error": repr(exc)}
-        os.write(write_end, json.dumps(result).encode())
-        os._exit(0)
-    os.close(write_end)
-    chunks = []
-    with os.fdopen(read_end, "rb") as f:
-        chunks.append(f.read())
-    _, status = os.waitpid(pid, 0)
-    assert os.WIFEXITED(status), f"child died: status {status}"
-    result: dict[str, Any] = json.loads(b"".join(chunks) or b"{}")
-    assert "error" not in result, result
-    return result
+    return in_child(body, timeout=int(timeout), fork=fork)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="times the child with CLOCK_BOOTTIME (Linux)")
@@ -75,25 +43,30 @@ def test_child_reports_its_own_memory_pid_and_cpu(
     parent_rss = value(parent["process.memory.usage"])
     parent_start = time.clock_gettime(time.CLOCK_BOOTTIME) - value(parent["process.uptime"])
     time.sleep(0.2)
+    forked = time.monotonic()
 
     def child() -> dict[str, Any]:
-        cpu0, wall0 = time.process_time(), time.monotonic()
+        # The baseline is read at fork: between `forked` and here, at a CPU
+        # time of the child (counted from the fork) between 0 and cpu_start.
+        started, cpu_start = time.monotonic(), _cpu_seconds()
         block = b"x" * (150 << 20)  # touched, so resident
         end = time.thread_time() + 0.4
         while time.thread_time() < end:
             sum(range(2_000))
+        t_b0, cpu_b0 = time.monotonic(), _cpu_seconds()
         got = collect(reader)
-        cpu1, wall1 = time.process_time(), time.monotonic()
+        t_b1, cpu_b1 = time.monotonic(), _cpu_seconds()
         live = inst._metrics._live
         assert live is not None
+        available = cgroups.available_cpus()
         return {
             "rss": value(got["process.memory.usage"]),
             "start": time.clock_gettime(time.CLOCK_BOOTTIME) - value(got["process.uptime"]),
             "cpu": sum(points(got["process.cpu.utilization"]).values()),
-            "own_cpu": (cpu1 - cpu0) / (wall1 - wall0),
+            "lo": (cpu_b0 - cpu_start) / (t_b1 - forked) / available,
+            "hi": cpu_b1 / (t_b0 - started) / available,
             "facts_pid": live.cache.facts.pid,
             "pid": os.getpid(),
-            "available": live.cache.facts.available_cpus,
             "kept": len(block),
         }
 
@@ -102,17 +75,15 @@ def test_child_reports_its_own_memory_pid_and_cpu(
     assert got["rss"] >= parent_rss + (120 << 20)
     # The child started after the parent (uptime is precise to a clock tick).
     assert got["start"] >= parent_start + 0.19
-    # A fresh baseline at fork: the first child collection sees its own busy loop,
-    # as the child measured it itself (however busy the machine is).
-    assert got["cpu"] == pytest.approx(got["own_cpu"] / got["available"], rel=0.2)
+    # A fresh baseline at fork: the first child collection sees its own busy
+    # loop, over the window since the fork.
+    assert got["lo"] * 0.97 <= got["cpu"] <= got["hi"] * 1.03, got
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_fork_without_python_hooks_reports_the_child_not_the_parent(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
-    from .forkapps import measure
-
     inst = instrument()
     seen = collect(reader)
     parent_rss = value(seen["process.memory.usage"])
@@ -125,7 +96,7 @@ def test_fork_without_python_hooks_reports_the_child_not_the_parent(
     assert in_flight.generation != last.generation and in_flight.pid == os.getpid()
 
     def child() -> dict[str, Any]:
-        got = measure(reader, allocate_mib=40, busy=0.1)
+        got = forkapps.measure(reader, allocate_mib=40, busy=0.1)
         with open("/proc/self/stat", "rb") as f:
             ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
         got["own_start"] = ticks / os.sysconf("SC_CLK_TCK")
@@ -134,7 +105,7 @@ def test_fork_without_python_hooks_reports_the_child_not_the_parent(
         got["own_fds"] = len(os.listdir("/proc/self/fd"))  # its own fd counted, as psutil does
         return got
 
-    got = _in_child(child, fork=_c_fork)
+    got = _in_child(child, fork=forkapps.c_fork)
     assert got["facts_pid"] == got["pid"] != os.getpid()
     assert got["floor"] <= got["rss"] <= got["rss_after"], got
     assert got["rss"] != parent_rss
@@ -144,6 +115,11 @@ def test_fork_without_python_hooks_reports_the_child_not_the_parent(
     # Its own start, to a clock tick, not the parent's.
     assert abs(got["uptime"] - (got["now"] - got["own_start"])) <= 0.05, got
     assert got["fds"] == got["own_fds"], got
+
+
+def _cpu_seconds() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 # Forking with a live thread is the point of this test (Python 3.12+ warns).
@@ -243,3 +219,197 @@ def test_fork_guard_is_a_no_op_with_one_debug_line_where_the_sdk_differs(
     said = [r for r in caplog.records if r.name == forks.__name__]
     assert [r.levelno for r in said] == [logging.DEBUG], [r.getMessage() for r in said]
     assert "MeterProvider" in said[0].getMessage()
+
+
+# -- a collection in flight at fork time ------------------------------------------------
+
+
+def _statm_rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def _fork_during_a_collection(
+    where: str,
+    hold: float,
+    provider: MeterProvider,
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, Any]:
+    """Fork while another thread's collection is held up ``hold`` s in ``where``.
+
+    Returns what the child saw: whether that collection had ended when it was
+    forked, and its own collection.
+    """
+    held = HoldUp(where, provider, monkeypatch)
+
+    def child() -> dict[str, Any]:
+        ended_at_fork = held.ended()
+        got = collect(reader)
+        return {
+            "ended_at_fork": ended_at_fork,
+            "rss": value(got["process.memory.usage"]),
+            "statm": _statm_rss(),
+        }
+
+    held.arm(hold)
+    # MetricReader.collect(), as a periodic reader's export thread calls it.
+    # (Not get_metrics_data(): that also holds the in-memory reader's own
+    # lock, which no fork guard knows about.)
+    collector = threading.Thread(target=reader.collect)
+    collector.start()
+    try:
+        assert held.entered.wait(10), "the collection never started"
+        return _in_child(child, timeout=10)
+    finally:
+        held.release()
+        collector.join(10)
+
+
+IN_FLIGHT = pytest.mark.parametrize("where", ["refresh", "callback"])
+
+
+@IN_FLIGHT
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_fork_waits_for_a_short_collection_in_flight(
+    where: str,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    provider: MeterProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instrument()
+    hold = fork_wait_seconds() / 5
+    got = _fork_during_a_collection(where, hold, provider, reader, monkeypatch)
+    # Shorter than the documented wait: the fork waited it out.
+    assert got["ended_at_fork"], got
+    assert abs(got["rss"] - got["statm"]) < (8 << 20), got
+
+
+@IN_FLIGHT
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_fork_does_not_wait_for_a_long_collection_in_flight(
+    where: str,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    provider: MeterProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instrument()
+    hold = fork_wait_seconds() + 3
+    got = _fork_during_a_collection(where, hold, provider, reader, monkeypatch)
+    # Longer than the documented wait: the fork went ahead in the middle of
+    # it, and the child still collects.
+    assert not got["ended_at_fork"], got
+    assert got["rss"] > 0, got
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: a child forked in the middle of a collection that outlasts the fork "
+    "wait inherits the SDK's half-collected sums, and its first collection adds its own "
+    "values to its parent's (process.memory.usage = parent's RSS + child's)",
+)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_child_forked_after_our_callbacks_of_a_long_collection_reports_itself(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    provider: MeterProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    instrument()
+    hold = fork_wait_seconds() + 3
+    got = _fork_during_a_collection("callback", hold, provider, reader, monkeypatch)
+    assert not got["ended_at_fork"], got
+    assert abs(got["rss"] - got["statm"]) < (8 << 20), got
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_after_uninstrument_a_fork_does_not_wait_for_a_collection(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    provider: MeterProvider,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # prefork.md: "After uninstrument() the provider is no longer guarded."
+    instrument()
+    ProcessInstrumentor().uninstrument()
+    hold = fork_wait_seconds() / 5
+    held = HoldUp("callback", provider, monkeypatch)
+    held.arm(hold)
+    collector = threading.Thread(target=reader.collect)
+    collector.start()
+    try:
+        assert held.entered.wait(10), "the collection never started"
+        got = _in_child(lambda: {"ended_at_fork": held.ended()}, timeout=10)
+    finally:
+        held.release()
+        collector.join(10)
+    assert not got["ended_at_fork"], got
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_child_forked_during_an_export_exports() -> None:
+    # prefork.md: an export in flight is not waited for; the child gets a
+    # fresh export lock, so its own export thread exports.
+    from opentelemetry.sdk.metrics.export import (
+        MetricExporter,
+        MetricExportResult,
+        PeriodicExportingMetricReader,
+    )
+
+    parent = os.getpid()
+    stalled, resume = threading.Event(), threading.Event()
+    exported: list[int] = []
+
+    class Stalling(MetricExporter):
+        """The parent's exports wait for ``resume``: an export in flight over a slow network."""
+
+        def export(self, *_args: Any, **_kwargs: Any) -> MetricExportResult:
+            if os.getpid() == parent:
+                stalled.set()
+                resume.wait(10)
+            exported.append(os.getpid())
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, *_args: Any, **_kwargs: Any) -> None:
+            pass
+
+    provider = MeterProvider(
+        metric_readers=[PeriodicExportingMetricReader(Stalling(), export_interval_millis=20)]
+    )
+    ProcessInstrumentor().instrument(meter_provider=provider)
+
+    def child() -> dict[str, Any]:
+        deadline = time.monotonic() + 5
+        while os.getpid() not in exported and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return {"exported": os.getpid() in exported}
+
+    try:
+        assert stalled.wait(10), "the export thread never exported"
+        got = _in_child(child, timeout=10)
+    finally:
+        resume.set()
+        ProcessInstrumentor().uninstrument()
+        provider.shutdown()
+    assert got["exported"], "the child's export thread never exported"
+
+
+def test_a_forked_childs_main_thread_keeps_its_name(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    # CPython leaves the parent's native_id on the child's main thread object.
+    instrument(per_thread=True)
+    collect(reader)
+
+    def child() -> dict[str, Any]:
+        series = points(collect(reader)["process_metrics.thread.cpu.time"])
+        mine = [dict(a) for a in series if ("thread.id", os.getpid()) in a]
+        return {"named": [a.get("thread.name") for a in mine], "main": threading.main_thread().name}
+
+    got = in_child(child)
+    assert got["named"] == [got["main"]] * 2, got

@@ -8,6 +8,7 @@ in the parent that kills it), so a deadlock after fork fails the test as
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing
 import os
 import select
@@ -30,10 +31,12 @@ from opentelemetry.sdk.metrics.export import (
     PeriodicExportingMetricReader,
 )
 
-from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
+from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor, sdk_fork_guard
 from opentelemetry.instrumentation.process.instruments import Live
 
 from . import forkapps
+from .forked import HoldUp
+from .internals import fork_wait_seconds
 from .stress import size
 
 pytestmark = [
@@ -145,10 +148,12 @@ def setup() -> Iterator[Callable[[bool], Setup]]:
 # -- one forked child, with timeouts on both sides -------------------------------------
 
 
-def run_child(body: Callable[[], dict[str, Any]], name: str) -> dict[str, Any]:
-    """Run ``body`` in a forked child; return its result (a JSON object)."""
+def run_child(
+    body: Callable[[], dict[str, Any]], name: str, fork: Callable[[], int] = os.fork
+) -> dict[str, Any]:
+    """Run ``body`` in a child made by ``fork``; return its result (a JSON object)."""
     read_end, write_end = os.pipe()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:
         _child_main(body, read_end, write_end)
     os.close(write_end)
@@ -204,31 +209,6 @@ def _await_child(pid: int, read_end: int, name: str) -> dict[str, Any]:
     if "error" in result:
         pytest.fail(f"{name} failed: {result['error']}")
     return result
-
-
-@contextmanager
-def held_by_another_thread(lock: Any) -> Iterator[Callable[[], bool]]:
-    """``lock`` is held by a helper thread inside the block, for ``HOLD_MAX`` at most.
-
-    Yields ``held()``: whether the helper still holds it. Bounded, so that a
-    fork guard that waited for the lock would make the fork late (and the
-    test fail on ``held()``) rather than deadlock the parent.
-    """
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            taken.set()
-            release.wait(HOLD_MAX)
-
-    holder = threading.Thread(target=hold, name="lock-holder", daemon=True)
-    holder.start()
-    try:
-        assert taken.wait(10), "the helper thread could not take the lock"
-        yield holder.is_alive
-    finally:
-        release.set()
-        holder.join(10)
 
 
 # -- what a child must report ------------------------------------------------------------
@@ -344,37 +324,78 @@ def _measure_child(s: Setup) -> dict[str, Any]:
     return forkapps.measure(s.reader, allocate_mib=8, busy=0.0)
 
 
+def _held_up_child(s: Setup, held: HoldUp) -> dict[str, Any]:
+    ended_at_fork = held.ended()
+    return {"ended_at_fork": ended_at_fork, "measured": _measure_child(s)}
+
+
+def _fork_in_held_up_collections(
+    s: Setup, held: HoldUp, hold: float, name: str
+) -> Iterator[dict[str, Any]]:
+    """Fork inside collections held up ``hold`` s; yield what each child saw.
+
+    The collection is the export thread's when there is one, else one made by
+    a helper thread, as a scrape would be.
+    """
+    for i in range(size(3, 30)):
+        held.arm(hold)
+        collector = None
+        if s.exporter is None:
+            collector = threading.Thread(target=s.reader.collect, daemon=True)
+            collector.start()
+        try:
+            assert held.entered.wait(10), "no collection got to the hold-up"
+            yield run_child(lambda: _held_up_child(s, held), f"child {i} ({name})")
+        finally:
+            held.release()
+            if collector is not None:
+                collector.join(10)
+
+
 @pytest.mark.parametrize("export_thread", [False, True], ids=["quiet", "exporting"])
-def test_cache_lock_held_at_fork(export_thread: bool, setup: Callable[[bool], Setup]) -> None:
+@pytest.mark.parametrize("short", [True, False], ids=["short", "long"])
+def test_cache_lock_held_at_fork(
+    export_thread: bool,
+    short: bool,
+    setup: Callable[[bool], Setup],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A refresh of this package in flight: the SDK's collection lock and the
+    # snapshot cache's lock are both held at the fork.
     s = setup(export_thread)
-    consumer_lock = s.provider._measurement_consumer._lock
+    held = HoldUp("refresh", s.provider, monkeypatch)
+    hold = fork_wait_seconds() / 5 if short else HOLD_MAX
     parent = os.getpid()
-    for i in range(size(3, 30)):
-        name = f"child {i} (snapshot cache lock held at fork)"
-        since = forkapps.boottime()
-        with held_by_another_thread(s.live.cache._lock) as held:
-            if export_thread:
-                # The export thread's next collection blocks on the cache lock
-                # while it holds the SDK's collection lock: both are held at fork.
-                assert _wait(consumer_lock.locked, 10), "the export thread never collected"
-                time.sleep(0.02)
-            got = run_child(lambda: _measure_child(s), name)
-            assert held(), f"{name}: the fork waited until the lock was let go"
-        check_own(got, name, parent=parent, since=since, allocated_mib=8)
+    since = forkapps.boottime()
+    for got in _fork_in_held_up_collections(s, held, hold, "refresh in flight at fork"):
+        # Shorter than the documented wait: the fork waited it out. Longer:
+        # the fork went ahead inside it.
+        assert got["ended_at_fork"] is short, got
+        # None of this package's points were taken yet: the child's are its own.
+        check_own(got["measured"], "child", parent=parent, since=since, allocated_mib=8)
 
 
-def test_sdk_collection_lock_held_at_fork(setup: Callable[[bool], Setup]) -> None:
+@pytest.mark.parametrize("short", [True, False], ids=["short", "long"])
+def test_sdk_collection_lock_held_at_fork(
+    short: bool, setup: Callable[[bool], Setup], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another meter's callback in flight, after this package's: only the
+    # SDK's collection lock is held at the fork.
     s = setup(False)
-    consumer_lock = s.provider._measurement_consumer._lock
+    held = HoldUp("callback", s.provider, monkeypatch)
+    hold = fork_wait_seconds() / 5 if short else HOLD_MAX
     parent = os.getpid()
-    for i in range(size(3, 30)):
-        name = f"child {i} (SDK collection lock held at fork)"
-        since = forkapps.boottime()
-        with held_by_another_thread(consumer_lock) as held:
-            got = run_child(lambda: _measure_child(s), name)
-            assert held(), f"{name}: the fork waited until the lock was let go"
-        check_own(got, name, parent=parent, since=since, allocated_mib=8)
-    # The parent collects as before once the holder let go.
+    since = forkapps.boottime()
+    for got in _fork_in_held_up_collections(s, held, hold, "collection in flight at fork"):
+        assert got["ended_at_fork"] is short, got
+        measured = got["measured"]
+        if short:
+            check_own(measured, "child", parent=parent, since=since, allocated_mib=8)
+        else:
+            # The child collects, but its sums are not its own yet (a known
+            # bug, see test_fork.py): only its pid is checked.
+            assert measured["facts_pid"] == measured["pid"] != parent, measured
+    # The parent collects as before once the collection let go.
     assert "process.memory.usage" in forkapps.collect(s.reader)
 
 
@@ -408,3 +429,159 @@ def test_export_in_flight_at_fork(setup: Callable[[bool], Setup]) -> None:
         # The export lock the child inherited was held by a thread it does not have.
         assert got["exported"], f"{name}: the restarted export thread never exported"
         check_own(got["measured"], name, parent=parent, since=since, allocated_mib=8)
+
+
+# -- 4. forks that skip Python's at-fork hooks (uWSGI's default) -------------------------
+#
+# No hook runs in the child: the fork guard does not act, the SDK does not
+# restart its export thread. The child's first collection is where this
+# package notices the new pid (snapshot.py) and calls the guard.
+
+
+def _bounded(call: Callable[[], object], seconds: float) -> bool:
+    """Run ``call`` in a thread of this (child) process; whether it returned in time."""
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return not worker.is_alive()
+
+
+@contextmanager
+def held_by_another_thread(lock: Any, hold_max: float = 10.0) -> Iterator[Callable[[], bool]]:
+    """``lock`` is held by a helper thread inside the block, for ``hold_max`` at most.
+
+    Yields ``held()``: whether the helper still holds it. Bounded, so that a
+    child that waited for the lock would time out rather than deadlock the parent.
+    """
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(hold_max)
+
+    holder = threading.Thread(target=hold, name="lock-holder", daemon=True)
+    holder.start()
+    try:
+        assert taken.wait(10), "the helper thread could not take the lock"
+        yield holder.is_alive
+    finally:
+        release.set()
+        holder.join(10)
+
+
+@contextmanager
+def _logged(logger_name: str) -> Iterator[list[str]]:
+    records: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(f"{record.levelname} {record.getMessage()}")
+
+    logger = logging.getLogger(logger_name)
+    handler = Keep()
+    logger.addHandler(handler)
+    try:
+        yield records
+    finally:
+        logger.removeHandler(handler)
+
+
+def _flush_child(s: Setup) -> dict[str, Any]:
+    assert s.exporter is not None
+    pid = os.getpid()
+    with _logged(sdk_fork_guard.__name__) as records:
+        flushed = _bounded(lambda: s.provider.force_flush(5_000), CHILD_TIMEOUT / 3)
+        exported = s.exporter.exports.get(pid, 0)
+        measured = _measure_child(s)
+        flushed_again = _bounded(lambda: s.provider.force_flush(5_000), CHILD_TIMEOUT / 3)
+    return {
+        "flushed": flushed,
+        "flushed_again": flushed_again,
+        "exported": exported,
+        "exported_again": s.exporter.exports.get(pid, 0),
+        "measured": measured,
+        "log": records,
+    }
+
+
+def test_c_fork_during_an_export_lets_the_child_flush(setup: Callable[[bool], Setup]) -> None:
+    """The export lock the child inherits held is replaced at its first collection."""
+    s = setup(True)
+    assert s.exporter is not None and s.periodic is not None
+    parent = os.getpid()
+    for i in range(size(3, 30)):
+        name = f"child {i} (C fork, export in flight)"
+        since = forkapps.boottime()
+        s.exporter.stalled.clear()
+        s.exporter.resume.clear()
+        s.exporter.stall_pid = parent
+        try:
+            assert s.exporter.stalled.wait(10), "the export thread never exported"
+            # The export thread waits in its exporter, outside the collection lock.
+            assert s.periodic._export_lock.locked()
+            got = run_child(lambda: _flush_child(s), name, fork=forkapps.c_fork)
+        finally:
+            s.exporter.stall_pid = None
+            s.exporter.resume.set()
+        assert got["flushed"] and got["flushed_again"], f"{name}: force_flush hung: {got}"
+        # Exported by the flushes alone: no export thread runs in the child.
+        assert got["exported"] == 1 and got["exported_again"] == 2, f"{name}: {got}"
+        check_own(got["measured"], name, parent=parent, since=since, allocated_mib=8)
+        # Main thread only.
+        assert got["measured"]["threads"] == 1, f"{name}: {got}"
+        (line,) = got["log"]
+        assert line.startswith("WARNING") and str(got["measured"]["pid"]) in line, got["log"]
+
+
+def _locked_child(s: Setup) -> dict[str, Any]:
+    before = s.live.cache.refreshes
+    collected = _bounded(s.reader.get_metrics_data, 2.0)
+    return {
+        "collected": collected,
+        "refreshes": s.live.cache.refreshes - before,
+        "rebound": s.live.cache.facts.pid == os.getpid(),
+    }
+
+
+def test_c_fork_with_the_collection_lock_held_hangs_the_child(
+    setup: Callable[[bool], Setup],
+) -> None:
+    """The limit, documented: nothing of this package runs before that lock is taken."""
+    s = setup(False)
+    consumer_lock = s.provider._measurement_consumer._lock
+    with held_by_another_thread(consumer_lock) as held:
+        got = run_child(lambda: _locked_child(s), "C fork, lock held", fork=forkapps.c_fork)
+        assert held()
+    # Its collection waits for a lock whose holder is not in the child; none of
+    # this package's callbacks ran, so nothing could re-bind or repair.
+    assert got == {"collected": False, "refreshes": 0, "rebound": False}, got
+    # With the hooks, the same fork is repaired (test_sdk_collection_lock_held_at_fork).
+
+
+def _exit_child(s: Setup) -> dict[str, Any]:
+    assert s.exporter is not None and s.periodic is not None
+    pid = os.getpid()
+    time.sleep(0.3)  # some 300 export intervals of the parent's reader
+    exported = s.exporter.exports.get(pid, 0)
+    s.provider.shutdown(timeout_millis=300)
+    thread = s.periodic._daemon_thread
+    return {
+        "exported": exported,
+        "exported_at_shutdown": s.exporter.exports.get(pid, 0) - exported,
+        "tasks": len(os.listdir("/proc/self/task")),
+        "join_timed_out": thread is not None and thread.is_alive(),
+    }
+
+
+def test_c_fork_child_exports_nothing_even_at_shutdown(setup: Callable[[bool], Setup]) -> None:
+    """No export thread in the child, and shutdown waits its whole timeout for it."""
+    s = setup(True)
+    got = run_child(lambda: _exit_child(s), "C fork, idle", fork=forkapps.c_fork)
+    # The SDK's last export at shutdown is made by the export thread, which is not there.
+    assert got == {
+        "exported": 0,
+        "exported_at_shutdown": 0,
+        "tasks": 1,
+        "join_timed_out": True,
+    }, got

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import enum
+import functools
+import glob
+import importlib
+import inspect
+import logging
 import os
+import pkgutil
 import re
 import sys
 from collections.abc import Callable
@@ -37,19 +44,122 @@ def _enable(metric: Metric) -> dict[str, Any]:
     return {"include": [metric.name]}
 
 
+_SEMCONV_KINDS = {
+    "create_counter": Kind.COUNTER,
+    "create_observable_counter": Kind.COUNTER,
+    "create_up_down_counter": Kind.UP_DOWN_COUNTER,
+    "create_observable_up_down_counter": Kind.UP_DOWN_COUNTER,
+    "create_gauge": Kind.GAUGE,
+    "create_observable_gauge": Kind.GAUGE,
+}
+
+
+class _RecordingMeter:
+    """Stands in for a Meter: records which create_* call each semconv helper makes."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, tuple[Kind, str]] = {}
+
+    def __getattr__(self, method: str) -> Callable[..., None]:
+        def create(name: str, *_args: Any, unit: str = "", **_kwargs: Any) -> None:
+            if method in _SEMCONV_KINDS:  # histograms are not observable: none of ours
+                self.shapes[name] = (_SEMCONV_KINDS[method], unit)
+
+        return create
+
+
+@functools.cache
+def semconv_shapes() -> dict[str, tuple[Kind, str]]:
+    """Instrument kind and unit of every metric of the installed semantic conventions.
+
+    Taken from the ``create_*`` helpers of ``opentelemetry-semantic-conventions``
+    (stable and incubating), by calling each one with a recording meter: the
+    kind is the meter method it calls, the unit the one it passes.
+    """
+    import opentelemetry.semconv._incubating.metrics as incubating
+    import opentelemetry.semconv.metrics as stable
+
+    meter = _RecordingMeter()
+    for package in (incubating, stable):  # stable last: it wins
+        for module in pkgutil.iter_modules(package.__path__):
+            found = importlib.import_module(f"{package.__name__}.{module.name}")
+            for name, helper in vars(found).items():
+                if name.startswith("create_") and callable(helper):
+                    arity = len(inspect.signature(helper).parameters)
+                    helper(meter, *[None] * (arity - 1))  # (meter[, callbacks])
+    return meter.shapes
+
+
+@functools.cache
+def semconv_attributes() -> dict[str, set[Any] | None]:
+    """Every attribute of the installed semantic conventions, with its enumerated values.
+
+    ``None`` where the conventions list no values. An enum ``XyzValues`` goes
+    with the module's string constant of the same name (``XYZ``).
+    """
+    import opentelemetry.semconv._incubating.attributes as incubating
+    import opentelemetry.semconv.attributes as stable
+
+    found: dict[str, set[Any] | None] = {}
+    for package in (incubating, stable):
+        for module in pkgutil.iter_modules(package.__path__):
+            mod = importlib.import_module(f"{package.__name__}.{module.name}")
+            constants = {
+                k.replace("_", ""): v
+                for k, v in vars(mod).items()
+                if k.isupper() and isinstance(v, str)
+            }
+            for name in constants.values():
+                found.setdefault(name, None)
+            for k, v in vars(mod).items():
+                if isinstance(v, type) and issubclass(v, enum.Enum) and k.endswith("Values"):
+                    attribute = constants.get(k[: -len("Values")].upper())
+                    if attribute is not None:
+                        found[attribute] = {member.value for member in v}
+    return found
+
+
+# Enumerations whose listed values are only the well-known ones: others are allowed.
+OPEN_ENUMS = {"system.filesystem.type"}
+
+
+def test_semconv_metrics_have_the_attributes_of_the_semantic_conventions() -> None:
+    known = semconv_attributes()
+    for m in METRICS:
+        if not m.extension:
+            assert set(m.attributes) <= set(known), (m.name, set(m.attributes) - set(known))
+
+
+def test_semconv_metrics_have_the_kind_and_unit_of_the_semantic_conventions() -> None:
+    ours = [m for m in METRICS if not m.extension]
+    assert len(ours) >= 37
+    shapes = semconv_shapes()
+    for m in ours:
+        assert m.name in shapes, f"{m.name} is not in the installed semantic conventions"
+        assert (m.kind, m.unit) == shapes[m.name], m.name
+
+
 def _check_shape(metric: Metric, reported: Any) -> None:
     assert reported.unit == metric.unit
     assert reported.description == metric.description
+    kind = metric.kind
+    if not metric.extension:
+        kind, unit = semconv_shapes()[metric.name]
+        assert reported.unit == unit, metric.name
     data = reported.data
-    if metric.kind is Kind.GAUGE:
+    if kind is Kind.GAUGE:
         assert isinstance(data, Gauge)
     else:
         assert isinstance(data, Sum)
-        assert data.is_monotonic is (metric.kind is Kind.COUNTER)
+        assert data.is_monotonic is (kind is Kind.COUNTER)
     assert data.data_points, f"{metric.name} has no points"
+    values = semconv_attributes()
     for attrs, v in points(reported).items():
         assert {k for k, _ in attrs} <= set(metric.attributes), (metric.name, attrs)
         assert isinstance(v, metric.value_type), (metric.name, v)
+        for key, attribute in attrs:
+            allowed = values.get(key) if key not in OPEN_ENUMS else None
+            assert allowed is None or attribute in allowed, (metric.name, key, attribute)
 
 
 def test_table_is_consistent() -> None:
@@ -85,11 +195,15 @@ def test_defaults_are_exactly_the_default_rows(
 
 @pytest.mark.parametrize("metric", OPT_IN, ids=lambda m: m.name)
 def test_opt_in_metric_only_when_enabled(
-    metric: Metric, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+    metric: Metric,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     instrument()
     assert metric.name not in collect(reader)
     ProcessInstrumentor().uninstrument()
+    caplog.set_level(logging.INFO, logger="opentelemetry.instrumentation.process")
     instrument(**_enable(metric))
     if metric.group == "eventloop":  # a loop must run for its lag to be measured
         reported = _collect_while_a_loop_runs(reader)
@@ -98,8 +212,7 @@ def test_opt_in_metric_only_when_enabled(
     if metric.name == "system.paging.utilization" and not _swap_total():
         pytest.skip("no swap on this host: paging utilization is unknown, so it is absent")
     if metric.name.startswith(EXTENSION_PREFIX + "cpu.frequency."):
-        # Unknown min/max are left out, never 0: only check they are not 0.
-        assert all(v > 0 for m in [reported.get(metric.name)] if m for v in points(m).values())
+        _check_frequency_limit(metric, reported, caplog)
         return
     assert metric.name in reported
     _check_shape(metric, reported[metric.name])
@@ -125,6 +238,27 @@ def _collect_while_a_loop_runs(reader: InMemoryMetricReader) -> dict[str, Any]:
     finally:
         release.set()
         runner.join()
+
+
+def _check_frequency_limit(
+    metric: Metric, reported: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Reported in Hz where the host exposes the limit; else absent, and the log says why."""
+    import psutil
+
+    freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
+    mhz = getattr(freq, metric.name.rsplit(".", 1)[1], 0.0) if freq else 0.0
+    if sys.platform.startswith("linux"):
+        # psutil takes the limits from cpufreq in sysfs; no driver, no limits.
+        sysfs = glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_max_freq")
+        assert bool(sysfs) == bool(mhz), (sysfs, freq)
+    if mhz:
+        assert set(points(reported[metric.name]).values()) == {int(mhz * 1e6)}
+        _check_shape(metric, reported[metric.name])
+        return
+    assert metric.name not in reported
+    notes = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert any("CPU frequency limits are not exposed on this host" in n for n in notes), notes
 
 
 def _swap_total() -> int:

@@ -6,7 +6,8 @@ The uWSGI master imports this module, then forks the workers. The ``postfork``
 hook runs in each worker after the fork: each worker gets its own
 MeterProvider, export thread and resource (its ``process.pid`` and a random
 ``service.instance.id``), and the master reports nothing. ``uwsgi.ini`` turns
-on ``enable-threads``, without which the export thread never runs.
+on ``enable-threads``, without which older uWSGI releases never run the export
+thread (2.0.31 runs Python threads by itself).
 
 Metrics go over OTLP/HTTP to ``localhost:4318`` unless
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``)

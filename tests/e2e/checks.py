@@ -9,6 +9,7 @@ says which, and :func:`prometheus_name` is that translation, written out.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,7 +21,9 @@ from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.metrics import Kind, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
+from .. import cgroups
 from ..conftest import on_by_default
+from . import procfs
 from .servers import VictoriaMetrics, wait_until
 
 Labels = frozenset[tuple[str, str]]
@@ -88,6 +91,8 @@ class Held:
     """metric name -> metric attributes -> (timestamp in s, value)."""
     resource: dict[str, str] = field(default_factory=dict)
     """Labels on every series: the resource attributes."""
+    earlier: dict[str, dict[Labels, tuple[float, float]]] = field(default_factory=dict)
+    """The sample before the latest one, where there is one, keyed as ``points``."""
 
     def of(self, metric: str | Metric) -> dict[Labels, tuple[float, float]]:
         name = self.naming.name(metric) if isinstance(metric, Metric) else metric
@@ -104,6 +109,14 @@ class Held:
             f"no point {dict(key)} of {metric}; points: {sorted(str(dict(p)) for p in points)}"
         )
         return points[key]
+
+    def previous(self, metric: str | Metric, **attributes: str) -> tuple[float, float]:
+        """The sample before the latest one (timestamp, value)."""
+        name = self.naming.name(metric) if isinstance(metric, Metric) else metric
+        key = frozenset((self.naming.label(k.replace("__", ".")), v) for k, v in attributes.items())
+        found = self.earlier.get(name, {}).get(key)
+        assert found is not None, f"only one sample of {name} {dict(key)} so far"
+        return found
 
     def by(self, metric: str | Metric, attribute: str) -> dict[str, float]:
         """Latest values keyed by one attribute's value."""
@@ -123,12 +136,95 @@ def held(vm: VictoriaMetrics, naming: Naming, selector: str, window: float = 30)
         labels = dict(row["metric"])
         name = labels.pop("__name__")
         attrs = frozenset((k, v) for k, v in labels.items() if k not in common)
-        last = max(range(len(row["timestamps"])), key=lambda i: row["timestamps"][i])
-        out.points.setdefault(name, {})[attrs] = (
-            row["timestamps"][last] / 1000,
-            float(row["values"][last]),
-        )
+        order = sorted(range(len(row["timestamps"])), key=lambda i: row["timestamps"][i])
+        samples = [(row["timestamps"][i] / 1000, float(row["values"][i])) for i in order]
+        out.points.setdefault(name, {})[attrs] = samples[-1]
+        if len(samples) > 1:
+            out.earlier.setdefault(name, {})[attrs] = samples[-2]
     return out
+
+
+@dataclass(frozen=True)
+class OsReading:
+    """What the OS said at one moment: host CPU seconds by mode, the process's CPU seconds."""
+
+    wall: float
+    host: dict[str, float]
+    process: float
+
+
+# cpu.mode and the psutil fields it sums (guest time is already in user).
+_HOST_MODES = {
+    "user": ("user",),
+    "nice": ("nice",),
+    "system": ("system",),
+    "idle": ("idle",),
+    "iowait": ("iowait",),
+    "interrupt": ("irq", "softirq"),
+    "steal": ("steal",),
+}
+# How far a point's timestamp may be from the moment its value was read.
+_SKEW = 0.05
+
+
+def process_cpu_seconds(proc: psutil.Process) -> float:
+    """CPU seconds of ``proc``'s live threads, to the nanosecond where Linux says.
+
+    /proc/<pid>/task/*/schedstat counts each thread's time on a CPU in ns, the
+    total that getrusage(2) splits into user and system; psutil's cpu_times()
+    counts in clock ticks. Threads that exited are not counted: the apps
+    checked here keep theirs.
+    """
+    folder = f"/proc/{proc.pid}/task"
+    if not os.path.isdir(folder):
+        cpu = proc.cpu_times()
+        return cpu.user + cpu.system
+    total = 0
+    for tid in os.listdir(folder):
+        try:
+            with open(f"{folder}/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except FileNotFoundError:
+            continue  # the thread has just exited
+    return total / 1e9
+
+
+class OsSampler:
+    """Reads the OS every few ms in a thread, so that a point can be bracketed in time."""
+
+    def __init__(self, proc: psutil.Process, every: float = 0.01) -> None:
+        self._proc = proc
+        self._every = every
+        self._readings: list[OsReading] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="os-sampler", daemon=True)
+
+    def __enter__(self) -> OsSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                cpu = process_cpu_seconds(self._proc)
+            except (OSError, psutil.Error):
+                return
+            times = psutil.cpu_times()._asdict()
+            host = {m: sum(times.get(f, 0.0) for f in fs) for m, fs in _HOST_MODES.items()}
+            self._readings.append(OsReading(time.time(), host, cpu))
+            self._stop.wait(self._every)
+
+    def around(self, ts: float) -> tuple[OsReading, OsReading]:
+        """The last reading before ``ts`` and the first after it, allowing for skew."""
+        readings = list(self._readings)
+        before = [r for r in readings if r.wall <= ts - _SKEW]
+        after = [r for r in readings if r.wall >= ts + _SKEW]
+        assert before and after, f"no OS readings around {ts} yet"
+        return before[-1], after[0]
 
 
 def wait_for_names(
@@ -191,6 +287,20 @@ def check_process_values(
     it is known to have used; ``writes``: whether it is known to call write(2).
     """
     proc = psutil.Process(pid)
+    with OsSampler(proc) as os_readings:
+        _check_process_values(vm, naming, selector, proc, os_readings, min_cpu, writes)
+
+
+def _check_process_values(
+    vm: VictoriaMetrics,
+    naming: Naming,
+    selector: str,
+    proc: psutil.Process,
+    os_readings: OsSampler,
+    min_cpu: float,
+    writes: bool,
+) -> None:
+    pid = proc.pid
 
     def agree() -> bool:
         assert proc.is_running(), f"process {pid} is gone"
@@ -211,8 +321,7 @@ def check_process_values(
         system = got.value(by["process.cpu.time"], cpu__mode="system")
         assert min_cpu <= user <= cpu.user + 0.02, f"user CPU {user}, OS says {cpu.user}"
         assert 0 <= system <= cpu.system + 0.02, f"system CPU {system}, OS says {cpu.system}"
-        for mode, share in got.by(by["process.cpu.utilization"], "cpu.mode").items():
-            assert 0 <= share <= 1.01, f"process.cpu.utilization {mode} = {share}"
+        _check_process_utilization(got, by["process.cpu.utilization"], os_readings)
         # Counts: equal to what the OS lists now (the child is idle).
         threads = got.value(by["process.thread.count"])
         assert threads == proc.num_threads(), f"threads {threads} vs {proc.num_threads()}"
@@ -250,13 +359,45 @@ def check_process_values(
         modes = got.by(by["system.cpu.utilization"], "cpu.mode")
         assert {"user", "system", "idle"} <= set(modes), modes
         _close(sum(modes.values()), 1.0, 0.02, "system.cpu.utilization summed over modes")
-        host_cpu = psutil.cpu_times()
-        host_user = got.value(by["system.cpu.time"], cpu__mode="user")
-        _close(host_user, host_cpu.user, 5.0, "system.cpu.time user vs the host's now")
-        assert host_user <= host_cpu.user + 0.05, f"system.cpu.time user {host_user} is ahead"
+        ts, host_user = got.sample(by["system.cpu.time"], cpu__mode="user")
+        before, after = os_readings.around(ts)
+        assert before.host["user"] <= host_user <= after.host["user"], (
+            f"system.cpu.time user {host_user} at {ts}: the host said "
+            f"{before.host['user']} at {before.wall} and {after.host['user']} at {after.wall}"
+        )
+        _check_host_user_share(got, by["system.cpu.utilization"], os_readings)
         return True
 
     wait_until(agree, 15, f"the values in {vm.url} to match process {pid}", interval=0.2)
+
+
+def _check_process_utilization(got: Held, metric: Metric, os_readings: OsSampler) -> None:
+    """The utilisation over the last two points is the process's CPU seconds the OS counted
+    between them, per second and per CPU available (affinity, capped by a quota)."""
+    (t0, _), (t1, _) = got.previous(metric, cpu__mode="user"), got.sample(metric, cpu__mode="user")
+    util = sum(got.by(metric, "cpu.mode").values())
+    b0, a0 = os_readings.around(t0)
+    b1, a1 = os_readings.around(t1)
+    cpus = cgroups.available_cpus()  # the child runs in the test's cgroups and affinity
+    lo = max(0.0, b1.process - a0.process) / (t1 - t0 + 2 * _SKEW) / cpus
+    hi = (a1.process - b0.process) / (t1 - t0 - 2 * _SKEW) / cpus
+    assert lo <= util <= hi, f"process.cpu.utilization {util}, the OS says {lo}..{hi}"
+
+
+def _check_host_user_share(got: Held, metric: Metric, os_readings: OsSampler) -> None:
+    """The user share over the last two points is the host's, as the OS counted it."""
+    (t0, _), (t1, share) = (
+        got.previous(metric, cpu__mode="user"),
+        got.sample(metric, cpu__mode="user"),
+    )
+    b0, a0 = os_readings.around(t0)
+    b1, a1 = os_readings.around(t1)
+    shortest = sum(b1.host.values()) - sum(a0.host.values())
+    longest = sum(a1.host.values()) - sum(b0.host.values())
+    assert shortest > 0, "the window is too short for the readings around it"
+    lo = max(0.0, b1.host["user"] - a0.host["user"]) / longest
+    hi = (a1.host["user"] - b0.host["user"]) / shortest
+    assert lo - 1e-9 <= share <= hi + 1e-9, f"system.cpu.utilization user {share}: OS {lo}..{hi}"
 
 
 def check_prometheus_examples(vm: VictoriaMetrics, selector: str) -> None:
@@ -276,3 +417,42 @@ def check_prometheus_examples(vm: VictoriaMetrics, selector: str) -> None:
         assert len(result) >= 1, f"{expr} returned nothing"
         if "cpu_mode=" in expr or "generation=" in expr:
             assert len(result) == 1, f"{expr} returned {len(result)} series"
+
+
+# The values procfs.check_own holds against /proc, by their Prometheus names.
+_OWN_VALUES = {
+    "rss": "process_memory_usage_bytes",
+    "utilization": "process_memory_utilization_ratio",
+    "threads": "process_thread_count",
+    "fds": "process_unix_file_descriptor_count",
+    "uptime": "process_uptime_seconds",
+}
+
+
+def pushed_around(
+    vm: VictoriaMetrics, selector: str, pid: int, *, after: float = 0.3, timeout: float = 15
+) -> tuple[procfs.Reported, procfs.Reading, procfs.Reading]:
+    """A collection that process ``pid`` pushed under ``selector``, and /proc read around it.
+
+    The first reading is taken now; the collection is one whose points are
+    stamped at least ``after`` seconds later (a collection takes
+    milliseconds), so it ran after that reading. The second reading is taken
+    once the points are in the backend, so after the collection.
+    """
+    before = procfs.read(pid)
+
+    def arrived() -> dict[str, float]:
+        got = held(vm, PROMETHEUS, selector, window=10)
+        found: dict[str, float] = {}
+        stamps = []
+        for key, name in _OWN_VALUES.items():
+            (stamp, found[key]), *_ = got.of(name).values()
+            stamps.append(stamp)
+        for mode in ("user", "system"):
+            stamp, found[mode] = got.sample("process_cpu_time_seconds_total", cpu__mode=mode)
+            stamps.append(stamp)
+        assert min(stamps) >= before.wall + after, f"no collection after {before.wall} yet"
+        return found
+
+    values = wait_until(arrived, timeout, f"a collection of {pid} under {selector}", interval=0.1)
+    return procfs.Reported(**values), before, procfs.read(pid)

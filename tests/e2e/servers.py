@@ -436,7 +436,9 @@ class Uwsgi:
         name: str = "uwsgi",
     ) -> None:
         self.port = free_port()
+        self.stats_port = free_port()
         argv = [str(binary), "--ini", str(ini), "--http-socket", f"127.0.0.1:{self.port}"]
+        argv += ["--stats", f"127.0.0.1:{self.stats_port}"]
         self.child = children.start(name, [*argv, *options], env)
 
     @property
@@ -445,17 +447,42 @@ class Uwsgi:
 
     def get(self, path: str = "/", timeout: float = 10) -> str:
         """One request, retried until the server answers."""
+        return self.request(path, timeout)[1]
 
-        def answer() -> str:
+    def request(self, path: str = "/", timeout: float = 10) -> tuple[dict[str, str], str]:
+        """One request, retried until the server answers: its headers and body."""
+
+        def answer() -> tuple[dict[str, str], str]:
             assert self.child.alive(), self.child.describe()
+            url = f"http://127.0.0.1:{self.port}{path}"
             try:
-                status, body = _http(f"http://127.0.0.1:{self.port}{path}", timeout=5)
+                with urllib.request.urlopen(url, timeout=5) as response:
+                    return dict(response.headers.items()), response.read().decode()
+            except urllib.error.HTTPError as exc:
+                raise AssertionError(f"HTTP {exc.code}: {exc.read()[:200]!r}") from exc
             except OSError as exc:
                 raise AssertionError(f"no answer yet: {exc}") from exc
-            assert status == 200, f"HTTP {status}: {body[:200]!r}"
-            return body.decode()
 
         return wait_until(answer, timeout, f"uWSGI on port {self.port} to answer")
 
     def workers(self, count: int, timeout: float = 30) -> set[int]:
         return worker_pids(self.child, count, timeout)
+
+    def stats(self) -> dict[str, Any]:
+        """uWSGI's stats server: one JSON document per connection."""
+        with socket.create_connection(("127.0.0.1", self.stats_port), timeout=5) as conn:
+            chunks = []
+            while chunk := conn.recv(1 << 16):
+                chunks.append(chunk)
+        stats: dict[str, Any] = json.loads(b"".join(chunks))
+        return stats
+
+    def wait_idle(self, timeout: float = 10) -> None:
+        """Until no worker is inside a request: uWSGI skips Python's atexit in a busy one."""
+
+        def idle() -> bool:
+            busy = {w["pid"]: w["status"] for w in self.stats()["workers"]}
+            assert set(busy.values()) == {"idle"}, f"workers: {busy}"
+            return True
+
+        wait_until(idle, timeout, "every uWSGI worker to be idle")

@@ -22,7 +22,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .checks import PROMETHEUS, check_process_values
+from . import procfs
+from .checks import PROMETHEUS, check_process_values, pushed_around
 from .servers import (
     IN_CI,
     REPO,
@@ -183,6 +184,11 @@ def test_uwsgi_workers_report_as_themselves(
     for pid in pids:
         selector = f'{{service_name="{service}", process_pid="{pid}"}}'
         check_process_values(vm_prom, PROMETHEUS, selector, pid, writes=False)
+        # Its own /proc, read by this test around one of its collections.
+        got, before, after = pushed_around(vm_prom, selector, pid)
+        procfs.check_own(got, before, after, fds_open=1)
+        procfs.differs(got, procfs.read(server.pid), after)
+        assert got.threads == 2, got  # main thread and its provider's export thread
     assert server.child.stop() == 0, server.child.describe()
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.metrics import (
@@ -110,7 +110,7 @@ class Live:
                 "OpenTelemetry SDK keeps every set an observable instrument has reported "
                 "and, past its cardinality limit (%d per metric unless a View or the "
                 "reader sets another), folds new ones into one otel.metric.overflow=true "
-                "point. Raise that limit (each set costs the SDK about 1 KiB) or exclude "
+                "point. Raise that limit (each set costs the SDK about 1.4 KB) or exclude "
                 "the metric. This is logged once.",
                 name,
                 SERIES_WARNING_THRESHOLD,
@@ -182,9 +182,19 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
     for metric in live.metrics:
         registry.observer(metric).live = live
     live.provider = weakref.ref(provider)
+    live.cache.on_unhooked_fork = _after_fork_without_hooks(live.provider)
     sdk_fork_guard.guard(provider)
     _logger.debug("process metrics: reporting %d metrics", len(live.metrics))
     return live
+
+
+def _after_fork_without_hooks(provider: weakref.ref[Any]) -> Callable[[], None]:
+    def repair() -> None:
+        found = provider()
+        if found is not None:
+            sdk_fork_guard.after_fork_without_hooks(found)
+
+    return repair
 
 
 def stop(live: Live) -> None:

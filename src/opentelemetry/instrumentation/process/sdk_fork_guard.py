@@ -28,10 +28,26 @@ Every private attribute is feature-detected. Checked against SDK 1.28 to 1.45
 SDK provider without them, the guard does nothing for it and says so once, at
 DEBUG level, on this module's logger.
 
-It runs only from Python's at-fork hooks. A fork that skips them (uWSGI
-without ``--py-call-osafterfork``) is not guarded: the SDK's own at-fork hooks
-do not run there either, so its export thread is not restarted in the child.
-Instrument in each worker after such a fork (see the pre-fork page).
+The hooks above run only where Python's at-fork hooks run. A fork made in C
+that skips them (uWSGI's default; ``tests/test_fork_stress.py`` section 4
+forks through ``ctypes``) gets no ``_before`` and no ``_after_in_child``, and
+no SDK hook either: its export thread is not restarted in the child. What
+remains is the child's first collection, where the snapshot cache notices the
+new pid and calls :func:`after_fork_without_hooks`:
+
+- a held export lock is replaced there, safely: no export of the child can
+  have started before its first collection
+  (``test_c_fork_during_an_export_lets_the_child_flush``);
+- a held collection lock cannot be: that collection waits for it before any
+  callback of this package runs, forever
+  (``test_c_fork_with_the_collection_lock_held_hangs_the_child``);
+- the SDK's shutdown at exit waits its whole timeout for the export thread
+  that the child does not have, and exports nothing
+  (``test_c_fork_child_exports_nothing_even_at_shutdown``).
+
+Only setting up OpenTelemetry in each worker after the fork, or making uWSGI
+run the hooks (``--py-call-uwsgi-fork-hooks``), avoids these; the pre-fork page
+says so, and ``tests/e2e/test_uwsgi_forks.py`` shows each mode under uWSGI.
 """
 
 from __future__ import annotations
@@ -131,10 +147,38 @@ def _after_in_child() -> None:
         if found is not None and id(found[0]) not in taken and found[1].locked():
             # The fork did not wait it out: its holder does not exist here.
             found[0]._lock = threading.Lock()
-        for reader in readers(provider):
-            export_lock: Any = getattr(reader, "_export_lock", None)
-            if _is_lock(export_lock) and export_lock.locked():
-                reader._export_lock = threading.Lock()
+        _fresh_export_locks(provider)
+
+
+def _fresh_export_locks(provider: Any) -> None:
+    # Only called where no thread of this process can hold one: its holder
+    # was a thread of the parent.
+    for reader in readers(provider):
+        export_lock: Any = getattr(reader, "_export_lock", None)
+        if _is_lock(export_lock) and export_lock.locked():
+            reader._export_lock = threading.Lock()
+
+
+def after_fork_without_hooks(provider: Any) -> None:
+    """Repair what can be repaired in a process forked without Python's at-fork hooks.
+
+    Called once, from inside the first collection of ``provider`` in the new
+    process (the snapshot cache notices the new pid). That collection holds
+    the provider's collection lock itself, so the lock was free; had the fork
+    left it held, the collection would never have started. No export of
+    ``provider`` has run in this process yet (an export follows a
+    collection), so an export lock that is held was held by a thread of the
+    parent, and a fresh one replaces it.
+    """
+    _fresh_export_locks(provider)
+    _logger.warning(
+        "process metrics: process %d was forked without Python's at-fork hooks (uWSGI does "
+        "this unless --py-call-osafterfork or --py-call-uwsgi-fork-hooks is given). Its "
+        "process metrics are its own, but the SDK's periodic export thread does not run "
+        "here and the resource still describes the parent: set up OpenTelemetry in each "
+        "worker after the fork (see the pre-fork page of the documentation).",
+        os.getpid(),
+    )
 
 
 if hasattr(os, "register_at_fork"):

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from .facts import Facts, read_facts, this_process
@@ -62,6 +62,8 @@ class SnapshotCache:
         self.refreshes = 0
         self._failing: set[str] = set()
         self._closed = False
+        self.on_unhooked_fork: Callable[[], None] | None = None
+        """Called once in a process forked without Python's at-fork hooks, after the re-bind."""
         self._bind()
         _live_caches.add(self)
 
@@ -103,6 +105,7 @@ class SnapshotCache:
         if pid != self._pid:
             # A fork that skipped Python's at-fork hooks (uWSGI does by default).
             self._rebind()
+            self._unhooked_fork()
         with self._lock:
             snap = self._snapshot
             # Another thread may have refreshed while we waited for the lock.
@@ -207,6 +210,21 @@ class SnapshotCache:
         self.sources = ()
         self._snapshot = None
         _live_caches.discard(self)
+
+    def _unhooked_fork(self) -> None:
+        callback = self.on_unhooked_fork
+        if callback is None:
+            return
+        try:
+            callback()
+        except Exception as exc:  # noqa: BLE001 - never break the forking program
+            self.faults.warning(
+                ("unhooked fork", type(exc).__name__),
+                "process metrics: the clean-up after a fork without at-fork hooks failed (%s: %s).",
+                type(exc).__name__,
+                exc,
+                exc_info=True,
+            )
 
     def _rebind(self) -> None:
         """Re-bind in a new process; if that fails, report nothing rather than the parent."""

@@ -31,7 +31,8 @@ _TCP_STATES = {
     "FIN_WAIT1": "fin_wait_1",
     "FIN_WAIT2": "fin_wait_2",
     "CLOSE": "closed",
-    "DELETE_TCB": "delete",
+    # Windows only; the conventions have no such state: the connection is going away.
+    "DELETE_TCB": "closed",
 }
 
 

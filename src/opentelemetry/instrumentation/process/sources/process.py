@@ -9,6 +9,7 @@ the thread count.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import threading
 import time
@@ -161,10 +162,19 @@ def _psutil_threads(ctx: ReadContext) -> list[Any]:
     return found
 
 
+def _python_names() -> dict[int | None, str]:
+    """Python's name of each thread it started, by kernel thread id."""
+    names: dict[int | None, str] = {t.native_id: t.name for t in threading.enumerate()}
+    # A forked child's main thread keeps its parent's native_id in CPython;
+    # the main thread's kernel id is always the pid.
+    names[os.getpid()] = threading.main_thread().name
+    return names
+
+
 def _threads(ctx: ReadContext) -> Reading:
     if ctx.options.thread_series_by == "name":
         return _thread_groups(ctx)
-    names = {t.native_id: t.name for t in threading.enumerate()}
+    names = _python_names()
     times: dict[Key, float] = {}
     for t in _busiest(ctx, max_threads(ctx)):
         # Threads Python did not start (C extensions) have no Python name: the
@@ -195,7 +205,7 @@ class _Groups:
 
 def _thread_groups(ctx: ReadContext) -> Reading:
     groups: _Groups = ctx.state.setdefault("process.threads", _Groups())
-    names = {t.native_id: t.name for t in threading.enumerate()}
+    names = _python_names()
     current: dict[int, tuple[str | None, float, float]] = {}
     for t in _psutil_threads(ctx):
         # A pattern is fixed at first sight: a renamed thread must not move

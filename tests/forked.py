@@ -1,0 +1,159 @@
+"""Child processes for the tests: a forked child, a held-up collection, a fresh python.
+
+A forked child runs the very code the test process imported (under mutation
+testing, the mutated copy), so a check made in the child still catches a
+wrong value. It has a hard timeout, so a deadlock fails the test instead of
+hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from .forkapps import c_fork
+
+__all__ = ["c_fork", "in_child"]
+
+
+def in_child(
+    body: Callable[[], dict[str, Any]],
+    timeout: int = 20,
+    fork: Callable[[], int] = os.fork,
+) -> dict[str, Any]:
+    """Run ``body`` in a child made by ``fork``; return what it returned (a JSON object)."""
+    read_end, write_end = os.pipe()
+    pid = fork()
+    if pid == 0:  # the child: never back into pytest
+        try:
+            os.close(read_end)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+            signal.alarm(timeout)
+            try:
+                result = body()
+            except BaseException as exc:  # noqa: BLE001 - anything goes back to the parent
+                result = {"error": f"{type(exc).__name__}: {exc}"}
+            result[_HITS] = _mutation_hits()
+            data = json.dumps(result).encode()
+            while data:
+                data = data[os.write(write_end, data) :]
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        pytest.fail(f"the child died by signal {os.WTERMSIG(status)} (SIGALRM: it hung)")
+    result: dict[str, Any] = json.loads(data or b"{}")
+    _add_mutation_hits(result.pop(_HITS, []))
+    if "error" in result:
+        pytest.fail(f"the child failed: {result['error']}")
+    return result
+
+
+_HITS = "_mutation_hits"
+
+
+def _mutation_hits() -> list[str]:
+    """In a child: the functions of the package it ran, when mutmut is recording them.
+
+    mutmut picks the tests to run against a mutant by the functions each test
+    reached, and it records that in the test process only. Code that runs only
+    in a forked child (the fork handlers) would have no test at all.
+    """
+    if os.environ.get("MUTANT_UNDER_TEST") != "stats":
+        return []
+    try:
+        from mutmut.state import state
+    except ImportError:
+        return []
+    return sorted(state()._stats)
+
+
+def _add_mutation_hits(hits: list[str]) -> None:
+    """In the test process: count the child's functions as reached by this test."""
+    if hits:
+        from mutmut.state import state
+
+        state()._stats.update(hits)
+
+
+class HoldUp:
+    """Holds up a collection of the test process, so that a fork lands inside it.
+
+    ``where`` is "refresh" (a source of this package, psutil.virtual_memory:
+    the SDK's collection lock and the snapshot cache's lock are both held) or
+    "callback" (another meter's callback on the same provider, called after
+    this package's: only the SDK's lock is held). The first collection that
+    gets there after ``arm()`` waits ``hold`` seconds, or until ``release()``.
+    Only in the process that made it: a forked child is never held up.
+    """
+
+    def __init__(self, where: str, provider: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        self._pid = os.getpid()
+        self._armed = False
+        self._hold = 0.0
+        self.entered = threading.Event()
+        self._release = threading.Event()
+        self._ended: list[bool] = []
+        if where == "refresh":
+            real = psutil.virtual_memory
+
+            def slow(*args: Any, **kwargs: Any) -> Any:
+                self._stop_here()
+                return real(*args, **kwargs)
+
+            monkeypatch.setattr(psutil, "virtual_memory", slow)
+        else:
+
+            def callback(_options: Any) -> list[Any]:
+                self._stop_here()
+                return []
+
+            meter = provider.get_meter("hold-up")
+            meter.create_observable_gauge("test.hold_up", callbacks=[callback])
+
+    def _stop_here(self) -> None:
+        if self._armed and os.getpid() == self._pid:
+            # This arm's own objects: a later arm() cannot mix with this stop.
+            self._armed = False
+            release, ended = self._release, self._ended
+            self.entered.set()
+            release.wait(self._hold)
+            ended.append(True)
+
+    def arm(self, hold: float) -> None:
+        self.entered.clear()
+        self._release = threading.Event()
+        self._ended = []
+        self._hold = hold
+        self._armed = True
+
+    def release(self) -> None:
+        self._release.set()
+
+    def ended(self) -> bool:
+        """Whether the held-up collection got past the hold (in a child: before the fork)."""
+        return bool(self._ended)
+
+
+def python_env() -> dict[str, str]:
+    """The environment for a fresh ``python`` that imports this very copy of the package.
+
+    Under mutation testing the package is imported from a mutated copy; a
+    subprocess must import that copy too, not the installed one.
+    """
+    import opentelemetry.instrumentation.process as package
+
+    root = str(Path(package.__file__).resolve().parents[3])
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": root + (os.pathsep + path if path else "")}

@@ -1,0 +1,37 @@
+"""The few internals that tests touch, each behind one small function.
+
+Everything else in the tests goes through the public API. When the package's
+internals move, only these functions need to follow.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import psutil
+import pytest
+
+from opentelemetry.instrumentation.process import ProcessMetricsOptions, snapshot
+from opentelemetry.instrumentation.process import sdk_fork_guard as forks
+from opentelemetry.instrumentation.process.snapshot import SnapshotCache
+
+
+def fork_wait_seconds() -> float:
+    """How long a fork waits for a collection in flight (documented in prefork.md)."""
+    return float(forks.FORK_WAIT_SECONDS)
+
+
+def snapshot_cache(source_names: Iterable[str]) -> SnapshotCache:
+    """A snapshot cache of these sources, outside any instrumentation.
+
+    Tests call only its ``snapshot(seen_generation)``, whose result has a
+    ``generation``: the collection protocol of design.md.
+    """
+    return SnapshotCache(ProcessMetricsOptions(), source_names)
+
+
+def replace_process_handle(
+    monkeypatch: pytest.MonkeyPatch, make: Callable[[], psutil.Process]
+) -> None:
+    """Make the snapshot cache bind to this process with ``make`` (to inject a fault)."""
+    monkeypatch.setattr(snapshot, "this_process", make)
