@@ -111,10 +111,9 @@ def test_every_source_has_a_fault_target() -> None:
 
 # Sources whose direct Linux read falls back to psutil: broken with direct reads off
 # (the fallback itself is tested below).
-FALLS_BACK = {"process.num_threads", "process.threads", "system.connections", "system.swap"}
+FALLS_BACK = {"process.threads", "system.connections", "system.swap"}
 # Each direct read, and the function that does it.
 DIRECT_READS: dict[str, tuple[Any, str]] = {
-    "thread_count": (procfs, "thread_ids"),
     "threads": (linux_threads, "busiest_threads"),
     "connections": (sock_diag, "connection_counts"),
     "swap": (procfs, "swap_totals"),
@@ -265,7 +264,7 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
     )
     healthy = collect(reader)
 
-    def broken(*_a: Any) -> Any:
+    def broken(*_a: Any, **_k: Any) -> Any:
         raise ERRORS[error]()
 
     for owner, name in DIRECT_READS.values():

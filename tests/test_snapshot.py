@@ -207,7 +207,7 @@ def test_default_collection_opens_only_its_sources(
     reader: InMemoryMetricReader,
     opens: OpenRecorder,
 ) -> None:
-    inst = instrument()
+    instrument()
     collect(reader)
     with opens.recording() as paths:
         collect(reader)
@@ -215,10 +215,10 @@ def test_default_collection_opens_only_its_sources(
     for unwanted in ("cpufreq", "/proc/cpuinfo", "diskstats", "/proc/net", "cgroup", "mounts"):
         assert unwanted not in joined, paths
     # /proc/self/stat is not needed: CPU times come from getrusage(2). The
-    # thread count comes from the task listing, or from psutil's read of status
-    # with the direct reads off. Pressure stalls are on wherever the kernel has
-    # them: one file per resource.
-    threads = "task" if inst.options and inst.options.direct_reads else "status"
+    # thread count comes from psutil's read of one line of status, whose cost
+    # does not grow with the threads (listing /proc/self/task would). Pressure
+    # stalls are on wherever the kernel has them: one file per resource.
+    threads = "status"
     pressure = [r for r in ("cpu", "io", "memory") if os.path.exists(f"/proc/pressure/{r}")]
     assert sorted(p.rsplit("/", 1)[-1] for p in paths) == sorted(
         [threads, "statm", "io", "fd", "stat", "meminfo", *pressure]

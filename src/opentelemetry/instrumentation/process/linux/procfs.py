@@ -13,27 +13,32 @@ from typing import Any
 def thread_ids() -> list[int]:
     """Thread ids of this process: one ``/proc/self/task`` entry each.
 
-    Their number is the same count as psutil's ``num_threads()``, which parses
-    all of ``/proc/<pid>/status`` for it at twice the cost (see the benchmarks).
+    The per-thread read needs them; their number is then the thread count,
+    at no extra read. Listing costs per thread, so the count alone comes from
+    psutil, which reads one line of ``status`` whatever the number of threads.
     """
     return [int(name) for name in os.listdir("/proc/self/task")]
 
 
-def pending_signals() -> int:
-    """Signals pending for this process: the bits set in ``SigPnd`` or ``ShdPnd``.
+def status_counts() -> tuple[int, int]:
+    """``(pending signals, threads)`` of this process, from one read of ``/proc/self/status``.
 
-    psutil has no API for it. Raises ``LookupError`` if the kernel does not
-    show either line (unknown is not 0).
+    Pending signals are the bits set in ``SigPnd`` or ``ShdPnd``; psutil has no
+    API for them. The thread count comes with them from the same read, so that
+    ``status`` is not read twice. Raises ``LookupError`` if the kernel does not
+    show those lines (unknown is not 0).
     """
-    pending, found = 0, 0
+    pending, found, threads = 0, 0, None
     with open("/proc/self/status", "rb") as f:
         for line in f:
             if line.startswith((b"SigPnd:", b"ShdPnd:")):
                 pending |= int(line.split()[1], 16)
                 found += 1
-    if found != 2:
-        raise LookupError("SigPnd/ShdPnd not in /proc/self/status")
-    return bin(pending).count("1")
+            elif line.startswith(b"Threads:"):
+                threads = int(line.split()[1])
+    if found != 2 or threads is None:
+        raise LookupError("SigPnd, ShdPnd or Threads not in /proc/self/status")
+    return bin(pending).count("1"), threads
 
 
 def page_faults() -> tuple[int, int]:

@@ -8,7 +8,6 @@ the thread count.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import threading
@@ -94,26 +93,19 @@ def _listed_now(ctx: ReadContext) -> list[int] | None:
     return tids if stamp == ctx.now else None
 
 
-def _task_ids(ctx: ReadContext) -> list[int]:
-    """``/proc/self/task``, listed at most once per refresh; raises ``OSError``."""
-    tids = _listed_now(ctx)
-    if tids is not None:
-        return tids
-    try:
-        return _listed(ctx, procfs.thread_ids())
-    except OSError as exc:
-        ctx.direct_failed_once("thread_count", exc)
-        raise
+_STATUS = "process.status"
+"""Where a refresh keeps the thread count that the signals read found in ``status``."""
 
 
 def _num_threads(ctx: ReadContext) -> Reading:
-    # The per-thread read, when on, runs first and lists the threads for both.
+    # Free where another source of this refresh has counted them already: the
+    # per-thread read lists the threads, the signals read parses status.
     tids = _listed_now(ctx)
-    if tids is None and ctx.use_direct("thread_count"):
-        with contextlib.suppress(OSError):  # logged once; psutil below
-            tids = _task_ids(ctx)
     if tids is not None:
         return {"count": len(tids)}
+    stamp, threads_in_status = ctx.state.get(_STATUS, (None, 0))
+    if stamp == ctx.now:
+        return {"count": threads_in_status}
     return {"count": int(ctx.process.num_threads())}
 
 
@@ -148,7 +140,7 @@ def _busiest(ctx: ReadContext, limit: int) -> list[threads.ThreadTimes]:
     """
     if ctx.use_direct("threads"):
         try:
-            return threads.busiest_threads(limit, tids=_task_ids(ctx))
+            return threads.busiest_threads(limit, tids=_listed(ctx, procfs.thread_ids()))
         except OSError as exc:
             ctx.direct_failed_once("threads", exc)
     ranked = sorted(_psutil_threads(ctx), key=lambda t: (-(t.user_time + t.system_time), t.id))
@@ -233,7 +225,9 @@ def _thread_groups(ctx: ReadContext) -> Reading:
 
 
 def _signals_pending(ctx: ReadContext) -> Reading:
-    return {"count": procfs.pending_signals()}
+    pending, threads_in_status = procfs.status_counts()
+    ctx.state[_STATUS] = (ctx.now, threads_in_status)
+    return {"count": pending}
 
 
 def _static(ctx: ReadContext) -> Reading:
@@ -302,11 +296,21 @@ SOURCES: tuple[Source, ...] = (
         "(elsewhere: psutil reads every thread)",
         in_process=True,
     ),
+    # Before the thread count, which takes its number from status when it is read.
+    Source(
+        "process.signals",
+        _signals_pending,
+        frozenset({"count"}),
+        "/proc/self/status (read once; it gives the thread count too)",
+        platforms=LINUX,
+        in_process=True,
+    ),
     Source(
         "process.num_threads",
         _num_threads,
         frozenset({"count"}),
-        "lists /proc/self/task (elsewhere: psutil, in oneshot)",
+        "psutil: /proc/self/status, in oneshot; no read when the per-thread or the "
+        "signals read has counted the threads",
         in_process=True,
     ),
     Source(
@@ -328,13 +332,6 @@ SOURCES: tuple[Source, ...] = (
         available=_has("num_handles"),
     ),
     Source("process.uptime", _uptime, frozenset({"uptime"}), "none: create time is a static fact"),
-    Source(
-        "process.signals",
-        _signals_pending,
-        frozenset({"count"}),
-        "/proc/self/status, one extra open",
-        platforms=LINUX,
-    ),
     Source(
         "static",
         _static,
