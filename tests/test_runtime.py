@@ -343,15 +343,21 @@ def _c_fork() -> int:
     return pid
 
 
-def _in_child(body: Callable[[], dict[str, Any]], fork: Callable[[], int]) -> dict[str, Any]:
-    """Run ``body`` in a child made by ``fork``; return what it returned (as JSON)."""
+def _in_child(
+    body: Callable[[], dict[str, Any]], fork: Callable[[], int], timeout: float = 30
+) -> dict[str, Any]:
+    """Run ``body`` in a child made by ``fork``; return what it returned (as JSON).
+
+    A child that does not answer within ``timeout`` (a deadlock, possibly in an
+    at-fork hook, before ``body`` runs) is killed by its pid, and the test fails.
+    """
+    import select
     import signal
 
     read_end, write_end = os.pipe()
     pid = fork()
     if pid == 0:  # child
         os.close(read_end)
-        signal.alarm(30)  # a deadlock ends the child instead of hanging the suite
         try:
             result = body()
         except BaseException as exc:  # noqa: BLE001 - report anything to the parent
@@ -360,12 +366,16 @@ def _in_child(body: Callable[[], dict[str, Any]], fork: Callable[[], int]) -> di
         os._exit(0)
     os.close(write_end)
     with os.fdopen(read_end, "rb") as f:
-        data = f.read()
+        answered = select.select([f], [], [], timeout)[0]
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        data = f.read() if answered else b""
     _, status = os.waitpid(pid, 0)
+    assert answered, f"the child did not answer in {timeout} s: deadlocked"
     assert os.WIFEXITED(status), f"child died: status {status}"
-    result: dict[str, Any] = json.loads(data or b"{}")
-    assert "error" not in result, result
-    return result
+    answer: dict[str, Any] = json.loads(data or b"{}")
+    assert "error" not in answer, answer
+    return answer
 
 
 FORKS = {"os.fork": getattr(os, "fork", None), "C fork, no Python hooks": _c_fork}
@@ -485,6 +495,7 @@ def test_collections_inside_our_own_callbacks_neither_recurse_nor_corrupt(
     """
     inst = ProcessInstrumentor()
     inst.instrument(meter_provider=provider)
+    assert inst._metrics is not None
     live = inst._metrics._live
     assert live is not None
     recorder = live.cache._ctx.state["cpython.gc_pauses"]
@@ -717,7 +728,10 @@ def test_the_probe_never_keeps_a_process_alive(runner: str) -> None:
 @pytest.mark.parametrize("fork", list(FORKS))
 @pytest.mark.parametrize("lock", ["recorder", "monitor", "hooks"])
 def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_child(
-    fork: str, lock: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+    fork: str,
+    lock: str,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
 ) -> None:
     """The exporter's thread may be reading the totals when a C server forks a worker.
 
@@ -727,6 +741,7 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
     from opentelemetry.instrumentation.process.runtime import loop_lag
 
     inst = instrument(event_loop=True)
+    assert inst._metrics is not None
     live = inst._metrics._live
     assert live is not None
     state = live.cache._ctx.state
