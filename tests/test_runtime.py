@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -254,6 +255,27 @@ def test_pause_time_per_generation_is_bounded_by_cpythons_own_counts(
     assert second[2] == first[2]
     assert 0 < second[1] - first[1] <= around
     assert second[0] > first[0]
+
+
+def test_each_collection_by_any_reader_starts_a_new_longest_pause_window() -> None:
+    """Two readers on one provider: the second one to collect sees what came after the first."""
+    reader, other = InMemoryMetricReader(), InMemoryMetricReader()
+    two = MeterProvider(metric_readers=[reader, other])
+    inst = ProcessInstrumentor()
+    inst.instrument(meter_provider=two)
+    try:
+        with gc_off():
+            collect(reader)
+            collect(other)
+            cyclic_garbage()
+            around = timed_collect()
+            first = by_generation(collect(reader)[MAX])
+            second = by_generation(collect(other)[MAX])
+    finally:
+        inst.uninstrument()
+        two.shutdown()
+    assert around - TOLERANCE * ATTEMPTS <= first[2] <= around
+    assert second == {0: 0.0, 1: 0.0, 2: 0.0}
 
 
 # --- GC pauses: lifecycle -------------------------------------------------------------
@@ -579,6 +601,8 @@ def test_a_loop_blocked_once_a_second_reports_the_block_as_its_maximum_delay(
     assert min(blocks) - INTERVAL - UVLOOP_CLOCK <= p99
     if runner == "uvloop":
         assert UTILIZATION not in got  # libuv does not expose its idle time
+        top = by_loop(got, DELAY_MAX)["MainThread"]
+        assert abs(top * 1000 - round(top * 1000)) < 1e-6, top  # its clock counts whole ms
     else:
         busy = by_loop(got, UTILIZATION)["MainThread"]
         assert abs(busy - sum(blocks) / ran) < 0.03, (busy, blocks, ran)
@@ -775,3 +799,80 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
         holder.join()
     assert got["time"] == {"0": 0.0, "1": 0.0, "2": 0.0}
     assert list(got["loops"]) == ["MainThread"]
+
+
+_UVLOOP_LATE = textwrap.dedent(
+    """
+    import asyncio, json, time
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    inst = ProcessInstrumentor()
+    inst.instrument(meter_provider=provider, event_loop=True)
+    import uvloop  # while reporting runs: it keeps the wrapped asyncio function
+
+    def loops():
+        data = reader.get_metrics_data()
+        return {
+            p.attributes["thread.name"]: p.value
+            for rm in (data.resource_metrics if data else ())
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "process_metrics.eventloop.delay.max"
+            for p in m.data.data_points
+        }
+
+    async def main():
+        await asyncio.sleep(0.2)
+        time.sleep(0.1)
+        await asyncio.sleep(0.05)
+
+    uvloop.run(main())
+    during = loops()
+    inst.uninstrument()
+    uvloop.run(main())  # through the kept wrapper, which only passes the call on
+    after = loops()
+    inst.instrument(meter_provider=provider, event_loop=True)
+    uvloop.run(main())
+    again = loops()
+    inst.uninstrument()
+    print(json.dumps({"during": during, "after": after, "again": again}))
+    """
+)
+
+
+def test_uvloop_imported_while_reporting_runs_is_probed_and_released() -> None:
+    if uvloop is None:
+        pytest.skip("uvloop is not installed")
+    done = subprocess.run(
+        [sys.executable, "-c", _UVLOOP_LATE], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    for phase in ("during", "again"):
+        assert list(got[phase]) == ["MainThread"], got
+        assert 0.1 - INTERVAL - UVLOOP_CLOCK <= got[phase]["MainThread"] <= 0.1 + SLACK, got
+    assert got["after"] == {}, got
+
+
+def test_the_runtime_page_gives_the_code_figures() -> None:
+    """The figures docs/runtime.md states are the constants the code uses."""
+    from opentelemetry.instrumentation.process.runtime import gc_pauses, loop_lag
+
+    page = " ".join(
+        (Path(__file__).resolve().parent.parent / "docs" / "runtime.md").read_text().split()
+    )
+    interval_ms = f"{loop_lag.DEFAULT_INTERVAL * 1000:g} ms"
+    assert interval_ms == "20 ms" and f"every {interval_ms}" in page
+    assert f"The interval is fixed at {interval_ms}" in page
+    assert f"At most {loop_lag.MAX_LOOPS} loops" in page
+    assert f"at most {round((loop_lag.BUCKET_RATIO - 1) * 100)} % above" in page
+    low, high = gc_pauses.BOUNDS[0], gc_pauses.BOUNDS[-1]
+    assert (low, high) == (1e-05, 1.0) and "from 10 µs to 1 s" in page
+    assert f'`le="{low:g}"` to `le="{high:g}"`' in page
+    assert f"less than {TOLERANCE * 1000:g} ms" in page
+    for command in ("python benchmarks/gc_pauses.py", "python benchmarks/loop_lag.py"):
+        assert command in page
