@@ -876,3 +876,49 @@ def test_the_runtime_page_gives_the_code_figures() -> None:
     assert f"less than {TOLERANCE * 1000:g} ms" in page
     for command in ("python benchmarks/gc_pauses.py", "python benchmarks/loop_lag.py"):
         assert command in page
+
+
+def test_a_failing_loop_read_drops_only_the_loop_points_and_recovers(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A fault injected into the monitor's read while a loop runs (test_faults has no loop)."""
+    import logging
+
+    from opentelemetry.instrumentation.process.runtime.loop_lag import LoopLagMonitor
+
+    instrument(event_loop=True)
+    release, running = threading.Event(), threading.Event()
+
+    async def app() -> None:
+        running.set()
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+
+    thread = in_thread("app-loop", lambda: asyncio.run(app()))
+    try:
+        assert running.wait(10)
+        time.sleep(0.1)
+        healthy = collect(reader)
+        assert set(LOOP_METRICS) <= set(healthy)
+        real = LoopLagMonitor.read
+
+        def broken(self: LoopLagMonitor) -> Any:
+            raise RuntimeError("injected")
+
+        monkeypatch.setattr(LoopLagMonitor, "read", broken)
+        caplog.set_level(logging.DEBUG, logger="opentelemetry.instrumentation.process")
+        failing = [collect(reader), collect(reader)]
+        monkeypatch.setattr(LoopLagMonitor, "read", real)
+        time.sleep(0.1)
+        back = collect(reader)
+    finally:
+        release.set()
+        thread.join(10)
+    for got in failing:
+        assert set(got) == set(healthy) - set(LOOP_METRICS)
+    ours = [r.getMessage() for r in caplog.records if "asyncio.loops" in r.getMessage()]
+    assert len(ours) == 2 and "failed" in ours[0] and "works again" in ours[1], ours
+    assert "app-loop" in by_loop(back, DELAY_MAX)
