@@ -1,8 +1,9 @@
 """The standalone benchmarks of single components, folded into the run.
 
 Each module below has ``measure(quick) -> <its typed result>`` and
-``markdown(result) -> str`` (saturation.py: ``run_in_limited_cgroup`` and
-``table``; it needs root and makes its own cgroups), and can still be run
+``markdown(result) -> str``, or ``benchmark(**sizes)`` and ``table(result)``
+(gc_pauses.py, loop_lag.py; saturation.py: ``run_in_limited_cgroup`` and
+``table``, since it needs root and makes its own cgroups), and can still be run
 alone. ``run.py`` runs each in a child process (some add an audit hook, which
 cannot be removed and would tax every collection timed after it) and keeps its
 Markdown and its data.
@@ -69,8 +70,18 @@ def child(name: str, quick: bool) -> dict[str, Any]:
     if name == "saturation":
         return _saturation(quick)
     module = importlib.import_module(name)
+    if hasattr(module, "benchmark"):  # gc_pauses.py, loop_lag.py: benchmark() and table()
+        result = module.benchmark(**(_QUICK.get(name, {}) if quick else {}))
+        return {"markdown": module.table(result), "data": asdict(result)}
     result = module.measure(quick=quick)
     return {"markdown": module.markdown(result), "data": asdict(result)}
+
+
+# Sizes of the quick (smoke) variant of the modules that take them as keywords.
+_QUICK: dict[str, dict[str, Any]] = {
+    "gc_pauses": {"rounds": 6},
+    "loop_lag": {"seconds": 0.5, "rounds": 2},
+}
 
 
 def _saturation(quick: bool) -> dict[str, Any]:

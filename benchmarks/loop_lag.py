@@ -1,15 +1,22 @@
 """Overhead of the event-loop lag probe.
 
-(a) Idle: a loop that only sleeps, process CPU time (getrusage) per second of
-    loop time, without and with the monitor.
+Public API only: the package runs as an application would have it, with
+``ProcessMetrics`` on an SDK ``MeterProvider``, once with ``event_loop=False``
+(the baseline: everything but the probe) and once with ``event_loop=True``.
+Nothing collects during a measurement: what differs is the probe alone (one
+timer per loop, every 20 ms, and the timing of the loop's ``select``).
+
+(a) Idle: a loop that only sleeps; process CPU time (getrusage) per second of
+    loop time. The difference, divided by the ticks in a second, is the CPU
+    cost of one wake-up of an idle loop.
 (b) Busy: a loop running tiny callbacks (each schedules the next, so every
     loop iteration selects once and runs one callback: the worst case for the
     timed select) and tiny tasks (``await asyncio.sleep(0)``), throughput per
     CPU second of the loop's thread (``time.thread_time``: other jobs on a
-    shared machine do not count), without and with the monitor.
+    shared machine do not count).
 
-Rounds interleave the configurations in a new random order each time, so
-drift on a shared machine lands on all of them. Usage::
+Rounds interleave the two configurations in a new random order each time, so
+drift on a shared machine lands on both. Usage::
 
     python benchmarks/loop_lag.py [--loop asyncio|uvloop] [--seconds 2] [--rounds 5]
 """
@@ -22,34 +29,58 @@ import random
 import resource
 import statistics
 import time
-from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.instrumentation.process.runtime.loop_lag import (
-    DEFAULT_INTERVAL,
-    LoopLagMonitor,
-)
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
+
+PROBE_INTERVAL = 0.02
+"""Seconds between two ticks of the probe, as docs/runtime.md gives it (not configurable)."""
+
+CONFIGS = ("event_loop=False", "event_loop=True")
+LOOPS = ("asyncio", "uvloop")
 
 
 @dataclass(frozen=True)
-class Config:
+class Workload:
+    """One workload: the median per configuration and the probe's difference."""
+
     name: str
-    interval: float | None  # None: no monitor
-    utilization: bool = True
+    unit: str
+    baseline: float
+    """Median without the probe (``event_loop=False``)."""
+    probe: float
+    """Median with the probe (``event_loop=True``)."""
+    spread: float
+    """(max - min) / median over the rounds, the larger of the two configurations."""
+
+    @property
+    def change(self) -> float:
+        """Relative change with the probe (negative: slower or costlier for throughput)."""
+        return (self.probe - self.baseline) / self.baseline if self.baseline else 0.0
 
 
-@dataclass
-class Results:
-    """Per configuration, one value per round."""
+@dataclass(frozen=True)
+class LoopProbeCost:
+    """The result of one run."""
 
-    values: dict[str, list[float]] = field(default_factory=dict)
-
-    def add(self, name: str, value: float) -> None:
-        self.values.setdefault(name, []).append(value)
-
-    def median(self, name: str) -> float:
-        return statistics.median(self.values[name])
+    loop: str
+    seconds: float
+    rounds: int
+    idle: Workload
+    """CPU seconds per second of an idle loop."""
+    callbacks: Workload
+    """Callbacks per CPU second."""
+    tasks: Workload
+    """Task steps per CPU second."""
+    idle_cpu_share: float
+    """Share of one core the probe adds to an idle loop (may be below the noise)."""
+    idle_us_per_tick: float
+    """CPU microseconds per tick on an idle loop: ``idle_cpu_share`` over the ticks."""
 
 
 def cpu_seconds() -> float:
@@ -57,7 +88,7 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run(main: Coroutine[Any, Any, float], loop: str) -> float:
+def run_loop(main: Coroutine[Any, Any, float], loop: str) -> float:
     if loop == "uvloop":
         import uvloop
 
@@ -65,15 +96,15 @@ def run(main: Coroutine[Any, Any, float], loop: str) -> float:
     return asyncio.run(main)
 
 
-def with_monitor(config: Config, body: Callable[[], float]) -> float:
-    if config.interval is None:
-        return body()
-    monitor = LoopLagMonitor(interval=config.interval, utilization=config.utilization)
-    monitor.start()
+def with_package(config: str, body: Callable[[], float]) -> float:
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    options = ProcessMetricsOptions(event_loop=config == "event_loop=True")
+    metrics = ProcessMetrics(options, meter_provider=provider)
     try:
         return body()
     finally:
-        monitor.stop()
+        metrics.close()
+        provider.shutdown()
 
 
 async def idle(seconds: float) -> float:
@@ -121,105 +152,82 @@ async def tasks(seconds: float, width: int = 100) -> float:
     return steps / (time.thread_time() - start)
 
 
-def measure_workload(
-    configs: list[Config],
+def measure(
+    name: str,
+    unit: str,
     workload: Callable[[float], Coroutine[Any, Any, float]],
     *,
     loop: str,
     seconds: float,
     rounds: int,
-) -> Results:
-    results = Results()
+) -> Workload:
+    values: dict[str, list[float]] = {c: [] for c in CONFIGS}
     rng = random.Random(1)
     for _ in range(rounds):
-        for config in rng.sample(configs, len(configs)):
-            value = with_monitor(config, lambda: run(workload(seconds), loop))
-            results.add(config.name, value)
-    return results
+        for config in rng.sample(CONFIGS, len(CONFIGS)):
+            values[config].append(with_package(config, lambda: run_loop(workload(seconds), loop)))
+    medians = {c: statistics.median(v) for c, v in values.items()}
+    spread = max((max(v) - min(v)) / medians[c] if medians[c] else 0.0 for c, v in values.items())
+    return Workload(name, unit, medians[CONFIGS[0]], medians[CONFIGS[1]], spread)
 
 
-WORKLOADS = (
-    ("(a) idle: CPU per second of loop time", "us/s", 1e6, idle),
-    ("(b1) callbacks per CPU second", "k/s", 1e-3, callbacks),
-    ("(b2) task steps per CPU second", "k/s", 1e-3, tasks),
-)
-
-
-@dataclass(frozen=True)
-class Row:
-    workload: str
-    unit: str
-    config: str
-    median: float
-    """In ``unit``."""
-    vs_first: float
-    spread: float
-
-
-@dataclass(frozen=True)
-class LoopLagResult:
-    loop: str
-    seconds: float
-    rounds: int
-    rows: list[Row]
-
-
-def default_configs(loop: str, intervals: list[float]) -> list[Config]:
-    configs = [Config("no monitor", None)]
-    configs += [Config(f"interval {i * 1000:g} ms", i) for i in intervals]
-    if loop == "asyncio":
-        configs.append(Config(f"interval {intervals[0] * 1000:g} ms, no util", intervals[0], False))
-    return configs
-
-
-def measure(
-    quick: bool = False,
-    *,
-    loop: str = "asyncio",
-    seconds: float | None = None,
-    rounds: int | None = None,
-    intervals: list[float] | None = None,
-) -> LoopLagResult:
-    """Every workload and configuration: the typed result that ``benchmarks/run.py`` reports."""
-    seconds = seconds or (0.2 if quick else 1.0)
-    rounds = rounds or (1 if quick else 3)
-    configs = default_configs(loop, intervals or [DEFAULT_INTERVAL])
-    rows = []
-    for title, unit, scale, workload in WORKLOADS:
-        found = measure_workload(configs, workload, loop=loop, seconds=seconds, rounds=rounds)
-        base = found.median(configs[0].name)
-        for c in configs:
-            med, vals = found.median(c.name), found.values[c.name]
-            spread = (max(vals) - min(vals)) / med if med else 0.0
-            rows.append(Row(title, unit, c.name, med * scale, (med - base) * scale, spread))
-    return LoopLagResult(loop, seconds, rounds, rows)
-
-
-def markdown(result: LoopLagResult) -> str:
-    lines = [
-        f"loop={result.loop}, {result.rounds} rounds of {result.seconds:g} s",
-        "",
-        "| workload | configuration | median | vs no monitor | spread |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for r in result.rows:
-        lines.append(
-            f"| {r.workload} | {r.config} | {r.median:,.1f} {r.unit} | {r.vs_first:+,.1f} "
-            f"| {r.spread:.0%} |"
+def benchmark(*, loop: str = "asyncio", seconds: float = 2.0, rounds: int = 5) -> LoopProbeCost:
+    """Measure the three workloads on ``loop``; nothing is printed."""
+    if loop not in LOOPS:
+        raise ValueError(f"loop must be one of {', '.join(LOOPS)}; got {loop!r:.40}")
+    if rounds < 1 or seconds <= 0:
+        raise ValueError(
+            f"rounds must be >= 1 and seconds > 0; got {rounds!r:.20}, {seconds!r:.20}"
         )
+
+    def one(
+        name: str, unit: str, workload: Callable[[float], Coroutine[Any, Any, float]]
+    ) -> Workload:
+        return measure(name, unit, workload, loop=loop, seconds=seconds, rounds=rounds)
+
+    idle_cpu = one("idle: CPU per second of loop time", "s/s", idle)
+    share = idle_cpu.probe - idle_cpu.baseline
+    return LoopProbeCost(
+        loop=loop,
+        seconds=seconds,
+        rounds=rounds,
+        idle=idle_cpu,
+        callbacks=one("callbacks per CPU second", "1/s", callbacks),
+        tasks=one("task steps per CPU second", "1/s", tasks),
+        idle_cpu_share=share,
+        idle_us_per_tick=share * PROBE_INTERVAL * 1e6,
+    )
+
+
+def table(result: LoopProbeCost) -> str:
+    lines = [
+        f"loop={result.loop} seconds={result.seconds} rounds={result.rounds}, "
+        f"probe every {PROBE_INTERVAL * 1000:g} ms",
+        "",
+        "| workload | event_loop=False | event_loop=True | change | spread |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    idle = result.idle
+    lines.append(
+        f"| {idle.name} | {idle.baseline * 1e6:.0f} µs/s | {idle.probe * 1e6:.0f} µs/s "
+        f"| {result.idle_cpu_share:+.2%} of a core | {idle.spread:.0%} |"
+    )
+    for w in (result.callbacks, result.tasks):
+        lines.append(
+            f"| {w.name} | {w.baseline / 1e3:.1f} k | {w.probe / 1e3:.1f} k "
+            f"| {w.change:+.1%} | {w.spread:.0%} |"
+        )
+    lines += ["", f"idle: {result.idle_us_per_tick:.0f} µs of CPU per tick"]
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--loop", choices=["asyncio", "uvloop"], default="asyncio")
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--loop", choices=LOOPS, default="asyncio")
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--intervals", default=f"{DEFAULT_INTERVAL}")
-    args = parser.parse_args()
-    intervals = [float(x) for x in args.intervals.split(",")]
-    result = measure(loop=args.loop, seconds=args.seconds, rounds=args.rounds, intervals=intervals)
-    print(markdown(result))
+    args = parser.parse_args(argv)
+    print(table(benchmark(loop=args.loop, seconds=args.seconds, rounds=args.rounds)))
 
 
 if __name__ == "__main__":

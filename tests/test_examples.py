@@ -382,12 +382,23 @@ def test_dashboard_queries_use_only_default_metrics() -> None:
     targets = [t for p in dashboard["panels"] for t in p.get("targets", []) if t.get("expr")]
     assert len(found) == len(targets) + 2  # + the two query variables
     defaults = {m.name.replace(".", "_") for m in METRICS if m.default}
+    # The event-loop panels need event_loop=True, which their description says;
+    # the end-to-end tests feed them from a server that turns it on.
+    opt_in = {m.name.replace(".", "_"): m.option for m in METRICS if m.option == "event_loop"}
+    descriptions = {
+        p["title"]: p.get("description", "") for p in queries.panels(dashboard["panels"])
+    }
     used: set[str] = set()
     for q in (q for q in found if q.row not in ROW_GROUPS):
         assert "$" not in q.expr, q
         assert q.expr.count("(") == q.expr.count(")"), q
         for name in re.findall(r"\b([a-z][a-z0-9_]*)\{", q.expr):
             used.add(name)
+            option = next((o for n, o in opt_in.items() if name.startswith(n + "_")), None)
+            if option is not None:
+                title = q.source.removeprefix("panel ").rsplit(" / ", 1)[0]
+                assert f"{option}=True" in descriptions[title], q.source
+                continue
             # Prometheus naming appends unit and _total suffixes to the dotted name.
             assert any(name == d or name.startswith(d + "_") for d in defaults), (
                 f"{q.source}: {name} is not a default metric, so the panel may be empty"

@@ -40,7 +40,7 @@ class Query:
     """``panel <title> / <refId>`` or ``variable <name>``."""
     expr: str
     row: str = ""
-    """The title of the dashboard row the panel is in; empty for a variable."""
+    """Title of the dashboard row the panel is in; empty for a variable."""
 
 
 def load(path: Path = DASHBOARD) -> dict[str, Any]:
@@ -53,6 +53,17 @@ def panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     for panel in items:
         yield panel
         yield from panels(panel.get("panels", []))  # collapsed rows hold their panels
+
+
+def panels_by_row(items: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every panel of ``items`` as in :func:`panels`, with the title of the row it is in."""
+    row = ""
+    for panel in items:
+        if panel.get("type") == "row":
+            row = panel.get("title", "")
+        yield row, panel
+        for inner in panels(panel.get("panels", [])):
+            yield row, inner
 
 
 def expand(expr: str, variables: Mapping[str, str] | None = None, interval: str = "1m") -> str:
@@ -98,23 +109,12 @@ def queries(
             metric = f"{metric}{{{selector}}}"
         expr = f"group by ({label}) ({metric})"
         found.append(Query(f"variable {var['name']}", expand(expr, values, interval)))
-    for row, panel in in_rows(dashboard.get("panels", [])):
+    for row, panel in panels_by_row(dashboard.get("panels", [])):
         for target in panel.get("targets", []):
             if target.get("expr"):
                 source = f"panel {panel['title']} / {target['refId']}"
                 found.append(Query(source, expand(target["expr"], values, interval), row))
     return found
-
-
-def in_rows(items: list[dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every panel with the title of its row: the row above it, or the collapsed row holding it."""
-    row = ""
-    for panel in items:
-        if panel.get("type") == "row":
-            row = panel.get("title", "")
-        yield row, panel
-        for inner in panel.get("panels", []):
-            yield row, inner
 
 
 if __name__ == "__main__":

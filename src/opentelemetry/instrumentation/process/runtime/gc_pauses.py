@@ -199,8 +199,8 @@ class GcPauses:
 
     ``start()`` installs one callback in ``gc.callbacks``; ``stop()`` removes
     it; ``read()`` returns the totals; ``reset()`` zeroes them. A forked child
-    starts from zero (``os.register_at_fork``); call ``reset()`` yourself where
-    a fork bypasses Python's hooks.
+    starts from zero: at fork (``os.register_at_fork``), or, where a fork
+    bypasses Python's hooks (a C server), at its first call of any of these.
     """
 
     def __init__(self, *, histogram: bool = False) -> None:
@@ -213,6 +213,7 @@ class GcPauses:
         # start/stop/reset/read among themselves. Re-entrant: a collection
         # triggered inside one of them can run a gc callback that calls another.
         self._lock = threading.RLock()
+        self._pid = os.getpid()
         self._depth = [0]
         self._starts = [0.0] * DEPTH
         self._total = [0.0] * GENERATIONS
@@ -243,7 +244,7 @@ class GcPauses:
         """Install the callback; False (and nothing done) without ``gc.callbacks``."""
         if not self.available():
             return False
-        with self._lock:
+        with self._locked():
             if _holds(gc.callbacks, self._callback):
                 return True
             self._depth[0] = 0  # a start left behind by an earlier stop() mid-collection
@@ -255,18 +256,18 @@ class GcPauses:
 
     def stop(self) -> None:
         """Remove the callback, wherever it now is in ``gc.callbacks``; totals freeze."""
-        with self._lock:
+        with self._locked():
             if self.available():
                 _uninstall(self._callback)
 
     def reset(self) -> None:
         """Zero every total, and forget a collection in flight."""
-        with self._lock:
+        with self._locked():
             self._zero()
 
     def read(self) -> GcPauseReading:
         """The totals, and the longest pause per generation since the previous read."""
-        with self._lock:
+        with self._locked():
             peak = self._peak
             longest: list[float | None] = []
             for g in range(GENERATIONS):
@@ -286,6 +287,19 @@ class GcPauses:
                     else None
                 ),
             )
+
+    def _locked(self) -> threading.RLock:
+        """The lock, renewed (and the totals zeroed) in a child forked without hooks.
+
+        There the old lock may be held by a thread of the parent, which the
+        child does not have: it would never be released.
+        """
+        pid = os.getpid()
+        if pid != self._pid:
+            self._pid = pid
+            self._lock = threading.RLock()
+            self._zero()
+        return self._lock
 
     def _zero(self) -> None:
         # Slice assignment keeps the list objects the callback is bound to.
@@ -345,8 +359,7 @@ def _after_fork_in_child() -> None:
     # A forked child starts its own totals. No lock: the child has one thread,
     # and a lock held by a parent thread at fork time would never be released.
     for recorder in list(_live):
-        recorder._lock = threading.RLock()
-        recorder._zero()
+        recorder._locked()
 
 
 if hasattr(os, "register_at_fork"):

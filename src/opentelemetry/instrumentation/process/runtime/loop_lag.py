@@ -581,21 +581,33 @@ class _Hooks:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        self.pid = os.getpid()
         self.monitors: tuple[weakref.ref[LoopLagMonitor], ...] = ()
         # (module, attribute, original, wrapper) for each hook installed
         self.installed: list[tuple[Any, str, Any, Any]] = []
 
     def add(self, monitor: LoopLagMonitor) -> None:
-        with self.lock:
+        with self._locked():
             self.monitors = (*self._live(), weakref.ref(monitor))
             if not self.installed:
                 self._install()
 
     def discard(self, monitor: LoopLagMonitor) -> None:
-        with self.lock:
+        with self._locked():
             self.monitors = tuple(r for r in self._live() if r() is not monitor)
             if not self.monitors:
                 self._uninstall()
+
+    def _locked(self) -> threading.Lock:
+        """The lock, renewed in a child forked without Python's hooks (a C server).
+
+        There the old one may be held by a thread of the parent, which the
+        child does not have: it would never be released.
+        """
+        if self.pid != os.getpid():
+            self.pid = os.getpid()
+            self.lock = threading.Lock()
+        return self.lock
 
     def _live(self) -> tuple[weakref.ref[LoopLagMonitor], ...]:
         return tuple(r for r in self.monitors if r() is not None)
@@ -674,7 +686,7 @@ class _Hooks:
         return run_forever
 
     def after_fork_in_child(self) -> None:
-        self.lock = threading.Lock()  # may have been held by a parent thread
+        self._locked()  # the old lock may have been held by a parent thread
         for ref in self.monitors:
             monitor = ref()
             if monitor is not None:

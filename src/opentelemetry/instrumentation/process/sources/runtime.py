@@ -103,7 +103,9 @@ SOURCES: tuple[Source, ...] = (
         "asyncio.loops",
         _loops,
         frozenset(_LAG_FIELDS),
-        "none: one timer per event loop keeps running figures (about 3 µs every 20 ms)",
+        "none at collection: one timer per event loop every 20 ms (about 50 µs of CPU per "
+        "tick when the loop is idle), and about 0.3 µs per loop iteration on asyncio to time "
+        "its select for the utilisation",
         open=_open_loops,
         close=_close_loops,
     ),

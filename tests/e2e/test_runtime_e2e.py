@@ -1,0 +1,381 @@
+"""Runtime stalls end to end: a real ASGI server under ``opentelemetry-instrument``.
+
+``uvicorn asgi_app:app`` (``apps/asgi_app.py``) runs under
+``opentelemetry-instrument`` with ``OTEL_PYTHON_PROCESS_METRICS_EVENT_LOOP=true``,
+configured by the environment only, once with ``--loop asyncio`` and once
+with ``--loop uvloop``, into each VictoriaMetrics (dotted names, Prometheus
+names). The test hits ``/block`` (``time.sleep(0.2)`` in the loop) once a second
+and ``/gc`` (a large cyclic graph collected, timed) with urllib; the server
+prints the length of each block and collection by its own clock, which is the
+truth here. Each server is stopped by its pid.
+
+Checked: the GC pause metrics arrive by default, with the timed collection in
+them; ``process_metrics.eventloop.delay.max`` of the loop of ``MainThread`` is
+about 0.2 s; every query of the dashboard's Runtime row returns sane data
+from these servers.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import signal
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from .checks import DOTTED, PROMETHEUS, Naming
+from .launch import APPS, App
+from .servers import (
+    REPO,
+    VENV_BIN,
+    Children,
+    VictoriaMetrics,
+    child_env,
+    free_port,
+    wait_until,
+)
+
+pytestmark = pytest.mark.e2e
+
+ASGI_APP = APPS / "asgi_app.py"
+QUERIES = REPO / "examples" / "grafana" / "queries.py"
+BLOCKS = 3
+# The loop is probed every 20 ms: a block of b reads as b - INTERVAL to b, plus
+# the wake-up latency and the noise of 2 shared cores (SLACK). uvloop's clock
+# has 1 ms resolution. A collection's pause is inside the time around it, short
+# of it by at most TOLERANCE.
+INTERVAL = 0.02
+SLACK = 0.05
+UVLOOP_CLOCK = 0.002
+IDLE_MAX = 0.05
+TOLERANCE = 0.001
+
+DELAY_MAX = "process_metrics.eventloop.delay.max"
+DELAY_P99 = "process_metrics.eventloop.delay.p99"
+UTILIZATION = "process_metrics.eventloop.utilization"
+PAUSE_TIME = "process_metrics.cpython.gc.pause.time"
+PAUSE_MAX = "process_metrics.cpython.gc.pause.max"
+PAUSE_BUCKET = "process_metrics.cpython.gc.pause.bucket"
+
+
+@dataclass
+class Served:
+    """One server run: where it sent its metrics and what it printed."""
+
+    app: App
+    loop: str
+    naming: Naming
+    vm: VictoriaMetrics
+    histogram: bool
+    blocks: list[tuple[float, str]] = field(default_factory=list)
+    """(seconds, thread name) of each /block, by the server's clock."""
+    collected: list[float] = field(default_factory=list)
+    """Seconds around each gc.collect() of /gc, by the server's clock."""
+
+
+def _get(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as answer:
+        body: bytes = answer.read()
+        return body.decode()
+
+
+def _start(
+    children: Children, vm: VictoriaMetrics, naming: Naming, loop: str, histogram: bool
+) -> tuple[Served, int]:
+    port = free_port()
+    service = (
+        f"e2e-runtime-{loop}-{'prom' if naming.prometheus else 'dotted'}-{uuid.uuid4().hex[:8]}"
+    )
+    instance = str(uuid.uuid4())
+    argv = [
+        str(VENV_BIN / "opentelemetry-instrument"),
+        "uvicorn",
+        "asgi_app:app",
+        "--app-dir",
+        str(APPS),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--loop",
+        loop,
+        "--no-access-log",
+    ]
+    env = child_env(
+        OTEL_SERVICE_NAME=service,
+        OTEL_RESOURCE_ATTRIBUTES=f"service.instance.id={instance}",
+        OTEL_METRICS_EXPORTER="otlp",
+        OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/protobuf",
+        OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=vm.otlp_url,
+        OTEL_METRIC_EXPORT_INTERVAL="500",
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="system_metrics",
+        OTEL_PYTHON_PROCESS_METRICS_EVENT_LOOP="true",
+        OTEL_PYTHON_PROCESS_METRICS_GC_PAUSE_HISTOGRAM="true" if histogram else "false",
+    )
+    child = children.start(f"uvicorn-{loop}-{service[-8:]}", argv, env)
+    served = Served(App(child, service, instance), loop, naming, vm, histogram)
+    return served, port
+
+
+def _answering(served: Served, port: int) -> str:
+    def up() -> str:
+        assert served.app.child.alive(), served.app.child.describe()
+        try:
+            return _get(port, "/")
+        except OSError as exc:
+            raise AssertionError(f"not answering yet: {exc}") from exc
+
+    return wait_until(up, 60, f"{served.app.child.name} to answer")
+
+
+@pytest.fixture(scope="module")
+def servers(
+    vm: VictoriaMetrics, vm_prom: VictoriaMetrics, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[list[Served]]:
+    """Four servers (asyncio, uvloop) x (dotted, Prometheus names), run at once, then stopped."""
+    if not ASGI_APP.is_file():
+        pytest.skip(f"{ASGI_APP.relative_to(REPO)} is missing")
+    pytest.importorskip("uvicorn")
+    pytest.importorskip("uvloop")
+    children = Children(tmp_path_factory.mktemp("asgi"))
+    runs = [
+        (loop, vm_, naming)
+        for loop in ("asyncio", "uvloop")
+        for vm_, naming in ((vm, DOTTED), (vm_prom, PROMETHEUS))
+    ]
+    try:
+        started = [
+            _start(children, vm_, naming, loop, histogram=naming.prometheus and loop == "asyncio")
+            for loop, vm_, naming in runs
+        ]
+        for served, port in started:
+            assert _answering(served, port) == "ok"
+        # Once a second, each server blocks its loop for 0.2 s: three times.
+        for _ in range(BLOCKS):
+            for _, port in started:
+                assert _get(port, "/block").startswith("blocked ")
+            time.sleep(1.0)
+        for _, port in started:
+            assert _get(port, "/gc").startswith("collected ")
+        time.sleep(1.5)  # three export intervals
+        for served, _ in started:
+            # By its pid (Popen.terminate). uvicorn shuts down, then raises SIGTERM
+            # again with the default handler: no final export, hence the wait above.
+            status = served.app.child.stop(timeout=20)
+            assert status in (0, -signal.SIGTERM), served.app.child.describe()
+            assert "Finished server process" in served.app.child.output()
+            output = served.app.child.output()
+            blocked = re.findall(r"^blocked ([\d.e-]+) in (.+)$", output, re.M)
+            served.blocks = [(float(s), thread) for s, thread in blocked]
+            collected = re.findall(r"^collected ([\d.e-]+)$", output, re.M)
+            served.collected = [float(s) for s in collected]
+        yield [served for served, _ in started]
+    finally:
+        children.stop_all()
+
+
+def _selector(served: Served, metric: str, **labels: str) -> str:
+    naming = served.naming
+    name = metric if not naming.prometheus else _prometheus_name(metric)
+    attrs = {
+        "service.name": served.app.service,
+        "service.instance.id": served.app.instance,
+        **{k.replace("__", "."): v for k, v in labels.items()},
+    }
+    inner = ", ".join(f'{naming.label(k)}="{v}"' for k, v in attrs.items())
+    return f'{{__name__="{name}", {inner}}}'
+
+
+def _prometheus_name(metric: str) -> str:
+    from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
+
+    from .checks import prometheus_name
+
+    return prometheus_name(METRICS_BY_NAME[metric])
+
+
+def _samples(served: Served, metric: str, **labels: str) -> dict[str, list[float]]:
+    """Every sample of ``metric`` by series, the series named by its metric attributes."""
+    rows = served.vm.export(_selector(served, metric, **labels), start=time.time() - 600)
+    found: dict[str, list[float]] = {}
+    for row in rows:
+        attrs = {
+            k: v
+            for k, v in row["metric"].items()
+            if k
+            in (
+                "thread.name",
+                "thread_name",
+                "cpython.gc.generation",
+                "cpython_gc_generation",
+                "le",
+            )
+        }
+        key = ",".join(f"{k}={v}" for k, v in sorted(attrs.items()))
+        found.setdefault(key, []).extend(float(v) for v in row["values"])
+    return found
+
+
+def _label(served: Served, attribute: str) -> str:
+    return served.naming.label(attribute)
+
+
+def test_each_server_ran_its_loop_in_the_main_thread_and_printed_its_truths(
+    servers: list[Served],
+) -> None:
+    for served in servers:
+        assert len(served.blocks) == BLOCKS, served.app.child.output()
+        assert {thread for _, thread in served.blocks} == {"MainThread"}
+        assert all(0.2 <= seconds < 1.0 for seconds, _ in served.blocks), served.blocks
+        assert len(served.collected) == 1 and served.collected[0] > 0.01, served.collected
+
+
+def test_gc_pause_metrics_arrive_by_default_with_the_timed_collection_in_them(
+    servers: list[Served],
+) -> None:
+    for served in servers:
+        gen = _label(served, "cpython.gc.generation")
+        time_by_gen = _samples(served, PAUSE_TIME)
+        assert set(time_by_gen) == {f"{gen}={g}" for g in range(3)}, time_by_gen.keys()
+        for key, values in time_by_gen.items():
+            assert values == sorted(values), f"{key}: a counter went down"
+        assert time_by_gen[f"{gen}=0"][-1] > 0  # the server allocates: generation 0 collects
+        # The timed full collection: in the time total, and as the longest pause of an interval.
+        around = served.collected[0]
+        assert time_by_gen[f"{gen}=2"][-1] >= around - TOLERANCE
+        longest = _samples(served, PAUSE_MAX)[f"{gen}=2"]
+        # One interval's longest pause is that collection. (Another interval may
+        # show a longer one: a pause is wall time, and a preempted collection on
+        # this shared machine lasts longer. No pause is longer than the total.)
+        assert any(around - TOLERANCE <= v <= around for v in longest), (
+            served.loop,
+            served.naming,
+            [v for v in longest if v],
+            around,
+        )
+        assert max(longest) <= time_by_gen[f"{gen}=2"][-1]
+        assert min(longest) == 0.0  # intervals without a full collection
+        buckets = _samples(served, PAUSE_BUCKET)
+        assert bool(buckets) == served.histogram, served.loop
+
+
+@pytest.mark.parametrize(
+    "which",
+    range(4),
+    ids=["asyncio-dotted", "asyncio-prometheus", "uvloop-dotted", "uvloop-prometheus"],
+)
+def test_loop_delay_of_the_main_thread_is_the_block(servers: list[Served], which: int) -> None:
+    served = servers[which]
+    thread = _label(served, "thread.name")
+    delays = _samples(served, DELAY_MAX)
+    assert set(delays) == {f"{thread}=MainThread"}, delays.keys()
+    values = delays[f"{thread}=MainThread"]
+    block = max(seconds for seconds, _ in served.blocks)
+    clock = UVLOOP_CLOCK if served.loop == "uvloop" else 0.0
+    assert block - INTERVAL - clock <= max(values) <= block + SLACK, (values, served.blocks)
+    # Each block in an export interval of its own; the intervals between them are
+    # idle (the collection of /gc holds the loop up for tens of ms at most).
+    assert sum(v >= 0.2 - INTERVAL - clock for v in values) == BLOCKS, values
+    assert min(values) <= IDLE_MAX, values
+    p99 = _samples(served, DELAY_P99)[f"{thread}=MainThread"]
+    assert max(p99) <= max(values) and len(p99) == len(values)
+    utilization = _samples(served, UTILIZATION)
+    if served.loop == "uvloop":
+        assert utilization == {}  # libuv does not expose its idle time
+    else:
+        shares = utilization[f"{thread}=MainThread"]
+        assert all(0.0 <= share <= 1.0 for share in shares), shares
+        # An interval of 0.5 s holding a 0.2 s block was at least ~40 % busy.
+        assert max(shares) >= 0.2 / 0.5 * 0.9, shares
+
+
+def _load_queries() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("dashboard_queries_runtime", QUERIES)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_runtime_row_of_the_dashboard_shows_these_servers(
+    servers: list[Served], vm_prom: VictoriaMetrics
+) -> None:
+    prom = [s for s in servers if s.naming.prometheus]
+    services = "|".join(s.app.service for s in prom)
+    module = _load_queries()
+    everything = module.queries(variables={"service": services})
+    runtime = [q for q in everything if q.row == "Runtime"]
+    assert len(runtime) == 5, runtime
+    # Every event-loop query of the dashboard is here (the other e2e test leaves them out).
+    assert {q.expr for q in everything if "process_metrics_eventloop_" in q.expr} <= {
+        q.expr for q in runtime
+    }
+    results: dict[str, list[dict[str, Any]]] = {}
+    for q in runtime:
+        results[q.source] = vm_prom.query(q.expr)
+    empty = [source for source, result in results.items() if not result]
+    assert not empty, f"queries without data: {empty}"
+
+    def values(source: str) -> dict[tuple[str, str], float]:
+        return {
+            (
+                r["metric"].get("service_name", ""),
+                r["metric"].get("cpython_gc_generation") or r["metric"].get("thread_name", ""),
+            ): float(r["value"][1])
+            for r in results[source]
+        }
+
+    by_service = {s.app.service: s for s in prom}
+    share = values("panel GC pause time (share of time paused) / A")
+    assert {service for service, _ in share} == set(by_service)
+    assert all(0.0 <= v < 1.0 for v in share.values()), share
+    longest = values("panel Longest GC pause / A")
+    for service, served in by_service.items():
+        # The timed collection is in the window; a longer pause may be too (see above).
+        total = _samples(served, PAUSE_TIME)["cpython_gc_generation=2"][-1]
+        assert served.collected[0] - TOLERANCE <= longest[(service, "2")] <= total, longest
+    delay = values("panel Event-loop delay (max and p99) / A")
+    p99 = values("panel Event-loop delay (max and p99) / B")
+    for service, served in by_service.items():
+        block = max(seconds for seconds, _ in served.blocks)
+        top = delay[(service, "MainThread")]
+        assert block - INTERVAL - UVLOOP_CLOCK <= top <= block + SLACK, delay
+        assert 0 <= p99[(service, "MainThread")] <= top
+    busy = values("panel Event-loop utilization / A")
+    asyncio_service = next(s for s, served in by_service.items() if served.loop == "asyncio")
+    assert set(busy) == {(asyncio_service, "MainThread")}, busy  # not measured on uvloop
+    assert 0.0 < busy[(asyncio_service, "MainThread")] <= 1.0
+
+
+def test_histogram_quantile_reads_the_pause_buckets(
+    servers: list[Served], vm_prom: VictoriaMetrics
+) -> None:
+    """The opt-in buckets are cumulative counters with le: PromQL's histogram_quantile works."""
+    (served,) = [s for s in servers if s.histogram]
+    selector = f'service_name="{served.app.service}"'
+    name = _prometheus_name(PAUSE_BUCKET)
+    top = vm_prom.query(f"histogram_quantile(1, sum by (le) (increase({name}{{{selector}}}[10m])))")
+    median = vm_prom.query(
+        f"histogram_quantile(0.5, sum by (le) (increase({name}{{{selector}}}[10m])))"
+    )
+    assert top and median, (top, median)
+    q100, q50 = float(top[0]["value"][1]), float(median[0]["value"][1])
+    # The timed collection is the longest pause: the top bucket's bound is at or above it,
+    # within one 1-2-5 step (a factor of 2.5).
+    around = served.collected[0]
+    assert around - TOLERANCE <= q100 <= around * 2.5, (q100, around)
+    assert 0 < q50 <= q100
+    # Cumulative: the count at each bound never falls as the bound grows.
+    rows = vm_prom.query(f"{name}{{{selector}}}")
+    counts = sorted((float(r["metric"]["le"]), float(r["value"][1])) for r in rows)
+    assert len(counts) == 17 and counts[-1][0] == float("inf")
+    assert [c for _, c in counts] == sorted(c for _, c in counts)

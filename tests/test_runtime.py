@@ -1,0 +1,924 @@
+"""GC pauses and event-loop lag through the real instrumentor, on a real SDK.
+
+Every figure is checked against a truth the test takes itself: the time it
+measures around ``gc.collect()``, CPython's own collection counts
+(``gc.get_stats()``), the length of each ``time.sleep`` that blocks a loop, and
+asyncio's own timer heap. See ``test_gc_pauses.py`` and ``test_loop_lag.py``
+for the recorder and the monitor on their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.events
+import gc
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
+
+from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+from .conftest import collect, points
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is in the test extra
+    uvloop = None
+
+TIME = "process_metrics.cpython.gc.pause.time"
+MAX = "process_metrics.cpython.gc.pause.max"
+BUCKET = "process_metrics.cpython.gc.pause.bucket"
+GEN = "cpython.gc.generation"
+DELAY_MAX = "process_metrics.eventloop.delay.max"
+DELAY_MEAN = "process_metrics.eventloop.delay.mean"
+DELAY_P50 = "process_metrics.eventloop.delay.p50"
+DELAY_P99 = "process_metrics.eventloop.delay.p99"
+UTILIZATION = "process_metrics.eventloop.utilization"
+LOOP_METRICS = (DELAY_MAX, DELAY_MEAN, DELAY_P50, DELAY_P99, UTILIZATION)
+
+# GC: the time around gc.collect() exceeds the pause by the call, building the
+# info dict and calling the callbacks: tens of µs here. 1 ms leaves room for a
+# cache-cold start; a preemption outside the pause on this shared machine can
+# cost more, so the lower bound gets up to ATTEMPTS tries (the upper bound must
+# hold on every one).
+TOLERANCE = 0.001
+ATTEMPTS = 5
+GRAPH = 300_000  # lists in one ring: a full collection of it takes tens of ms here
+
+# Loops: the instrumentor probes every 20 ms (the monitor's default interval).
+# A loop blocked for b reads a maximum lag in [b - INTERVAL, b + SLACK]: the
+# tick falls due at most one interval into the block, and runs when it ends;
+# SLACK is the wake-up latency plus scheduling noise on 2 shared cores.
+# uvloop's clock and timers have 1 ms resolution, and each end rounds.
+INTERVAL = 0.02
+SLACK = 0.05
+UVLOOP_CLOCK = 0.002
+# An idle loop runs its tick about 1 ms late here. The median must be within
+# IDLE_MEDIAN; the maximum within IDLE_MAX, which only heavy noise approaches.
+IDLE_MEDIAN = 0.005
+IDLE_MAX = 0.05
+BLOCK = 0.2
+
+
+# --- helpers --------------------------------------------------------------------------
+
+
+@contextmanager
+def gc_off() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def gc_counts() -> tuple[int, ...]:
+    """CPython's own count of collections, per generation."""
+    return tuple(s["collections"] for s in gc.get_stats())
+
+
+def minus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(x - y for x, y in zip(a, b, strict=True))
+
+
+def cyclic_garbage(n: int = GRAPH) -> None:
+    """``n`` lists in one ring, left for the collector."""
+    nodes: list[list[Any]] = [[] for _ in range(n)]
+    for i, node in enumerate(nodes):
+        node.append(nodes[i - 1])
+    del nodes
+
+
+def timed_collect() -> float:
+    t0 = time.perf_counter()
+    gc.collect()
+    return time.perf_counter() - t0
+
+
+def by_generation(metric: Metric) -> dict[int, float]:
+    found = {dict(k)[GEN]: v for k, v in points(metric).items()}
+    assert set(found) == {0, 1, 2}, found
+    return found
+
+
+def by_loop(metrics: dict[str, Metric], name: str) -> dict[str, float]:
+    metric = metrics.get(name)
+    return {} if metric is None else {dict(k)["thread.name"]: v for k, v in points(metric).items()}
+
+
+def buckets(metric: Metric) -> dict[str, int]:
+    return {dict(k)["le"]: v for k, v in points(metric).items()}
+
+
+def own_callbacks(baseline: list[Any]) -> list[Any]:
+    """What gc.callbacks holds beyond ``baseline`` (taken before instrument())."""
+    return [c for c in gc.callbacks if not any(c is b for b in baseline)]
+
+
+def blocking_app(
+    blocks: list[float], *, count: int = 3, every: float = 1.0, block: float = BLOCK
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """Blocks its loop with ``time.sleep(block)`` once per ``every`` seconds, ``count`` times.
+
+    Each block's length by the test's clock goes to ``blocks``. The last await
+    lets the tick delayed by the last block run before the loop stops.
+    """
+
+    async def app() -> None:
+        for _ in range(count):
+            await asyncio.sleep(every - block)
+            t0 = time.monotonic()
+            time.sleep(block)
+            blocks.append(time.monotonic() - t0)
+        await asyncio.sleep(0.05)
+
+    return app
+
+
+def assert_blocked(metrics: dict[str, Metric], label: str, blocks: list[float]) -> None:
+    """The window of a loop blocked ``blocks`` times reads as the module docstring says."""
+    top = by_loop(metrics, DELAY_MAX)[label]
+    low, high = max(blocks) - INTERVAL - UVLOOP_CLOCK, max(blocks) + SLACK
+    assert low <= top <= high, (top, blocks)
+    p99 = by_loop(metrics, DELAY_P99)[label]
+    assert p99 <= top
+    assert by_loop(metrics, DELAY_P50)[label] <= IDLE_MEDIAN
+    assert 0 < by_loop(metrics, DELAY_MEAN)[label] < top
+
+
+def in_thread(name: str, body: Callable[[], Any]) -> threading.Thread:
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def live_timers(loop: asyncio.AbstractEventLoop) -> int:
+    """Timers on an asyncio loop's own heap that are not cancelled (asyncio's truth)."""
+    return sum(1 for h in loop._scheduled if not h.cancelled())  # type: ignore[attr-defined]
+
+
+def _run(runner: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:
+    if runner == "uvloop":
+        if uvloop is None:
+            pytest.skip("uvloop is not installed")
+        return uvloop.run  # type: ignore[no-any-return]
+    return asyncio.run
+
+
+RUNNERS = ["asyncio", "uvloop"]
+
+
+# --- GC pauses: the truth -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("histogram", [False, True], ids=["default", "gc_pause_histogram"])
+def test_a_full_collection_shows_in_pause_time_and_max_then_max_returns_to_zero(
+    histogram: bool, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(gc_pause_histogram=histogram)
+    gaps = []
+    for _ in range(ATTEMPTS):
+        with gc_off():
+            gc.collect()
+            stats0 = gc_counts()
+            before = collect(reader)
+            cyclic_garbage()
+            around = timed_collect()
+            during = collect(reader)
+            after = collect(reader)
+            stats1 = gc_counts()
+        if minus(stats1, stats0) != (0, 0, 1):
+            continue  # 3.12 ran a collection it had scheduled before gc.disable(): again
+        t0, t1, t2 = (by_generation(m[TIME]) for m in (before, during, after))
+        pause = t1[2] - t0[2]
+        assert 0 < pause <= around, (pause, around)
+        assert t1[0] == t0[0] and t1[1] == t0[1]  # the quiet generations did not move
+        # The longest pause of the interval is that one collection ...
+        m1 = by_generation(during[MAX])
+        assert m1[2] == pytest.approx(pause, abs=1e-9)
+        assert m1[0] == m1[1] == 0.0
+        # ... and the next interval, with no collection, shows 0 for every generation.
+        assert by_generation(after[MAX]) == {0: 0.0, 1: 0.0, 2: 0.0}
+        assert t2 == t1
+        if histogram:
+            b0, b1 = buckets(before[BUCKET]), buckets(during[BUCKET])
+            added = {le: b1[le] - b0[le] for le in b1}
+            assert added["+Inf"] == 1
+            # Cumulative: 0 below the pause's bucket, 1 from it up.
+            bounds = sorted((float(le), n) for le, n in added.items() if le != "+Inf")
+            first = next(bound for bound, n in bounds if n == 1)
+            assert all(n == (1 if bound >= first else 0) for bound, n in bounds), added
+            below = max([b for b, _ in bounds if b < first], default=0.0)
+            assert below < pause <= first
+        else:
+            assert BUCKET not in during
+        gaps.append(around - pause)
+        if around - pause <= TOLERANCE:
+            break
+    assert gaps, "every attempt had a collection of its own in the way"
+    assert min(gaps) <= TOLERANCE, f"pause short of the time around it by {gaps} s"
+    assert around > 0.01, f"the graph collected in {around} s: too small to test"
+
+
+def test_pause_time_per_generation_is_bounded_by_cpythons_own_counts(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    """Generations that CPython says did not collect did not gain pause time."""
+    instrument()
+    with gc_off():
+        first = by_generation(collect(reader)[TIME])
+        stats0 = gc_counts()
+        for _ in range(50):
+            gc.collect(0)
+        t0 = time.perf_counter()
+        gc.collect(1)
+        around = time.perf_counter() - t0
+        stats1 = gc_counts()
+        second = by_generation(collect(reader)[TIME])
+    if minus(stats1, stats0) != (50, 1, 0):
+        pytest.skip(f"a collection of its own came in between: {minus(stats1, stats0)}")
+    assert second[2] == first[2]
+    assert 0 < second[1] - first[1] <= around
+    assert second[0] > first[0]
+
+
+def test_each_collection_by_any_reader_starts_a_new_longest_pause_window() -> None:
+    """Two readers on one provider: the second one to collect sees what came after the first."""
+    reader, other = InMemoryMetricReader(), InMemoryMetricReader()
+    two = MeterProvider(metric_readers=[reader, other])
+    inst = ProcessInstrumentor()
+    inst.instrument(meter_provider=two)
+    try:
+        with gc_off():
+            collect(reader)
+            collect(other)
+            cyclic_garbage()
+            around = timed_collect()
+            first = by_generation(collect(reader)[MAX])
+            second = by_generation(collect(other)[MAX])
+    finally:
+        inst.uninstrument()
+        two.shutdown()
+    assert around - TOLERANCE * ATTEMPTS <= first[2] <= around
+    assert second == {0: 0.0, 1: 0.0, 2: 0.0}
+
+
+# --- GC pauses: lifecycle -------------------------------------------------------------
+
+
+def test_uninstrument_removes_every_hook_and_instrument_again_starts_fresh(
+    provider: MeterProvider, reader: InMemoryMetricReader
+) -> None:
+    baseline = list(gc.callbacks)
+    originals = (asyncio.events._set_running_loop, asyncio._set_running_loop)  # type: ignore[attr-defined]
+    uvloop_class = dict(vars(uvloop.Loop)) if uvloop else {}
+    holder: dict[str, Any] = {}
+    running = threading.Event()
+
+    async def app() -> None:
+        loop = asyncio.get_running_loop()
+        holder["loop"] = loop
+        holder["release"] = release = loop.create_future()  # the app itself has no timer
+        running.set()
+        await release
+
+    inst = ProcessInstrumentor()
+    inst.instrument(meter_provider=provider, event_loop=True)
+    try:
+        assert len(own_callbacks(baseline)) == 1
+        thread = in_thread("app-loop", lambda: asyncio.run(app()))
+        assert running.wait(10)
+        loop = holder["loop"]
+        time.sleep(0.1)  # a few ticks
+        count = asyncio.run_coroutine_threadsafe(_timers(loop), loop).result(10)
+        assert count == 1  # the probe
+        assert "app-loop" in by_loop(collect(reader), DELAY_MAX)
+        with gc_off():
+            gc.collect()
+            cyclic_garbage()
+            gc.collect()
+            grown = by_generation(collect(reader)[TIME])
+        assert grown[2] > 0
+    finally:
+        inst.uninstrument()
+    # Stopped, from another thread than the loop's: the pending tick is cancelled
+    # in the loop's thread, before the coroutine below runs there.
+    count = asyncio.run_coroutine_threadsafe(_timers(loop), loop).result(10)
+    selector_wrapped = "select" in vars(loop._selector)  # type: ignore[attr-defined]
+    loop.call_soon_threadsafe(holder["release"].set_result, None)
+    thread.join(10)
+    assert count == 0
+    assert not selector_wrapped
+    assert gc.callbacks == baseline
+    assert (asyncio.events._set_running_loop, asyncio._set_running_loop) == originals  # type: ignore[attr-defined]
+    if uvloop:
+        assert dict(vars(uvloop.Loop)) == uvloop_class
+    assert not {TIME, MAX, *LOOP_METRICS} & set(collect(reader))
+
+    # Again: one callback, and totals that count from zero.
+    with gc_off():
+        gc.collect()
+        inst.instrument(meter_provider=provider, event_loop=True)
+        try:
+            assert len(own_callbacks(baseline)) == 1
+            fresh = collect(reader)
+            stats0 = gc_counts()
+            around = timed_collect()
+            stats1 = gc_counts()
+            later = collect(reader)
+        finally:
+            inst.uninstrument()
+    assert by_generation(fresh[TIME]) == {0: 0.0, 1: 0.0, 2: 0.0}
+    assert minus(stats1, stats0) == (0, 0, 1)
+    assert 0 < by_generation(later[TIME])[2] <= around
+    assert gc.callbacks == baseline
+
+
+async def _timers(loop: asyncio.AbstractEventLoop) -> int:
+    return live_timers(loop)
+
+
+def _c_fork() -> int:
+    """fork(2) called from C, as uWSGI does: no Python at-fork hook runs."""
+    import ctypes
+
+    libc = ctypes.PyDLL(None)
+    libc.fork.restype = ctypes.c_int
+    pid: int = libc.fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    return pid
+
+
+def _in_child(
+    body: Callable[[], dict[str, Any]], fork: Callable[[], int], timeout: float = 30
+) -> dict[str, Any]:
+    """Run ``body`` in a child made by ``fork``; return what it returned (as JSON).
+
+    A child that does not answer within ``timeout`` (a deadlock, possibly in an
+    at-fork hook, before ``body`` runs) is killed by its pid, and the test fails.
+    """
+    import select
+    import signal
+
+    read_end, write_end = os.pipe()
+    pid = fork()
+    if pid == 0:  # child
+        os.close(read_end)
+        try:
+            result = body()
+        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
+            result = {"error": repr(exc)}
+        os.write(write_end, json.dumps(result).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        answered = select.select([f], [], [], timeout)[0]
+        if not answered:
+            os.kill(pid, signal.SIGKILL)
+        data = f.read() if answered else b""
+    _, status = os.waitpid(pid, 0)
+    assert answered, f"the child did not answer in {timeout} s: deadlocked"
+    assert os.WIFEXITED(status), f"child died: status {status}"
+    answer: dict[str, Any] = json.loads(data or b"{}")
+    assert "error" not in answer, answer
+    return answer
+
+
+FORKS = {"os.fork": getattr(os, "fork", None), "C fork, no Python hooks": _c_fork}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+@pytest.mark.parametrize("fork", list(FORKS))
+def test_a_forked_child_starts_its_own_totals_and_probes_its_own_loops(
+    fork: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    baseline = list(gc.callbacks)
+    instrument(event_loop=True)
+    release, running = threading.Event(), threading.Event()
+
+    async def parent_app() -> None:
+        running.set()
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+
+    thread = in_thread("parent-loop", lambda: asyncio.run(parent_app()))
+    try:
+        assert running.wait(10)
+        time.sleep(0.1)  # a few ticks
+        gc.collect()
+        gc.collect()
+        parent = collect(reader)
+        assert by_generation(parent[TIME])[2] > 0
+        assert "parent-loop" in by_loop(parent, DELAY_MAX)
+
+        def child() -> dict[str, Any]:
+            with gc_off():
+                first = collect(reader)
+                ours = len(own_callbacks(baseline))
+                cyclic_garbage()
+                around = timed_collect()
+                second = collect(reader)
+            blocks: list[float] = []
+            asyncio.run(blocking_app(blocks, count=1, every=0.3, block=0.1)())
+            loops = collect(reader)
+            return {
+                "time": by_generation(first[TIME]),
+                "max": by_generation(first[MAX]),
+                "ours": ours,
+                "around": around,
+                "later": by_generation(second[TIME]),
+                "later_max": by_generation(second[MAX]),
+                "loops": by_loop(loops, DELAY_MAX),
+                "blocks": blocks,
+            }
+
+        got = _in_child(child, fork=FORKS[fork])  # type: ignore[arg-type]
+    finally:
+        release.set()
+        thread.join(10)
+    zero = {"0": 0.0, "1": 0.0, "2": 0.0}
+    assert got["time"] == zero and got["max"] == zero  # nothing of the parent's
+    assert got["ours"] == 1  # the parent's callback went, the child's came
+    assert 0 < got["later"]["2"] <= got["around"]
+    assert got["later_max"]["2"] == got["later"]["2"]
+    # The child's own loop, and not the parent's (its thread does not exist here).
+    assert list(got["loops"]) == ["MainThread"]
+    top = got["loops"]["MainThread"]
+    assert max(got["blocks"]) - INTERVAL <= top <= max(got["blocks"]) + SLACK
+    # The parent goes on with its own totals.
+    assert by_generation(collect(reader)[TIME])[2] >= by_generation(parent[TIME])[2]
+
+
+# --- GC pauses: collections where they hurt -------------------------------------------
+
+
+def test_a_collection_inside_an_sdk_callback_that_runs_beside_ours(
+    provider: MeterProvider, reader: InMemoryMetricReader
+) -> None:
+    """An observable callback of the application collects during the collection of ours."""
+    seen: dict[str, Any] = {}
+    graph: list[Any] = []
+
+    def observe(options: CallbackOptions) -> Iterator[Observation]:
+        if graph:
+            seen["stats0"] = gc_counts()
+            graph.clear()  # now garbage
+            seen["around"] = timed_collect()
+            seen["stats1"] = gc_counts()
+        yield Observation(1)
+
+    provider.get_meter("app").create_observable_gauge("app.collects", [observe])
+    inst = ProcessInstrumentor()
+    inst.instrument(meter_provider=provider)
+    try:
+        with gc_off():
+            first = by_generation(collect(reader)[TIME])
+            graph.extend([] for _ in range(100_000))
+            for i, node in enumerate(graph):
+                node.append(graph[i - 1])
+            # Whether ours or the application's callback runs first is the SDK's
+            # business: the collection shows in this one or in the next.
+            second = collect(reader)
+            third = collect(reader)
+    finally:
+        inst.uninstrument()
+    assert minus(seen["stats1"], seen["stats0"]) == (0, 0, 1)
+    pause = by_generation(third[TIME])[2] - first[2]
+    assert 0 < pause <= seen["around"]
+    longest = max(by_generation(second[MAX])[2], by_generation(third[MAX])[2])
+    assert longest == pytest.approx(pause, abs=1e-9)
+
+
+def test_collections_inside_our_own_callbacks_neither_recurse_nor_corrupt(
+    provider: MeterProvider, reader: InMemoryMetricReader
+) -> None:
+    """Every allocation collects, so collections run inside our callbacks and our read.
+
+    On top, a full collection of a large graph is forced at the worst moment:
+    while our recorder's read holds its lock (injected: no thread switch can be
+    timed to land there). A test gc callback records the nesting depth.
+    """
+    inst = ProcessInstrumentor()
+    inst.instrument(meter_provider=provider)
+    assert inst._metrics is not None
+    live = inst._metrics._live
+    assert live is not None
+    recorder = live.cache._ctx.state["cpython.gc_pauses"]
+    original = recorder.read
+    forced: list[float] = []
+    depth, deepest, returned = [0], [0], []
+
+    def nesting(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            depth[0] += 1
+            deepest[0] = max(deepest[0], depth[0])
+            returned.append(gc.collect())  # a collect inside a collection
+        else:
+            depth[0] -= 1
+
+    def read_with_a_collection() -> Any:
+        with recorder._lock:
+            cyclic_garbage(100_000)
+            forced.append(timed_collect())
+            return original()
+
+    results: list[Any] = []
+    try:
+        with gc_off():
+            gc.collect()
+            first = by_generation(collect(reader)[TIME])
+        recorder.read = read_with_a_collection
+        gc.callbacks.append(nesting)
+        threshold = gc.get_threshold()
+        gc.set_threshold(1)
+        worker = threading.Thread(target=lambda: results.extend([collect(reader), collect(reader)]))
+        t0 = time.perf_counter()
+        try:
+            worker.start()
+            worker.join(60)
+        finally:
+            gc.set_threshold(*threshold)
+            gc.callbacks.remove(nesting)
+            recorder.read = original
+        span = time.perf_counter() - t0
+        assert not worker.is_alive(), "collection deadlocked"
+    finally:
+        inst.uninstrument()
+    second, third = (by_generation(r[TIME]) for r in results)
+    assert len(forced) == 2
+    assert set(returned) == {0}  # CPython ignores a collect() during a collection
+    if sys.version_info[:2] != (3, 12):  # 3.12 may nest one (see gc_pauses' docstring)
+        assert deepest[0] == 1
+    for g in (0, 1, 2):
+        assert first[g] <= second[g] <= third[g], (first, second, third)
+        assert third[g] - first[g] <= span
+    # Each forced collection is in the reading it ran inside, to the tolerance.
+    assert second[2] - first[2] >= forced[0] - TOLERANCE * ATTEMPTS
+    assert third[2] - second[2] >= forced[1] - TOLERANCE * ATTEMPTS
+    # A pause that ends between the two halves of a read counts in one window's
+    # time and the next one's maximum: bounded by two windows' time.
+    longest = by_generation(results[1][MAX])[2]
+    assert forced[1] - TOLERANCE * ATTEMPTS <= longest <= third[2] - first[2]
+
+
+# --- event-loop lag: the truth --------------------------------------------------------
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_loop_blocked_once_a_second_reports_the_block_as_its_maximum_delay(
+    runner: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    """instrument() before any loop exists (the opentelemetry-instrument case)."""
+    run = _run(runner)
+    instrument(event_loop=True)
+    blocks: list[float] = []
+    t0 = time.monotonic()
+    run(blocking_app(blocks)())
+    ran = time.monotonic() - t0
+    got = collect(reader)
+    assert set(by_loop(got, DELAY_MAX)) == {"MainThread"}
+    assert len(blocks) == 3
+    assert_blocked(got, "MainThread", blocks)
+    # Three late ticks in about 150: over 1 %, so p99 is one of them.
+    p99 = by_loop(got, DELAY_P99)["MainThread"]
+    assert min(blocks) - INTERVAL - UVLOOP_CLOCK <= p99
+    if runner == "uvloop":
+        assert UTILIZATION not in got  # libuv does not expose its idle time
+        top = by_loop(got, DELAY_MAX)["MainThread"]
+        assert abs(top * 1000 - round(top * 1000)) < 1e-6, top  # its clock counts whole ms
+    else:
+        busy = by_loop(got, UTILIZATION)["MainThread"]
+        assert abs(busy - sum(blocks) / ran) < 0.03, (busy, blocks, ran)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_an_idle_loop_reports_a_few_milliseconds_at_most(
+    runner: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(event_loop=True)
+    _run(runner)(asyncio.sleep(1.0))
+    got = collect(reader)
+    top = by_loop(got, DELAY_MAX)["MainThread"]
+    median = by_loop(got, DELAY_P50)["MainThread"]
+    assert 0 <= median <= IDLE_MEDIAN and median <= top <= IDLE_MAX, (median, top)
+    assert by_loop(got, DELAY_MEAN)["MainThread"] <= IDLE_MEDIAN
+    if runner == "asyncio":
+        assert by_loop(got, UTILIZATION)["MainThread"] < 0.1
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_instrument_inside_a_running_loop(
+    runner: str, provider: MeterProvider, reader: InMemoryMetricReader
+) -> None:
+    blocks: list[float] = []
+    inst = ProcessInstrumentor()
+
+    async def app() -> dict[str, Metric]:
+        inst.instrument(meter_provider=provider, event_loop=True)
+        await blocking_app(blocks, count=1, every=0.5)()
+        return collect(reader)  # from inside the loop, as a pull exporter would
+
+    try:
+        got = _run(runner)(app())
+    finally:
+        inst.uninstrument()
+    assert set(by_loop(got, DELAY_MAX)) == {"MainThread"}
+    assert_blocked(got, "MainThread", blocks)
+
+
+def test_loops_in_several_threads_are_one_series_each(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    """Each thread blocks for its own length; each series shows its own loop's block.
+
+    Three loops and this thread share 2 cores with other jobs, so a loop thread
+    can wait well over 50 ms for a core: the lengths are far enough apart that
+    a 0.2 s slack still tells each loop's series from the others'. One loop is
+    uvloop.
+    """
+    instrument(event_loop=True)
+    lengths = {"alpha": 0.05, "beta": 0.3, "gamma": 0.6}
+    runners = {"alpha": "asyncio", "beta": "uvloop" if uvloop else "asyncio", "gamma": "asyncio"}
+    blocks: dict[str, list[float]] = {name: [] for name in lengths}
+    ready = {name: threading.Event() for name in lengths}
+    release = threading.Event()
+
+    def body(name: str) -> None:
+        async def app() -> None:
+            await blocking_app(blocks[name], count=2, every=0.8, block=lengths[name])()
+            ready[name].set()
+            while not release.is_set():
+                await asyncio.sleep(0.02)
+
+        _run(runners[name])(app())
+
+    threads = [in_thread(name, lambda n=name: body(n)) for name in lengths]  # type: ignore[misc]
+    try:
+        assert all(event.wait(20) for event in ready.values())
+        got = collect(reader)
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(10)
+    for name in LOOP_METRICS[:4]:
+        assert set(by_loop(got, name)) == set(lengths), name
+    for name, length in lengths.items():
+        top = by_loop(got, DELAY_MAX)[name]
+        low, high = max(blocks[name]) - INTERVAL - UVLOOP_CLOCK, max(blocks[name]) + 0.2
+        assert low <= top <= high, (name, top, blocks[name], length)
+
+
+def test_a_closed_loop_leaves_no_series_at_the_next_collection(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument(event_loop=True)
+    thread = in_thread("short-lived", lambda: asyncio.run(asyncio.sleep(0.3)))
+    thread.join(10)
+    last = collect(reader)
+    assert "short-lived" in by_loop(last, DELAY_MAX)  # its last window, once
+    after = collect(reader)
+    for name in LOOP_METRICS:
+        assert "short-lived" not in by_loop(after, name), name
+
+
+_EXITS = textwrap.dedent(
+    """
+    import asyncio, sys, threading
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+    reader = InMemoryMetricReader()
+    ProcessInstrumentor().instrument(
+        meter_provider=MeterProvider(metric_readers=[reader]), event_loop=True
+    )
+    run = asyncio.run
+    if sys.argv[1] == "uvloop":
+        import uvloop
+        run = uvloop.run
+
+    async def main():
+        await asyncio.sleep(0.3)
+
+    # A loop in a thread that is not a daemon, and one in the main thread.
+    worker = threading.Thread(target=lambda: run(main()), name="worker")
+    worker.start()
+    run(main())
+    worker.join()
+    print(sorted(
+        p.attributes["thread.name"]
+        for rm in reader.get_metrics_data().resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "process_metrics.eventloop.delay.max"
+        for p in m.data.data_points
+    ))
+    """
+)
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_the_probe_never_keeps_a_process_alive(runner: str) -> None:
+    if runner == "uvloop" and uvloop is None:
+        pytest.skip("uvloop is not installed")
+    # A probe that kept its loop or the process alive would hang here until the timeout.
+    done = subprocess.run(
+        [sys.executable, "-c", _EXITS, runner], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['MainThread', 'worker']", done.stdout
+    assert done.stderr == ""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+@pytest.mark.parametrize("fork", list(FORKS))
+@pytest.mark.parametrize("lock", ["recorder", "monitor", "hooks"])
+def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_child(
+    fork: str,
+    lock: str,
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+) -> None:
+    """The exporter's thread may be reading the totals when a C server forks a worker.
+
+    Which lock a thread holds at the instant of the fork cannot be arranged for
+    real: a thread takes it here and keeps it across the fork.
+    """
+    from opentelemetry.instrumentation.process.runtime import loop_lag
+
+    inst = instrument(event_loop=True)
+    assert inst._metrics is not None
+    live = inst._metrics._live
+    assert live is not None
+    state = live.cache._ctx.state
+    target = {
+        "recorder": state["cpython.gc_pauses"]._lock,
+        "monitor": state["asyncio.loops"]._lock,
+        "hooks": loop_lag._hooks.lock,
+    }[lock]
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with target:
+            held.set()
+            release.wait(20)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(5)
+
+    def child() -> dict[str, Any]:
+        with gc_off():
+            first = collect(reader)
+        blocks: list[float] = []
+        asyncio.run(blocking_app(blocks, count=1, every=0.2, block=0.05)())
+        return {"time": by_generation(first[TIME]), "loops": by_loop(collect(reader), DELAY_MAX)}
+
+    try:
+        got = _in_child(child, fork=FORKS[fork])  # type: ignore[arg-type]
+    finally:
+        release.set()
+        holder.join()
+    assert got["time"] == {"0": 0.0, "1": 0.0, "2": 0.0}
+    assert list(got["loops"]) == ["MainThread"]
+
+
+_UVLOOP_LATE = textwrap.dedent(
+    """
+    import asyncio, json, time
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    inst = ProcessInstrumentor()
+    inst.instrument(meter_provider=provider, event_loop=True)
+    import uvloop  # while reporting runs: it keeps the wrapped asyncio function
+
+    def loops():
+        data = reader.get_metrics_data()
+        return {
+            p.attributes["thread.name"]: p.value
+            for rm in (data.resource_metrics if data else ())
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "process_metrics.eventloop.delay.max"
+            for p in m.data.data_points
+        }
+
+    async def main():
+        await asyncio.sleep(0.2)
+        time.sleep(0.1)
+        await asyncio.sleep(0.05)
+
+    uvloop.run(main())
+    during = loops()
+    inst.uninstrument()
+    uvloop.run(main())  # through the kept wrapper, which only passes the call on
+    after = loops()
+    inst.instrument(meter_provider=provider, event_loop=True)
+    uvloop.run(main())
+    again = loops()
+    inst.uninstrument()
+    print(json.dumps({"during": during, "after": after, "again": again}))
+    """
+)
+
+
+def test_uvloop_imported_while_reporting_runs_is_probed_and_released() -> None:
+    if uvloop is None:
+        pytest.skip("uvloop is not installed")
+    done = subprocess.run(
+        [sys.executable, "-c", _UVLOOP_LATE], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    for phase in ("during", "again"):
+        assert list(got[phase]) == ["MainThread"], got
+        assert 0.1 - INTERVAL - UVLOOP_CLOCK <= got[phase]["MainThread"] <= 0.1 + SLACK, got
+    assert got["after"] == {}, got
+
+
+def test_the_runtime_page_gives_the_code_figures() -> None:
+    """The figures docs/runtime.md states are the constants the code uses."""
+    from opentelemetry.instrumentation.process.runtime import gc_pauses, loop_lag
+
+    page = " ".join(
+        (Path(__file__).resolve().parent.parent / "docs" / "runtime.md").read_text().split()
+    )
+    interval_ms = f"{loop_lag.DEFAULT_INTERVAL * 1000:g} ms"
+    assert interval_ms == "20 ms" and f"every {interval_ms}" in page
+    assert f"The interval is fixed at {interval_ms}" in page
+    assert f"At most {loop_lag.MAX_LOOPS} loops" in page
+    assert f"at most {round((loop_lag.BUCKET_RATIO - 1) * 100)} % above" in page
+    low, high = gc_pauses.BOUNDS[0], gc_pauses.BOUNDS[-1]
+    assert (low, high) == (1e-05, 1.0) and "from 10 µs to 1 s" in page
+    assert f'`le="{low:g}"` to `le="{high:g}"`' in page
+    assert f"less than {TOLERANCE * 1000:g} ms" in page
+    for command in ("python benchmarks/gc_pauses.py", "python benchmarks/loop_lag.py"):
+        assert command in page
+
+
+def test_a_failing_loop_read_drops_only_the_loop_points_and_recovers(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A fault injected into the monitor's read while a loop runs (test_faults has no loop)."""
+    import logging
+
+    from opentelemetry.instrumentation.process.runtime.loop_lag import LoopLagMonitor
+
+    instrument(event_loop=True)
+    release, running = threading.Event(), threading.Event()
+
+    async def app() -> None:
+        running.set()
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+
+    thread = in_thread("app-loop", lambda: asyncio.run(app()))
+    try:
+        assert running.wait(10)
+        time.sleep(0.1)
+        healthy = collect(reader)
+        assert set(LOOP_METRICS) <= set(healthy)
+        real = LoopLagMonitor.read
+
+        def broken(self: LoopLagMonitor) -> Any:
+            raise RuntimeError("injected")
+
+        monkeypatch.setattr(LoopLagMonitor, "read", broken)
+        caplog.set_level(logging.DEBUG, logger="opentelemetry.instrumentation.process")
+        failing = [collect(reader), collect(reader)]
+        monkeypatch.setattr(LoopLagMonitor, "read", real)
+        time.sleep(0.1)
+        back = collect(reader)
+    finally:
+        release.set()
+        thread.join(10)
+    for got in failing:
+        assert set(got) == set(healthy) - set(LOOP_METRICS)
+    ours = [r.getMessage() for r in caplog.records if "asyncio.loops" in r.getMessage()]
+    assert len(ours) == 2 and "failed" in ours[0] and "works again" in ours[1], ours
+    assert "app-loop" in by_loop(back, DELAY_MAX)
