@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import fnmatch
 import gc
+import importlib.metadata
+import inspect
 import json
 import logging
 import os
@@ -24,7 +26,7 @@ from typing import Any
 
 import psutil
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider, ObservableCounter
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
@@ -242,8 +244,12 @@ def scraped() -> Iterator[Callable[[], str]]:
     """A real PrometheusMetricReader served on 127.0.0.1; yields a function that scrapes it."""
     prometheus_client = pytest.importorskip("prometheus_client")
     exporter = pytest.importorskip("opentelemetry.exporter.prometheus")
-    registry = prometheus_client.CollectorRegistry()  # none of the client's own collectors
-    reader = exporter.PrometheusMetricReader(registry=registry)
+    if "registry" in inspect.signature(exporter.PrometheusMetricReader).parameters:
+        registry = prometheus_client.CollectorRegistry()  # none of the client's own collectors
+        reader = exporter.PrometheusMetricReader(registry=registry)
+    else:  # older exporters register with the client's default registry only
+        registry = prometheus_client.REGISTRY
+        reader = exporter.PrometheusMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     ProcessInstrumentor().instrument(meter_provider=provider)
     server, thread = prometheus_client.start_http_server(0, addr="127.0.0.1", registry=registry)
@@ -303,7 +309,11 @@ def test_the_sdk_keeps_about_1_4_kb_per_attribute_set() -> None:
     # 2.8 MB for 1,000 threads" (two sets each, user and system). Measured
     # here through this package's per-thread metric: 1,406 B per set with SDK
     # 1.45 (1,448 B with delta temporality). Held within about 30 %.
-    reader = InMemoryMetricReader(cardinality_limits={ObservableCounter: 100_000})
+    sdk = importlib.metadata.version("opentelemetry-sdk")
+    if not sdk.startswith("1.45."):
+        pytest.skip(f"the docs quote SDK 1.45's memory per attribute set; this is {sdk}")
+    # 700 sets over the run: within the SDK's default cardinality limit (2000).
+    reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     ProcessInstrumentor().instrument(
         meter_provider=provider,
