@@ -37,6 +37,18 @@ def ours(data: MetricsData | None) -> dict[str, Metric]:
     return found
 
 
+HOST_MODES = {
+    "user": ("user",),
+    "nice": ("nice",),
+    "system": ("system",),
+    "idle": ("idle",),
+    "iowait": ("iowait",),
+    "interrupt": ("irq", "softirq"),
+    "steal": ("steal",),
+}
+"""Each ``cpu.mode`` of ``system.cpu.*`` and the psutil fields it sums (guest is in user)."""
+
+
 def cgroup_limited_here() -> bool:
     """Whether a cgroup CPU quota or memory limit applies to this process (read here, v1/v2)."""
     try:

@@ -35,7 +35,7 @@ from opentelemetry.instrumentation.process.sources import SOURCES
 from opentelemetry.instrumentation.process.sources import process as process_sources
 from opentelemetry.instrumentation.process.sources import saturation as saturation_sources
 
-from .conftest import collect, points
+from .conftest import HOST_MODES, collect, points
 from .conftest import value as value_of
 
 LOGGER = "opentelemetry.instrumentation.process"
@@ -586,25 +586,13 @@ def test_host_cpu_time_never_goes_down_when_the_kernel_moves_iowait_back(
         if mode == "iowait":
             assert share == 0.0, dict(attributes)
             continue
-        moved = {k: v for k, v in _MODE_FIELDS.items() if k != "iowait"}
+        moved = {k: v for k, v in HOST_MODES.items() if k != "iowait"}
         total_lo = _ticks(b0[cpu], moved) - _ticks(a1[cpu], moved)
         total_hi = _ticks(b1[cpu], moved) - _ticks(a0[cpu], moved)
-        fields = {mode: _MODE_FIELDS[mode]}
+        fields = {mode: HOST_MODES[mode]}
         lo = max(0.0, _ticks(b0[cpu], fields) - _ticks(a1[cpu], fields)) / total_hi
         hi = (_ticks(b1[cpu], fields) - _ticks(a0[cpu], fields)) / total_lo
         assert lo - 1e-9 <= share <= hi + 1e-9, (dict(attributes), share, lo, hi)
-
-
-_MODE_FIELDS = {
-    "user": ("user",),
-    "nice": ("nice",),
-    "system": ("system",),
-    "idle": ("idle",),
-    "iowait": ("iowait",),
-    "interrupt": ("irq", "softirq"),
-    "steal": ("steal",),
-}
-"""Each cpu.mode and the psutil fields it sums."""
 
 
 def _ticks(row: Any, modes: dict[str, tuple[str, ...]]) -> float:

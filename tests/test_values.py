@@ -20,7 +20,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
 from . import cgroups
-from .conftest import collect, points, value
+from .conftest import HOST_MODES, collect, points, value
 from .forked import in_child
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
@@ -263,23 +263,11 @@ def test_memory_utilization_is_divided_by_the_cgroup_memory_limit(
     assert lo <= got["util"] <= hi, got
 
 
-_HOST_MODES = {
-    "user": ("user",),
-    "nice": ("nice",),
-    "system": ("system",),
-    "idle": ("idle",),
-    "iowait": ("iowait",),
-    "interrupt": ("irq", "softirq"),
-    "steal": ("steal",),
-}
-"""Each cpu.mode and the psutil fields it sums (guest time is already in user)."""
-
-
 def _host_cpu() -> dict[str, float]:
     times = psutil.cpu_times()._asdict()
     return {
         mode: sum(times[f] for f in fields if f in times)
-        for mode, fields in _HOST_MODES.items()
+        for mode, fields in HOST_MODES.items()
         if any(f in times for f in fields)
     }
 

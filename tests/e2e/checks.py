@@ -22,7 +22,7 @@ from opentelemetry.instrumentation.process.metrics import Kind, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 from .. import cgroups
-from ..conftest import on_by_default
+from ..conftest import HOST_MODES, on_by_default
 from . import procfs
 from .servers import VictoriaMetrics, wait_until
 
@@ -154,15 +154,6 @@ class OsReading:
 
 
 # cpu.mode and the psutil fields it sums (guest time is already in user).
-_HOST_MODES = {
-    "user": ("user",),
-    "nice": ("nice",),
-    "system": ("system",),
-    "idle": ("idle",),
-    "iowait": ("iowait",),
-    "interrupt": ("irq", "softirq"),
-    "steal": ("steal",),
-}
 # How far a point's timestamp may be from the moment its value was read.
 _SKEW = 0.05
 
@@ -214,7 +205,7 @@ class OsSampler:
             except (OSError, psutil.Error):
                 return
             times = psutil.cpu_times()._asdict()
-            host = {m: sum(times.get(f, 0.0) for f in fs) for m, fs in _HOST_MODES.items()}
+            host = {m: sum(times.get(f, 0.0) for f in fs) for m, fs in HOST_MODES.items()}
             self._readings.append(OsReading(time.time(), host, cpu))
             self._stop.wait(self._every)
 
