@@ -182,3 +182,31 @@ def test_the_count_is_said_in_a_line_a_log_handler_formats(
     log.log(logging.WARNING, "f", "100%% of %s", "x")
     assert handler.lines()[0] == "100% of x"
     assert handler.lines()[1].startswith("100% of x (1 more times since it was last logged ")
+
+
+class Clock:
+    """A monotonic clock that moves only when told: the 300 s boundary, exactly."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def test_a_repeat_exactly_one_period_later_is_logged(
+    logger: logging.Logger, handler: Records, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    # Only the fault log's own view of the clock is replaced.
+    monkeypatch.setattr(faultlog, "time", clock)
+    log = FaultLog(logger=logger)
+    assert log.log(logging.WARNING, "f", "fault")
+    clock.now += FAULT_LOG_PERIOD - 0.001
+    assert not log.log(logging.WARNING, "f", "fault")
+    clock.now = 1000.0 + FAULT_LOG_PERIOD
+    assert log.log(logging.WARNING, "f", "fault")
+    assert handler.lines() == [
+        "fault",
+        "fault (1 more times since it was last logged 300 s ago)",
+    ]
