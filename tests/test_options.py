@@ -16,7 +16,7 @@ from opentelemetry.instrumentation.process.environment import (
     from_environment,
     resolve,
 )
-from opentelemetry.instrumentation.process.options import DEFAULT_MAX_THREAD_SERIES
+from opentelemetry.instrumentation.process.options import DEFAULT_MAX_THREAD_SERIES, show
 
 from .conftest import collect
 
@@ -319,3 +319,54 @@ def test_attribute_ints_are_int64_inclusive_of_both_ends() -> None:
             ProcessMetricsOptions(attributes={"k": outside})
     with pytest.raises(ValueError, match=r"^attributes: expected a mapping"):
         ProcessMetricsOptions(attributes={"k": [1, 2**63]})
+
+
+def test_an_unknown_name_is_not_taken_for_a_glob_and_gets_a_hint_only_when_close() -> None:
+    with pytest.raises(ValueError) as info:
+        ProcessMetricsOptions(include=["process.cpu.timeX"])
+    assert str(info.value) == (
+        "include: unknown metric name 'process.cpu.timeX' (did you mean 'process.cpu.time'?); "
+        "allowed: names or globs over the names in the metric reference"
+    )
+    with pytest.raises(ValueError) as info:
+        ProcessMetricsOptions(exclude=["zzzzzz"])
+    assert str(info.value) == (
+        "exclude: unknown metric name 'zzzzzz'; allowed: names or globs over the names in "
+        "the metric reference"
+    )
+
+
+class Shown:
+    """A value whose repr() is counted: showing a huge value must not repr all of it."""
+
+    calls = 0
+
+    def __repr__(self) -> str:
+        Shown.calls += 1
+        return "s"
+
+
+def test_show_reprs_at_most_one_more_item_than_it_can_show() -> None:
+    limit = 200
+    for huge in ([Shown()] * 10_000, tuple([Shown()] * 10_000)):
+        Shown.calls = 0
+        text = show(huge)
+        assert Shown.calls == limit + 1
+        assert text == repr(huge[:limit])[: limit - 5] + "...)" + repr(huge)[-1]
+        assert len(text) == limit
+    Shown.calls = 0
+    mapping = {i: Shown() for i in range(10_000)}
+    text = show(mapping)
+    assert Shown.calls == limit + 1
+    assert text == repr(dict(list(mapping.items())[:limit]))[: limit - 5] + "...)}"
+    Shown.calls = 0
+    assert show([Shown()] * 3) == "[s, s, s]" and Shown.calls == 3
+    assert show("x" * 10**6) == "'" + "x" * 194 + "...)'"
+
+
+def test_show_names_the_type_of_a_value_that_cannot_be_shown() -> None:
+    assert show(10**5000) == "<int that cannot be shown>"  # over int's str() digit limit
+    nested: list[Any] = []
+    for _ in range(100_000):
+        nested = [nested]
+    assert show(nested) == "<list that cannot be shown>"
