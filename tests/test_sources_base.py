@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import psutil
 import pytest
@@ -10,7 +11,12 @@ import pytest
 from opentelemetry.instrumentation.process import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
-from opentelemetry.instrumentation.process.sources.base import ReadContext
+from opentelemetry.instrumentation.process.sources.base import (
+    MIN_UTILIZATION_WINDOW,
+    Delta,
+    Key,
+    ReadContext,
+)
 
 
 class Lines(logging.Handler):
@@ -68,3 +74,37 @@ def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: L
 def test_direct_reads_off_are_never_tried() -> None:
     ctx = _context(FaultLog(), direct=False)
     assert not ctx.use_direct("threads")
+
+
+def test_a_counter_never_goes_down_and_a_new_key_starts_where_it_is() -> None:
+    ctx = _context(FaultLog())
+    assert ctx.monotonic("x", {("a",): 1.0}) == {("a",): 1.0}
+    # a went back (iowait does): held at its floor; b is new: taken as it is.
+    assert ctx.monotonic("x", {("a",): 0.5, ("b",): 3.0}) == {("a",): 1.0, ("b",): 3.0}
+    assert ctx.monotonic("x", {("a",): 2.0, ("b",): 2.0}) == {("a",): 2.0, ("b",): 3.0}
+    assert ctx.monotonic("y", {("a",): 0.0}) == {("a",): 0.0}  # floors are per name
+
+
+def _per_second(deltas: Mapping[Key, float], elapsed: float) -> dict[Key, float]:
+    return {k: v / elapsed for k, v in deltas.items()}
+
+
+def test_a_delta_is_the_change_over_the_elapsed_time_and_reused_within_the_window() -> None:
+    delta = Delta()
+    window = MIN_UTILIZATION_WINDOW
+    assert window == 0.1
+    assert delta.step(-1.0, {("a",): 10.0}, _per_second) is None  # the baseline
+    assert delta.step(0.0, {("a",): 12.0}, _per_second) == {("a",): 2.0}
+    # Within the window: the last value again, and the baseline is kept.
+    assert delta.step(0.05, {("a",): 99.0}, _per_second) == {("a",): 2.0}
+    # Exactly one window later: a new value, from the kept baseline.
+    assert delta.step(window, {("a",): 12.5}, _per_second) == {("a",): 0.5 / window}
+    # A counter that went down counts as no change, never as negative.
+    assert delta.step(1.0, {("a",): 11.0}, _per_second) == {("a",): 0.0}
+
+
+def test_no_time_elapsed_gives_no_ratio_rather_than_a_division_by_zero() -> None:
+    delta = Delta()
+    assert delta.step(5.0, {("a",): 1.0}, _per_second) is None
+    assert delta.step(5.0, {("a",): 2.0}, _per_second) is None
+    assert delta.step(6.0, {("a",): 4.0}, _per_second) == {("a",): 2.0}  # from the second
