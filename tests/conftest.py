@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -183,3 +184,32 @@ sys.addaudithook(_recorder.hook)
 @pytest.fixture
 def opens() -> OpenRecorder:
     return _recorder
+
+
+# Under mutation testing, a test that spins forever on a mutant fails after
+# this much CPU time of its own, instead of running into mutmut's time limit:
+# the hang is what the test caught. The slowest test uses about 3 s.
+MUTANT_CPU_SECONDS = 15.0
+
+
+class Hung(Exception):
+    """The test used more than ``MUTANT_CPU_SECONDS`` of CPU under a mutant."""
+
+
+@pytest.fixture(autouse=True)
+def _a_hang_fails_under_mutation_testing() -> Iterator[None]:
+    mutant = os.environ.get("MUTANT_UNDER_TEST")
+    if mutant is None or mutant == "stats" or not hasattr(signal, "ITIMER_VIRTUAL"):
+        yield
+        return
+
+    def hung(_signum: int, _frame: object) -> None:
+        raise Hung(f"over {MUTANT_CPU_SECONDS} s of CPU time under {mutant or 'no mutant'}")
+
+    previous = signal.signal(signal.SIGVTALRM, hung)
+    signal.setitimer(signal.ITIMER_VIRTUAL, MUTANT_CPU_SECONDS)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+        signal.signal(signal.SIGVTALRM, previous)

@@ -216,6 +216,19 @@ def test_a_kernel_without_memory_peak_or_oom_kill_leaves_them_out(v2: tuple[Path
     assert failures == [] and values[cg.MEMORY_EVENTS_OOM] == 2
 
 
+def test_a_v1_kernel_without_oom_kill_leaves_out_only_that_file(tmp_path: Path) -> None:
+    sys_fs = tmp_path / "sys-fs-cgroup"
+    write_tree(sys_fs, HYBRID)
+    # Before Linux 4.13, memory.oom_control has no oom_kill line.
+    oom_control = sys_fs / "memory/api/b3c4/memory.oom_control"
+    oom_control.write_text("oom_kill_disable 0\nunder_oom 0\n")
+    files = cgroup_files(discover(sys_fs, fake_proc(tmp_path, HYBRID_PROC)))
+    assert str(oom_control) not in [f.path for f in files]
+    values, failures = read_all(files)
+    assert failures == []
+    assert cg.MEMORY_EVENTS_OOM_KILL not in values and values[cg.MEMORY_FAILCNT] == 7
+
+
 # This machine's layout: v1 cpu, cpuacct and memory (memory at a path of its
 # own), and a v2 hierarchy at /sys/fs/cgroup/unified with no controllers.
 HYBRID = {

@@ -598,3 +598,57 @@ def test_host_cpu_time_never_goes_down_when_the_kernel_moves_iowait_back(
 def _ticks(row: Any, modes: dict[str, tuple[str, ...]]) -> float:
     times = row._asdict()
     return sum(times.get(f, 0.0) for fields in modes.values() for f in fields)
+
+
+PAUSE_METRICS = {
+    "process_metrics.cpython.gc.pause.time",
+    "process_metrics.cpython.gc.pause.max",
+}
+
+
+def test_a_source_that_cannot_open_is_left_out_and_says_why(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    instrument()
+    healthy = set(collect(reader))
+    ProcessInstrumentor().uninstrument()
+    if not healthy >= PAUSE_METRICS:
+        pytest.skip("no garbage-collection pauses here (not CPython)")
+
+    def broken(self: GcPauses) -> bool:  # a fault injected: the hook cannot be installed
+        raise RuntimeError("gc.callbacks is read-only")
+
+    monkeypatch.setattr(GcPauses, "start", broken)
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    instrument()
+    assert set(collect(reader)) == healthy - PAUSE_METRICS
+    assert _ours(caplog) == [
+        "process metrics: could not open source 'cpython.gc_pauses' (RuntimeError: "
+        "gc.callbacks is read-only); the metrics it feeds are left out."
+    ]
+
+
+def test_a_source_that_cannot_close_still_lets_uninstrument_finish(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    instrument(event_loop=True)
+    assert collect(reader)
+
+    def broken(self: GcPauses) -> None:  # a fault injected: the hook cannot be removed
+        raise RuntimeError("gc.callbacks is read-only")
+
+    monkeypatch.setattr(GcPauses, "stop", broken)
+    caplog.set_level(logging.WARNING, logger=LOGGER)
+    ProcessInstrumentor().uninstrument()
+    assert not ProcessInstrumentor().is_instrumented_by_opentelemetry
+    assert collect(reader) == {}
+    assert _ours(caplog) == [
+        "process metrics: could not close source 'cpython.gc_pauses' (RuntimeError: "
+        "gc.callbacks is read-only); the metrics it feeds are left out."
+    ]

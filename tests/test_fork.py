@@ -8,6 +8,7 @@ import resource
 import sys
 import threading
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -218,7 +219,10 @@ def test_fork_guard_is_a_no_op_with_one_debug_line_where_the_sdk_differs(
         assert got["pid"] != os.getpid() and "process.memory.usage" in got["names"]
     said = [r for r in caplog.records if r.name == forks.__name__]
     assert [r.levelno for r in said] == [logging.DEBUG], [r.getMessage() for r in said]
-    assert "MeterProvider" in said[0].getMessage()
+    assert said[0].getMessage() == (
+        "process metrics: MeterProvider has no measurement consumer lock where SDK 1.28-1.45 "
+        "keep it; the fork guard does nothing for it."
+    )
 
 
 # -- a collection in flight at fork time ------------------------------------------------
@@ -413,3 +417,229 @@ def test_a_forked_childs_main_thread_keeps_its_name(
 
     got = in_child(child)
     assert got["named"] == [got["main"]] * 2, got
+
+
+# -- forks that skip Python's at-fork hooks: the repair at the first collection ------------
+
+UNHOOKED_WARNING = (
+    "process metrics: process {pid} was forked without Python's at-fork hooks (uWSGI does "
+    "this unless --py-call-osafterfork or --py-call-uwsgi-fork-hooks is given). Its "
+    "process metrics are its own, but the SDK's periodic export thread does not run "
+    "here and the resource still describes the parent: set up OpenTelemetry in each "
+    "worker after the fork (see the pre-fork page of the documentation)."
+)
+
+
+class _Logged(logging.Handler):
+    """Records of the package's loggers, as ``LEVEL message [traceback]``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tb = " [traceback]" if record.exc_info else ""
+        self.lines.append(f"{record.levelname} {record.getMessage()}{tb}")
+
+
+@pytest.fixture
+def logged() -> Any:
+    handler = _Logged()
+    logger = logging.getLogger("opentelemetry.instrumentation.process")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+def _counting_exporter() -> Any:
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class Counting(MetricExporter):
+        def __init__(self) -> None:
+            super().__init__()
+            self.exports: list[int] = []
+
+        def export(self, *_args: Any, **_kwargs: Any) -> MetricExportResult:
+            self.exports.append(os.getpid())
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, *_args: Any, **_kwargs: Any) -> None:
+            pass
+
+    return Counting()
+
+
+def _bounded(call: Callable[[], object], seconds: float) -> bool:
+    """Run ``call`` in a thread of this (child) process; whether it returned in time."""
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return not worker.is_alive()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
+    logged: _Logged,
+) -> None:
+    import math
+
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    from opentelemetry.instrumentation.process import ProcessMetrics
+
+    exporter = _counting_exporter()
+    # No export thread: exports happen at force_flush() only, in this thread.
+    periodic = PeriodicExportingMetricReader(exporter, export_interval_millis=math.inf)
+    provider = MeterProvider(metric_readers=[periodic])
+    metrics = ProcessMetrics(meter_provider=provider)
+    held_lock = periodic._export_lock
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # an export in flight in the parent, over a slow network
+        with held_lock:
+            taken.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+
+    def child() -> dict[str, Any]:
+        logged.lines.clear()
+        flushed = _bounded(lambda: provider.force_flush(5_000), 5)
+        return {
+            "pid": os.getpid(),
+            "flushed": flushed,
+            "exports": exporter.exports.count(os.getpid()),
+            "fresh": periodic._export_lock is not held_lock,
+            "log": list(logged.lines),
+        }
+
+    try:
+        assert taken.wait(5)
+        got = _in_child(child, fork=forkapps.c_fork)
+        assert held_lock.locked()  # the parent's export is still in flight
+    finally:
+        release.set()
+        holder.join(10)
+        metrics.close()
+        provider.shutdown()
+    # The held lock was replaced before the export: the flush exported once.
+    assert got["flushed"] and got["exports"] == 1 and got["fresh"], got
+    assert got["log"] == ["WARNING " + UNHOOKED_WARNING.format(pid=got["pid"])], got
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
+def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    logged: _Logged,
+) -> None:
+    from opentelemetry.instrumentation.process import sdk_fork_guard as forks
+
+    instrument()
+    collect(reader)
+
+    def broken(_provider: Any) -> None:  # a fault injected: the SDK's internals moved
+        raise RuntimeError("no such lock")
+
+    monkeypatch.setattr(forks, "after_fork_without_hooks", broken)
+
+    def child() -> dict[str, Any]:
+        logged.lines.clear()
+        got = collect(reader)
+        again = collect(reader)
+        return {
+            "pid": os.getpid(),
+            "rss": value(got["process.memory.usage"]),
+            "again": sorted(again) == sorted(got),
+            "statm": _statm_rss(),
+            "log": list(logged.lines),
+        }
+
+    got = _in_child(child, fork=forkapps.c_fork)
+    assert got["pid"] != os.getpid() and got["again"], got
+    assert abs(got["rss"] - got["statm"]) < (8 << 20), got
+    assert got["log"] == [
+        "WARNING process metrics: the clean-up after a fork without at-fork hooks failed "
+        "(RuntimeError: no such lock). [traceback]"
+    ], got
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_fork_keeps_the_sdk_locks_that_were_free_and_never_breaks_on_other_providers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import math
+
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    from opentelemetry.instrumentation.process import ProcessMetrics
+
+    periodic = PeriodicExportingMetricReader(_counting_exporter(), export_interval_millis=math.inf)
+    provider = MeterProvider(metric_readers=[periodic])
+    # A provider that is not the SDK's is guarded too: the hooks must not trip on it.
+    others = [ProcessMetrics(meter_provider=NoOpMeterProvider())]
+    metrics = ProcessMetrics(meter_provider=provider)
+    export_lock = periodic._export_lock
+    consumer_lock = provider._measurement_consumer._lock
+    unraisable: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: unraisable.append(repr(u.exc_value)))
+
+    def child() -> dict[str, Any]:
+        return {
+            "export_kept": periodic._export_lock is export_lock,
+            "consumer_kept": provider._measurement_consumer._lock is consumer_lock,
+            "free": not export_lock.locked() and not consumer_lock.locked(),
+            "unraisable": unraisable,
+        }
+
+    try:
+        got = _in_child(child)
+    finally:
+        metrics.close()
+        for other in others:
+            other.close()
+        provider.shutdown()
+    assert got == {"export_kept": True, "consumer_kept": True, "free": True, "unraisable": []}
+    assert unraisable == []
+
+
+def test_the_guard_finds_the_readers_of_a_proxied_provider_in_either_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.metrics._internal import _ProxyMeterProvider
+
+    from opentelemetry.instrumentation.process import sdk_fork_guard as forks
+
+    reader = InMemoryMetricReader()
+    sdk = MeterProvider(metric_readers=[reader])
+    # The API's global provider before set_meter_provider(): a proxy to the real one.
+    proxy = _ProxyMeterProvider()
+    monkeypatch.setattr(proxy, "_real_meter_provider", sdk, raising=False)
+    consumer = sdk._measurement_consumer
+    assert forks.consumer_lock(proxy) == (consumer, consumer._lock)
+    assert forks.readers(proxy) == [reader]
+    # Older SDKs (1.28) also list them in the provider's configuration, and a
+    # reader there may not be in the storages: that shape is faked here.
+    other = InMemoryMetricReader()
+    older = types.SimpleNamespace(metric_readers=(reader, other))
+    monkeypatch.setattr(sdk, "_sdk_config", older)
+    assert forks.readers(proxy) == [reader, other]
+    monkeypatch.delattr(consumer, "_reader_storages")
+    assert forks.readers(proxy) == [reader, other]
+    # Neither place: no reader, and no error.
+    monkeypatch.setattr(sdk, "_sdk_config", None)
+    assert forks.readers(sdk) == []
+    assert forks.readers(NoOpMeterProvider()) == []
+    assert forks.consumer_lock(NoOpMeterProvider()) is None
+    sdk.shutdown()

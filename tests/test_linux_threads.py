@@ -236,6 +236,8 @@ def test_foreign_task_listing_raises_oserror(monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(OSError) as info:
         busiest_threads(3)
     assert info.value.errno == errno.ESRCH
+    own = threading.get_native_id()
+    assert str(info.value) == f"[Errno 3] this thread ({own}) is not listed in /proc/self/task"
 
 
 def test_name_with_parenthesis_is_parsed_after_the_last_one() -> None:

@@ -409,3 +409,42 @@ def test_platform_gaps_are_declared_where_the_value_comes_from() -> None:
     # The other fields of the same sources stay on every platform.
     assert "windows" in by_name["process.cpu.time"].platforms
     assert "windows" in by_name["system.cpu.logical.count"].platforms
+
+
+# (what is wrong with an added row, the error the import-time check raises)
+BAD_ROWS = [
+    ({"name": "process.cpu.time"}, "metric table: a name is declared twice"),
+    (
+        {"name": "test.bad", "source": "nope"},
+        "metric table: test.bad names an unknown source 'nope'",
+    ),
+    (
+        {"name": "test.bad", "field": "nope"},
+        "metric table: test.bad reads field 'nope', which source 'process.rusage' does not declare",
+    ),
+    (
+        {"name": "test.bad", "option": "per_cpu"},
+        "metric table: test.bad names an unknown option 'per_cpu'",
+    ),
+]
+
+
+@pytest.mark.parametrize(("change", "error"), BAD_ROWS, ids=lambda x: str(x)[:30])
+def test_a_table_row_that_does_not_resolve_is_refused_at_import(
+    change: dict[str, Any], error: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    from opentelemetry.instrumentation.process import metrics as table
+
+    table._check_table()  # the real table resolves
+    for option in (None, "cpu_frequency"):  # no option, and a gating one, are fine
+        good = dataclasses.replace(METRICS[0], name="test.good", option=option)
+        monkeypatch.setattr(table, "METRICS", (*METRICS, good))
+        monkeypatch.setattr(table, "METRICS_BY_NAME", {m.name: m for m in table.METRICS})
+        table._check_table()
+    bad = dataclasses.replace(METRICS[0], **change)
+    monkeypatch.setattr(table, "METRICS", (*METRICS, bad))
+    monkeypatch.setattr(table, "METRICS_BY_NAME", {m.name: m for m in table.METRICS})
+    with pytest.raises(RuntimeError, match=f"^{re.escape(error)}$"):
+        table._check_table()

@@ -16,7 +16,7 @@ from opentelemetry.instrumentation.process.environment import (
     from_environment,
     resolve,
 )
-from opentelemetry.instrumentation.process.options import DEFAULT_MAX_THREAD_SERIES
+from opentelemetry.instrumentation.process.options import DEFAULT_MAX_THREAD_SERIES, show
 
 from .conftest import collect
 
@@ -161,17 +161,42 @@ def test_env_lists_and_numbers() -> None:
     }
 
 
+_ALLOWED = "allowed: names or globs over the names in the metric reference"
+_ODD = (
+    "max_thread_series: expected an even number (each thread has a user and a system series), got "
+)
+
+# (option, raw value, the reason the warning gives in full)
 BAD_ENV = [
     ("cpu_frequency", "maybe", "expected one of true, false, 1, 0, yes, no"),
     ("per_thread", "2", "expected one of true, false, 1, 0, yes, no"),
+    ("saturation", "maybe", "expected auto, or one of true, false, 1, 0, yes, no"),
     ("max_thread_series", "-5", "max_thread_series: expected a whole number >= 0, got -5"),
     ("max_thread_series", "many", "expected a whole number >= 0"),
-    ("include", "process.nope", "include: unknown metric name 'process.nope'"),
-    ("exclude", "zzz*", "exclude: the glob 'zzz*' matches no metric"),
+    ("max_thread_series", "7", _ODD + "7"),
+    # The reason is cut at 300 characters: this one would be 386.
+    ("max_thread_series", "9" * 301, (_ODD + "9" * 301)[:300]),
+    (
+        "include",
+        "process.nope",
+        f"include: unknown metric name 'process.nope' (did you mean 'process.uptime'?); {_ALLOWED}",
+    ),
+    ("exclude", "zzz*", f"exclude: the glob 'zzz*' matches no metric; {_ALLOWED}"),
+    (
+        "thread_series_by",
+        "threads",
+        "thread_series_by: expected one of 'thread', 'name', got 'threads'",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("option", "raw", "reason"), BAD_ENV)
+def _shown(raw: str) -> str:
+    """How a raw value is quoted in a warning: its repr, cut to 200 characters."""
+    text = repr(raw)
+    return text if len(text) <= 200 else text[:195] + "...)'"
+
+
+@pytest.mark.parametrize(("option", "raw", "reason"), BAD_ENV, ids=lambda x: str(x)[:20])
 def test_bad_env_warns_once_and_uses_the_default(
     option: str,
     raw: str,
@@ -189,11 +214,11 @@ def test_bad_env_warns_once_and_uses_the_default(
         r for r in caplog.records if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
     ]
     assert len(warnings) == 1
-    text = warnings[0].getMessage()
-    assert var in text and repr(raw) in text and reason in text
     default = getattr(ProcessMetricsOptions(), option)
     shown = "none" if default == () else repr(default)
-    assert text.endswith(f"using the default, {shown}.")
+    assert warnings[0].getMessage() == (
+        f"{var}={_shown(raw)} is not valid ({reason}); using the default, {shown}."
+    )
     assert inst.options is not None
     assert getattr(inst.options, option) == default
     assert "process.cpu.time" in collect(reader)
@@ -261,3 +286,87 @@ def test_attribute_limits_follow_the_otel_variables(
         inst.uninstrument()
     with pytest.raises(ValueError, match=r"^attributes: expected at most 128 attributes "):
         ProcessMetricsOptions(attributes={f"k{i}": i for i in range(129)})
+
+
+def test_a_sequence_as_long_as_the_limit_is_still_checked_for_long_strings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "4")
+    assert ProcessMetricsOptions(attributes={"k": ["a", "b", "c", "abcd"]}).attributes == {
+        "k": ["a", "b", "c", "abcd"]
+    }
+    with pytest.raises(ValueError, match=r"at most 4 characters or elements .* got 5: "):
+        ProcessMetricsOptions(attributes={"k": ["a", "b", "c", "abcde"]})
+    with pytest.raises(ValueError, match=r"at most 4 characters or elements .* got 5: "):
+        ProcessMetricsOptions(attributes={"k": ["a", "b", "c", "d", "e"]})
+
+
+def test_a_length_limit_of_zero_allows_numbers_and_empty_strings_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "0")
+    numbers = {"i": 5, "f": 1.5, "b": True, "s": ""}
+    assert dict(ProcessMetricsOptions(attributes=numbers).attributes) == numbers
+    with pytest.raises(ValueError, match=r"at most 0 characters or elements .* got 1: 'x'$"):
+        ProcessMetricsOptions(attributes={"s": "x"})
+
+
+def test_attribute_ints_are_int64_inclusive_of_both_ends() -> None:
+    ends = {"lo": -(2**63), "hi": 2**63 - 1}
+    assert dict(ProcessMetricsOptions(attributes=ends).attributes) == ends
+    for outside in (-(2**63) - 1, 2**63):
+        with pytest.raises(ValueError, match=r"^attributes: expected a mapping"):
+            ProcessMetricsOptions(attributes={"k": outside})
+    with pytest.raises(ValueError, match=r"^attributes: expected a mapping"):
+        ProcessMetricsOptions(attributes={"k": [1, 2**63]})
+
+
+def test_an_unknown_name_is_not_taken_for_a_glob_and_gets_a_hint_only_when_close() -> None:
+    with pytest.raises(ValueError) as info:
+        ProcessMetricsOptions(include=["process.cpu.timeX"])
+    assert str(info.value) == (
+        "include: unknown metric name 'process.cpu.timeX' (did you mean 'process.cpu.time'?); "
+        "allowed: names or globs over the names in the metric reference"
+    )
+    with pytest.raises(ValueError) as info:
+        ProcessMetricsOptions(exclude=["zzzzzz"])
+    assert str(info.value) == (
+        "exclude: unknown metric name 'zzzzzz'; allowed: names or globs over the names in "
+        "the metric reference"
+    )
+
+
+class Shown:
+    """A value whose repr() is counted: showing a huge value must not repr all of it."""
+
+    calls = 0
+
+    def __repr__(self) -> str:
+        Shown.calls += 1
+        return "s"
+
+
+def test_show_reprs_at_most_one_more_item_than_it_can_show() -> None:
+    limit = 200
+    for huge in ([Shown()] * 10_000, tuple([Shown()] * 10_000)):
+        Shown.calls = 0
+        text = show(huge)
+        assert Shown.calls == limit + 1
+        assert text == repr(huge[:limit])[: limit - 5] + "...)" + repr(huge)[-1]
+        assert len(text) == limit
+    Shown.calls = 0
+    mapping = {i: Shown() for i in range(10_000)}
+    text = show(mapping)
+    assert Shown.calls == limit + 1
+    assert text == repr(dict(list(mapping.items())[:limit]))[: limit - 5] + "...)}"
+    Shown.calls = 0
+    assert show([Shown()] * 3) == "[s, s, s]" and Shown.calls == 3
+    assert show("x" * 10**6) == "'" + "x" * 194 + "...)'"
+
+
+def test_show_names_the_type_of_a_value_that_cannot_be_shown() -> None:
+    assert show(10**5000) == "<int that cannot be shown>"  # over int's str() digit limit
+    nested: list[Any] = []
+    for _ in range(100_000):
+        nested = [nested]
+    assert show(nested) == "<list that cannot be shown>"

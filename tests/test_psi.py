@@ -154,3 +154,47 @@ def test_garbage_drops_only_that_resource(tmp_path: Path, content: str) -> None:
         (str(sys_fs / "app/memory.pressure"), ValueError)
     ]
     assert values == {field("cpu", "some"): 1.0, field("cpu", "full"): 0.0}
+
+
+# Layouts a future kernel may write: a new field, total= elsewhere, no full line.
+# (content of /proc/pressure/<resource>, the totals in µs it holds)
+OTHER_LAYOUTS = [
+    (f"some {LINE} total=123 extra=5\nfull {LINE} total=456 extra=6\n", 123, 456),
+    (f"some total=123 {LINE}\nfull total=456 {LINE}\n", 123, 456),
+    ("some avg10=0.00 total=123\nfull avg10=0.00 total=456\n", 123, 456),
+    (f"some {LINE} total=123 a=1 b=2\nfull {LINE} total=456 a=1 b=2\n", 123, 456),
+    (f"some {LINE} total=123\n", 123, None),
+    (f"some {LINE} total=123\nfull {LINE} total=456\nnew {LINE} total=789\n", 123, 456),
+]
+
+
+@pytest.mark.parametrize(("content", "some", "full"), OTHER_LAYOUTS)
+def test_other_layouts_are_read_by_line(
+    tmp_path: Path, content: str, some: int, full: int | None
+) -> None:
+    proc_pressure = tmp_path / "proc-pressure"
+    write_tree(proc_pressure, {"cpu": content, "memory": content})
+    found = discover_pressure(discover(tmp_path / "none", tmp_path / "none"), proc_pressure)
+    assert found.scope == "host"
+    values, failures = read_all(found.files)
+    assert failures == []
+    expected = {field("cpu", "some"): some / 1e6, field("memory", "some"): some / 1e6}
+    if full is not None:  # the host's cpu full line is left out, whatever it holds
+        expected[field("memory", "full")] = full / 1e6
+    assert values == expected
+
+
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [
+        (f"full {LINE} total=1\nsome {LINE} total=2 x=1\n", "no 'some' line"),
+        (f"some {LINE} x=1\nfull {LINE} total=2\n", "subsection not found"),
+    ],
+)
+def test_a_layout_without_a_some_total_is_garbage(tmp_path: Path, content: str, why: str) -> None:
+    proc_pressure = tmp_path / "proc-pressure"
+    write_tree(proc_pressure, {"io": content})
+    found = discover_pressure(discover(tmp_path / "none", tmp_path / "none"), proc_pressure)
+    ((failed, exc),) = read_all(found.files)[1]
+    assert failed.path == str(proc_pressure / "io")
+    assert str(exc) == f"{failed.path}: {why}: {content.encode()[:60]!r}..."

@@ -279,3 +279,25 @@ def test_a_cgroup_folder_removed_from_the_tree_drops_its_metrics_and_the_rest_go
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 8  # one per file
     saved.rename(tree)
     assert ours(reader) == EXPECTED
+
+
+def test_the_files_of_the_group_are_found_once_per_process(
+    tree: Path,
+    instrument: Callable[..., ProcessInstrumentor],
+    opens: OpenRecorder,
+) -> None:
+    """The cpu and the memory sources share one search for the files to read."""
+    with opens.recording() as at_start:
+        instrument()
+    counts = Counter(Path(p).name for p in under(at_start, str(tree)))
+    # A one-number file is read once to see that it reads; a flat-keyed one also
+    # once before, to see which of its optional lines this kernel writes.
+    assert {n: counts[n] for n in ("memory.current", "memory.peak", "memory.stat")} == {
+        "memory.current": 1,
+        "memory.peak": 1,
+        "memory.stat": 1,
+    }
+    assert {n: counts[n] for n in ("cpu.stat", "memory.events")} == {
+        "cpu.stat": 2,
+        "memory.events": 2,
+    }

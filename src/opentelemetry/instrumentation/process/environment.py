@@ -121,9 +121,8 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]
 
 def _default(name: str) -> str:
     value = getattr(ProcessMetricsOptions(), name)
-    if isinstance(value, tuple):
-        return "none" if not value else ",".join(value)
-    return show(value)
+    # The only tuple options, include and exclude, default to none.
+    return "none" if value == () else show(value)
 
 
 def _warn(var: str, raw: str, why: str, default: str) -> None:

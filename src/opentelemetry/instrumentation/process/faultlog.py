@@ -44,7 +44,7 @@ class FaultLog:
             self._faults[fault] = (last[0], last[1] + 1)
             return False
         if last is None and len(self._faults) >= _MAX_FAULTS:
-            self._faults.pop(next(iter(self._faults)), None)
+            del self._faults[next(iter(self._faults))]
         self._faults[fault] = (now, 0)
         if last is not None and last[1]:
             msg += " (%d more times since it was last logged %.0f s ago)"

@@ -140,11 +140,10 @@ def _after_in_parent() -> None:
 
 
 def _after_in_child() -> None:
-    taken = {id(consumer) for consumer, _lock in _held}
-    _after_in_parent()
+    _after_in_parent()  # releases every lock _before took: only this thread runs here
     for provider in list(_guarded):
         found = consumer_lock(provider)
-        if found is not None and id(found[0]) not in taken and found[1].locked():
+        if found is not None and found[1].locked():
             # The fork did not wait it out: its holder does not exist here.
             found[0]._lock = threading.Lock()
         _fresh_export_locks(provider)

@@ -106,5 +106,4 @@ def _by_lines(lines: list[bytes], some: str, full: str | None) -> Values:
 def _total(line: bytes) -> int:
     """The ``total=`` of one line, in microseconds."""
     start = line.index(b" total=") + 7
-    end = line.find(b" ", start)
-    return int(line[start:] if end < 0 else line[start:end])
+    return int(line[start:].partition(b" ")[0])

@@ -42,6 +42,7 @@ collapse into one. Here each socket counts.
 from __future__ import annotations
 
 import errno
+import operator
 import os
 import socket
 import struct
@@ -142,7 +143,7 @@ def _tcp_states(sock: socket.socket) -> list[int]:
 def _tcp_by_family(sock: socket.socket) -> list[int]:
     ipv4 = _dump(sock, _by_family(socket.AF_INET, socket.IPPROTO_TCP))
     ipv6 = _dump(sock, _by_family(socket.AF_INET6, socket.IPPROTO_TCP))
-    return [a + b for a, b in zip(ipv4, ipv6, strict=True)]
+    return list(map(operator.add, ipv4, ipv6))  # two tallies of 256 states each
 
 
 def _tcp_all_families() -> bytes:

@@ -1,0 +1,113 @@
+"""Reading small kernel files: real files in a temporary folder, written and checked here."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from opentelemetry.instrumentation.process.linux.files import (
+    KernelFile,
+    Key,
+    excerpt,
+    flat_keyed,
+    one_key,
+    read_all,
+    read_bytes,
+    scaled_value,
+    single_value,
+)
+
+CHUNK = 16384  # one read() of a kernel record: a file that fills it is read on
+
+
+@pytest.mark.parametrize("size", [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 7])
+def test_read_bytes_returns_the_whole_file(tmp_path: Path, size: int) -> None:
+    content = bytes(i % 251 for i in range(size))
+    path = tmp_path / "f"
+    path.write_bytes(content)
+    before = sorted(os.listdir("/proc/self/fd"))
+    assert read_bytes(str(path)) == content
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+@pytest.mark.parametrize("size", [CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 7])
+def test_read_all_parses_files_longer_than_one_read(tmp_path: Path, size: int) -> None:
+    # A long flat-keyed file with its one wanted line last.
+    last = b"wanted 42\n"
+    lines = b"k 1\n" * ((size - len(last)) // 4 - 1)
+    pad = size - len(last) - len(lines) - len(b"k \n")
+    content = b"k " + b"1" * pad + b"\n" + lines + last
+    assert len(content) == size
+    path = tmp_path / "long"
+    path.write_bytes(content)
+    parse = one_key("wanted", "field")
+    values, failures = read_all((KernelFile(str(path), parse, ("field",)),))
+    assert failures == []
+    assert values == {"field": 42}
+
+
+def test_excerpt_is_the_repr_of_at_most_60_bytes() -> None:
+    assert excerpt(b"") == "b''"
+    assert excerpt(b"ab\n") == "b'ab\\n'"
+    assert excerpt(b"x" * 60) == "b'" + "x" * 60 + "'"
+    assert excerpt(b"x" * 61) == "b'" + "x" * 60 + "'..."
+    assert excerpt(b"abcdef", limit=3) == "b'abc'..."
+
+
+def _file(tmp_path: Path, content: bytes, parse: object, fields: tuple[str, ...]) -> KernelFile:
+    path = tmp_path / "kernel-file"
+    path.write_bytes(content)
+    return KernelFile(str(path), parse, fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("content", "parse", "why"),
+    [
+        (b"a 1\nb\n", flat_keyed((Key("a", "f"),)), "a line without its value"),
+        (b"a 1\nc 2\n", flat_keyed((Key("a", "f"), Key("b", "g"))), "no 'b' line"),
+        (b"a 1\nc 2\n", one_key("b", "g"), "no 'b' line"),
+        (b"a x\n", flat_keyed((Key("a", "f"),)), "invalid literal for int() with base 10: b'x'"),
+        (b"12", single_value("f"), "cut short or empty"),
+        (b"", single_value("f"), "cut short or empty"),
+    ],
+)
+def test_garbage_is_a_value_error_naming_the_file_why_and_an_excerpt(
+    tmp_path: Path, content: bytes, parse: object, why: str
+) -> None:
+    f = _file(tmp_path, content, parse, ("f",))
+    values, failures = read_all((f,))
+    assert values == {}
+    ((failed, exc),) = failures
+    assert failed is f
+    assert type(exc) is ValueError
+    assert str(exc) == f"{f.path}: {why}: {content[:60]!r}"
+    with pytest.raises(ValueError) as raised:
+        f.read()
+    assert str(raised.value) == str(exc)
+
+
+def test_one_key_finds_its_line_anywhere_even_first(tmp_path: Path) -> None:
+    parse = one_key("cache", "f")
+    assert parse(b"cache 123\nrss 5\n") == {"f": 123}
+    assert parse(b"rss 5\ncache 123\n") == {"f": 123}
+    assert parse(b"rss 5\ncache 123\nmapped_file 7\n") == {"f": 123}
+    # Only whole keys: a longer key ending the same is another line.
+    assert parse(b"total_cache 9\ncache 123\n") == {"f": 123}
+    with pytest.raises(ValueError, match=r"^no 'cache' line$"):
+        parse(b"total_cache 9\n")
+    with pytest.raises(ValueError, match=r"^no 'cache' line$"):
+        parse(b"cache_x 9\n")
+
+
+def test_flat_keyed_scales_and_keeps_ints() -> None:
+    parse = flat_keyed((Key("usage_usec", "t", 1e6), Key("nr_periods", "n")))
+    values = parse(b"usage_usec 1500000\nnr_periods 7\n")
+    assert values == {"t": 1.5, "n": 7}
+    assert type(values["n"]) is int
+
+
+def test_single_and_scaled_values() -> None:
+    assert single_value("f")(b"4096\n") == {"f": 4096}
+    assert scaled_value("f", 1e9)(b"2500000000\n") == {"f": 2.5}

@@ -1,0 +1,110 @@
+"""What every source shares: the read context's bookkeeping, checked with plain numbers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+import psutil
+import pytest
+
+from opentelemetry.instrumentation.process import ProcessMetricsOptions
+from opentelemetry.instrumentation.process.facts import read_facts
+from opentelemetry.instrumentation.process.faultlog import FaultLog
+from opentelemetry.instrumentation.process.sources.base import (
+    MIN_UTILIZATION_WINDOW,
+    Delta,
+    Key,
+    ReadContext,
+)
+
+
+class Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+@pytest.fixture
+def lines() -> Lines:
+    handler = Lines()
+    logger = logging.getLogger("tests.sources_base")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    return handler
+
+
+def _context(faults: FaultLog, *, direct: bool = True) -> ReadContext:
+    process = psutil.Process()
+    facts = read_facts(process, cpu_frequency=False)
+    return ReadContext(
+        process=process,
+        facts=facts,
+        options=ProcessMetricsOptions(),
+        faults=faults,
+        direct=direct,
+    )
+
+
+def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: Lines) -> None:
+    faults = FaultLog(logger=logging.getLogger("tests.sources_base"))
+    ctx = _context(faults)
+    assert ctx.use_direct("threads") and ctx.use_direct("sockets")
+    ctx.direct_failed_once("threads", OSError(5, "Input/output error"))
+    assert not ctx.use_direct("threads")
+    assert ctx.use_direct("sockets")  # only the read that failed is given up
+    assert lines.lines == [
+        "WARNING process metrics: the direct Linux read 'threads' failed (OSError: "
+        "[Errno 5] Input/output error); psutil is used instead from now on."
+    ]
+    # After a fork the new context tries again, with the same fault log: the same
+    # fault is not said twice in a period, another one is.
+    again = _context(faults)
+    assert again.use_direct("threads")
+    again.direct_failed_once("threads", OSError(5, "Input/output error"))
+    again.direct_failed_once("threads", PermissionError(13, "Permission denied"))
+    assert len(lines.lines) == 2
+    assert "'threads' failed (PermissionError: [Errno 13] Permission denied)" in lines.lines[1]
+
+
+def test_direct_reads_off_are_never_tried() -> None:
+    ctx = _context(FaultLog(), direct=False)
+    assert not ctx.use_direct("threads")
+
+
+def test_a_counter_never_goes_down_and_a_new_key_starts_where_it_is() -> None:
+    ctx = _context(FaultLog())
+    assert ctx.monotonic("x", {("a",): 1.0}) == {("a",): 1.0}
+    # a went back (iowait does): held at its floor; b is new: taken as it is.
+    assert ctx.monotonic("x", {("a",): 0.5, ("b",): 3.0}) == {("a",): 1.0, ("b",): 3.0}
+    assert ctx.monotonic("x", {("a",): 2.0, ("b",): 2.0}) == {("a",): 2.0, ("b",): 3.0}
+    assert ctx.monotonic("y", {("a",): 0.0}) == {("a",): 0.0}  # floors are per name
+
+
+def _per_second(deltas: Mapping[Key, float], elapsed: float) -> dict[Key, float]:
+    return {k: v / elapsed for k, v in deltas.items()}
+
+
+def test_a_delta_is_the_change_over_the_elapsed_time_and_reused_within_the_window() -> None:
+    delta = Delta()
+    window = MIN_UTILIZATION_WINDOW
+    assert window == 0.1
+    assert delta.step(-1.0, {("a",): 10.0}, _per_second) is None  # the baseline
+    assert delta.step(0.0, {("a",): 12.0}, _per_second) == {("a",): 2.0}
+    # Within the window: the last value again, and the baseline is kept.
+    assert delta.step(0.05, {("a",): 99.0}, _per_second) == {("a",): 2.0}
+    # Exactly one window later: a new value, from the kept baseline.
+    assert delta.step(window, {("a",): 12.5}, _per_second) == {("a",): 0.5 / window}
+    # A counter that went down counts as no change, never as negative.
+    assert delta.step(1.0, {("a",): 11.0}, _per_second) == {("a",): 0.0}
+
+
+def test_no_time_elapsed_gives_no_ratio_rather_than_a_division_by_zero() -> None:
+    delta = Delta()
+    assert delta.step(5.0, {("a",): 1.0}, _per_second) is None
+    assert delta.step(5.0, {("a",): 2.0}, _per_second) is None
+    assert delta.step(6.0, {("a",): 4.0}, _per_second) == {("a",): 2.0}  # from the second
