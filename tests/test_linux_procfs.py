@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import psutil
 import pytest
@@ -40,9 +41,27 @@ def test_swap_totals_match_meminfo_and_psutil() -> None:
 
 def test_sysinfo_fields_are_where_the_kernel_puts_them() -> None:
     # The fields next to the swap ones, checked against the kernel's files: a
-    # wrong layout or unit shifts them all.
-    info = procfs._sysinfo()
+    # wrong layout or unit shifts them all. The struct is loaded here rather
+    # than taken from the module's once-per-process cache, so that this test
+    # runs the loading code whichever test ran first.
+    import ctypes
+
+    call, struct = procfs._load_sysinfo()
+    # struct sysinfo (include/uapi/linux/sysinfo.h): 64 bytes on 32-bit ABIs, 112 on 64-bit.
+    assert ctypes.sizeof(struct) == (112 if ctypes.sizeof(ctypes.c_long) == 8 else 64)
+    info = struct()
+    assert call(ctypes.byref(info)) == 0
     unit = info.mem_unit
+    meminfo = _meminfo()
+    assert info.totalswap * unit == meminfo["SwapTotal"]
+    # Buffers and Shmem move with I/O and tmpfs between the two reads.
+    assert abs(info.bufferram * unit - meminfo["Buffers"]) <= 64 << 20
+    assert abs(info.sharedram * unit - meminfo["Shmem"]) <= 64 << 20
+    assert abs(info.freeram * unit - meminfo["MemFree"]) <= 256 << 20
+    assert info.totalhigh == info.freehigh == 0 or sys.maxsize < 2**32  # highmem: 32-bit only
+    with open("/proc/loadavg") as f:
+        one_minute = float(f.read().split()[0])
+    assert abs(info.loads[0] / 65536 - one_minute) <= 0.5  # fixed point, SI_LOAD_SHIFT 16
     assert unit >= 1
     assert info.totalram * unit == _meminfo()["MemTotal"]
     with open("/proc/uptime") as f:
@@ -64,3 +83,79 @@ def test_thread_ids_are_the_task_listing() -> None:
     tids = procfs.thread_ids()
     assert sorted(tids) == sorted(t.id for t in psutil.Process().threads())
     assert len(tids) == psutil.Process().num_threads()
+
+
+_PENDING_CHILD = r"""
+import json, os, signal, threading
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
+from opentelemetry.instrumentation.process.linux import procfs
+
+reader = InMemoryMetricReader()
+metrics = ProcessMetrics(
+    ProcessMetricsOptions(include=("process.signals_pending",)),
+    meter_provider=MeterProvider(metric_readers=[reader]),
+)
+
+def reported():
+    data = reader.get_metrics_data()
+    return [p.value for rm in data.resource_metrics for sm in rm.scope_metrics
+            for m in sm.metrics if m.name == "process.signals_pending" for p in m.data.data_points]
+
+# One thread, so a process-directed signal can only wait, blocked, in this one.
+assert threading.active_count() == 1
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH})
+steps = [(procfs.status_counts(), reported())]
+os.kill(os.getpid(), signal.SIGUSR1)  # to the process: ShdPnd, bit 9
+steps.append((procfs.status_counts(), reported()))
+signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)  # to the thread: SigPnd, bit 11
+steps.append((procfs.status_counts(), reported()))
+signal.pthread_kill(threading.get_ident(), signal.SIGWINCH)  # SigPnd, bit 27
+os.kill(os.getpid(), signal.SIGWINCH)  # the same signal in ShdPnd too: still one
+steps.append((procfs.status_counts(), reported()))
+print(json.dumps({"steps": steps, "sigpending": sorted(signal.sigpending())}))
+"""
+
+
+def test_pending_signals_are_counted_from_status() -> None:
+    """Real signals, blocked and sent, in a one-thread child: to the process and to the thread.
+
+    A child, because a process-directed signal that some other thread of the
+    test runner has unblocked would be delivered there (and kill the runner).
+    """
+    import json
+    import signal
+    import subprocess
+
+    out = subprocess.run(
+        [sys.executable, "-c", _PENDING_CHILD], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    wanted = sorted([signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH])
+    assert got["sigpending"] == wanted
+    # (pending, threads) from status, and the metric of a collection just after.
+    assert got["steps"] == [[[0, 1], [0]], [[1, 1], [1]], [[2, 1], [2]], [[3, 1], [3]]]
+
+
+def test_a_status_without_its_lines_is_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel whose ``status`` lacks a line (a layout that cannot be made here, so faked)."""
+    import io
+
+    real = (
+        b"Name:\tpython\nThreads:\t4\nSigQ:\t0/63408\nSigPnd:\t0000000000000200\n"
+        b"ShdPnd:\t0000000000000a00\nSigBlk:\t0000000000000000\n"
+    )
+
+    def status(text: bytes) -> Any:
+        return lambda *_a, **_k: io.BytesIO(text)
+
+    monkeypatch.setattr(procfs, "open", status(real), raising=False)
+    assert procfs.status_counts() == (2, 4)  # bits 9 and 11: the union, once each
+    for missing in (b"SigPnd:", b"ShdPnd:", b"Threads:"):
+        lines = [line for line in real.splitlines(keepends=True) if not line.startswith(missing)]
+        monkeypatch.setattr(procfs, "open", status(b"".join(lines)), raising=False)
+        with pytest.raises(LookupError) as raised:
+            procfs.status_counts()
+        assert str(raised.value) == "SigPnd, ShdPnd or Threads not in /proc/self/status"
