@@ -2,13 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from .conftest import OpenRecorder
+from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
+
+from .conftest import OpenRecorder, collect, points
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux readers")
 
@@ -159,3 +168,129 @@ def test_a_status_without_its_lines_is_unknown(monkeypatch: pytest.MonkeyPatch) 
         with pytest.raises(LookupError) as raised:
             procfs.status_counts()
         assert str(raised.value) == "SigPnd, ShdPnd or Threads not in /proc/self/status"
+
+
+@pytest.fixture
+def real_swap(tmp_path: Path) -> Iterator[int]:
+    """A 16 MiB swap file, on for the test, then off and removed; its size in bytes.
+
+    This host has no swap, and 0 == 0 proves nothing about a swap reader.
+    Needs root, mkswap/swapon and a file system that takes swap files.
+    """
+    tools = [shutil.which(tool) for tool in ("mkswap", "swapon", "swapoff")]
+    if os.geteuid() != 0 or None in tools:
+        pytest.skip("a swap file needs root and mkswap, swapon and swapoff")
+    mkswap, swapon, swapoff = (str(tool) for tool in tools)
+    path = tmp_path / "swap"
+    with open(path, "wb") as f:
+        f.write(bytes(16 << 20))
+    path.chmod(0o600)
+    subprocess.run([mkswap, str(path)], check=True, capture_output=True)
+    on = subprocess.run([swapon, str(path)], capture_output=True, text=True)
+    if on.returncode != 0:
+        pytest.skip(f"swapon refused a swap file here: {on.stderr.strip()}")
+    try:
+        with open("/proc/swaps") as f:
+            rows = [line.split() for line in f.readlines()[1:]]
+        yield sum(int(row[2]) for row in rows) * 1024
+    finally:
+        subprocess.run([swapoff, str(path)], check=True, capture_output=True)
+
+
+def test_swap_of_a_real_swap_file(real_swap: int) -> None:
+    """The swap totals, and the paging metrics both ways, against /proc/swaps and meminfo."""
+    total, free = procfs.swap_totals()
+    assert total == real_swap == _meminfo()["SwapTotal"] == psutil.swap_memory().total > 0
+    assert isinstance(total, int) and isinstance(free, int)
+    assert abs(free - _meminfo()["SwapFree"]) <= 1 << 20  # pages may go out between reads
+    for direct in (True, False):
+        reader = InMemoryMetricReader()
+        with ProcessMetrics(
+            ProcessMetricsOptions(include=("system.paging.*",), direct_reads=direct),
+            meter_provider=MeterProvider(metric_readers=[reader]),
+        ):
+            got = collect(reader)
+        usage = {
+            dict(a)["system.paging.state"]: v for a, v in points(got["system.paging.usage"]).items()
+        }
+        assert usage["used"] + usage["free"] == real_swap
+        assert abs(usage["free"] - _meminfo()["SwapFree"]) <= 1 << 20
+        share = {
+            dict(a)["system.paging.state"]: v
+            for a, v in points(got["system.paging.utilization"]).items()
+        }
+        assert share == pytest.approx({state: v / real_swap for state, v in usage.items()})
+
+
+class _Sysinfo:
+    """A ``struct sysinfo`` as other kernels fill it (a layout this host cannot make)."""
+
+    def __init__(self, mem_unit: int) -> None:
+        self.totalswap, self.freeswap, self.mem_unit = 3000, 1000, mem_unit
+
+
+@pytest.mark.parametrize(
+    ("mem_unit", "expected"),
+    [
+        (4096, (3000 * 4096, 1000 * 4096)),  # 32-bit, more than 4 GiB: counts are in pages
+        (0, (3000, 1000)),  # kernels before 2.3.23 had no mem_unit: bytes
+        (1, (3000, 1000)),
+    ],
+)
+def test_swap_totals_scale_by_the_kernels_unit(
+    monkeypatch: pytest.MonkeyPatch, mem_unit: int, expected: tuple[int, int]
+) -> None:
+    monkeypatch.setattr(procfs, "_sysinfo", lambda: _Sysinfo(mem_unit))
+    got = procfs.swap_totals()
+    assert got == expected
+    assert all(type(v) is int for v in got)
+
+
+def test_a_failed_sysinfo_raises_the_errno(monkeypatch: pytest.MonkeyPatch) -> None:
+    """sysinfo(2) fails only on a bad pointer (EFAULT): the call is replaced to fail."""
+    import ctypes
+    import errno
+
+    call, struct = procfs._load_sysinfo()
+
+    def failing(_pointer: Any) -> int:
+        ctypes.set_errno(errno.EFAULT)
+        return -1
+
+    monkeypatch.setattr(procfs, "_LOADED", [(failing, struct)])
+    with pytest.raises(OSError) as raised:
+        procfs._sysinfo()
+    assert raised.value.errno == errno.EFAULT
+    assert raised.value.strerror == os.strerror(errno.EFAULT)
+    assert call is not failing
+
+
+def test_the_sysinfo_call_is_loaded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    loads: list[int] = []
+    real = procfs._load_sysinfo
+
+    def counted() -> Any:
+        loads.append(1)
+        return real()
+
+    monkeypatch.setattr(procfs, "_LOADED", [])
+    monkeypatch.setattr(procfs, "_load_sysinfo", counted)
+    first, second = procfs._sysinfo(), procfs._sysinfo()
+    assert len(loads) == 1
+    assert first.totalram == second.totalram == _meminfo()["MemTotal"] // first.mem_unit
+
+
+def _vmstat() -> dict[str, int]:
+    with open("/proc/vmstat") as f:
+        return {name: int(value) for name, value in (line.split() for line in f)}
+
+
+def test_page_faults_are_vmstats_major_and_the_rest() -> None:
+    before = _vmstat()
+    major, minor = procfs.page_faults()
+    after = _vmstat()
+    assert before["pgmajfault"] <= major <= after["pgmajfault"]
+    # pgfault counts every fault, major ones included.
+    low = before["pgfault"] - after["pgmajfault"]
+    high = after["pgfault"] - before["pgmajfault"]
+    assert low <= minor <= high
