@@ -126,12 +126,14 @@ def test_first_collection_is_divided_by_the_cgroup_cpu_quota(
 
         def throttled() -> dict[str, float]:
             procs.write_text(str(os.getpid()))
-            return _first_collection(provider, reader, busy=0.2)
+            return _first_collection(provider, reader, busy=0.4)
 
         got = in_child(throttled)
     assert got["lo"] / 0.5 * 0.97 <= got["util"] <= got["hi"] / 0.5 * 1.03, got
-    # The kernel enforces the quota per 100 ms period, not per collection.
-    assert got["hi"] <= 0.5 * 1.2, f"the quota did not apply: {got}"
+    # The kernel enforces the quota per 100 ms period, not per collection: a
+    # window of about 0.8 s may hold up to one period's allowance more than
+    # its share. Unthrottled, a busy loop would get about 1.0 here.
+    assert got["hi"] <= 0.5 * 1.3, f"the quota did not apply: {got}"
 
 
 def test_thread_count_follows_threads(
