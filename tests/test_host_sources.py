@@ -312,11 +312,15 @@ def test_interface_counters_are_proc_net_dev() -> None:
     """A private namespace: only lo, and only the packets sent here."""
 
     def body() -> dict[str, Any]:
+        # psutil adds counters it saw go down (nowrap) to their last value: the
+        # host's lo, seen by an earlier test of this process, is another interface.
+        psutil.net_io_counters.cache_clear()
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as rx:
             rx.bind(("127.0.0.1", 0))
             with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as tx:
                 for size in (10, 200, 3000):
                     tx.sendto(b"x" * size, rx.getsockname())
+        before = net_dev()
         reading = host._system_network(context(DEFAULT))
         names = ["bytes", "packets", "dropped", "errors"]
         metrics = {
@@ -326,6 +330,7 @@ def test_interface_counters_are_proc_net_dev() -> None:
             "errors": "system.network.errors",
         }
         return {
+            "before": before,
             "proc": net_dev(),
             "reading": {field: named(reading[field]) for field in names},
             "psutil": {n: c._asdict() for n, c in psutil.net_io_counters(pernic=True).items()},
@@ -336,7 +341,7 @@ def test_interface_counters_are_proc_net_dev() -> None:
 
     got = in_namespace(CLONE_NEWNET, body)
     proc = got["proc"]
-    assert proc == got["after"]  # nothing moved during the reads
+    assert got["before"] == proc == got["after"]  # nothing moved during the reads
     assert proc["packets"]["lo/receive"] >= 3 and proc["bytes"]["lo/transmit"] >= 3210
     assert got["reading"] == proc
     # psutil read the same columns.
