@@ -136,7 +136,7 @@ def _vmstat(ctx: ReadContext) -> Reading:
 def _filesystem(ctx: ReadContext) -> Reading:
     usage: dict[Key, int] = {}
     util: dict[Key, float] = {}
-    for part in psutil.disk_partitions(all=False):
+    for part in psutil.disk_partitions():  # of devices only (all=False)
         try:
             du = psutil.disk_usage(part.mountpoint)
         except OSError:
