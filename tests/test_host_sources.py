@@ -33,7 +33,7 @@ from opentelemetry.instrumentation.process.linux import procfs, sock_diag
 from opentelemetry.instrumentation.process.sources import host
 from opentelemetry.instrumentation.process.sources.base import Key, ReadContext
 
-from .conftest import collect, points
+from .conftest import HOST_MODES, collect, points
 from .forked import in_child
 from .test_linux_sock_diag import Scene, build_all_states
 
@@ -532,3 +532,31 @@ def test_filesystems_are_the_mounts_and_their_statvfs(tmp_path: Path) -> None:
     assert got["reading"] == {"usage": got["usage"], "utilization": got["share"]}
     assert got["sdk_names"] == sorted(FS_ATTRIBUTES)
     assert sorted(got["sdk"]) == sorted(got["usage"])
+
+
+# -- system.cpu.time ----------------------------------------------------------------
+
+
+def cpu_modes(rows: list[Any], per_cpu: bool) -> dict[tuple[Any, str], float]:
+    """psutil's CPU times read here, summed into the conventions' cpu.mode."""
+    out: dict[tuple[Any, str], float] = {}
+    for n, row in enumerate(rows):
+        for mode, fields in HOST_MODES.items():
+            present = [getattr(row, f) for f in fields if hasattr(row, f)]
+            if present:
+                out[(n if per_cpu else None, mode)] = sum(present)
+    return out
+
+
+@pytest.mark.parametrize("per_cpu", [False, True])
+def test_cpu_time_by_mode_is_between_psutils_reads_around_it(per_cpu: bool) -> None:
+    def read() -> dict[tuple[Any, str], float]:
+        rows = psutil.cpu_times(percpu=True) if per_cpu else [psutil.cpu_times()]
+        return cpu_modes(rows, per_cpu)
+
+    before = read()
+    got = host._system_cpu(context(ProcessMetricsOptions(per_cpu=per_cpu)))["time"]
+    after = read()
+    assert set(got) == set(before)
+    for key, value in got.items():
+        assert before[key] <= value <= after[key], key
