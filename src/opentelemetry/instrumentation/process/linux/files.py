@@ -206,13 +206,14 @@ def one_key(key: str, field: str) -> Callable[[bytes], Values]:
     It finds the line instead of splitting the whole file.
     """
     needle = b"\n" + key.encode() + b" "
+    first = needle[1:]  # the line when it opens the file
 
     def parse(data: bytes) -> Values:
         at = data.find(needle)
         if at >= 0:
             start = at + len(needle)
-        elif data.startswith(needle[1:]):
-            start = len(needle) - 1
+        elif data.startswith(first):
+            start = len(first)
         else:
             raise ValueError(f"no {key!r} line")
         return {field: int(data[start : data.index(b"\n", start)])}
