@@ -311,9 +311,13 @@ def test_gc_collections_follow_gc_collect(
 
     instrument()
     key = {"cpython.gc.generation": 2}
-    before = value(collect(reader)["cpython.gc.collections"], **key)
-    gc.collect()
-    assert value(collect(reader)["cpython.gc.collections"], **key) == before + 1
+    gc.disable()  # no automatic collection in between: only the one below counts
+    try:
+        before = value(collect(reader)["cpython.gc.collections"], **key)
+        gc.collect()
+        assert value(collect(reader)["cpython.gc.collections"], **key) == before + 1
+    finally:
+        gc.enable()
 
 
 def test_context_switches_count_all_threads(
