@@ -94,9 +94,11 @@ def test_psutils_path_keeps_the_busiest_threads_user_plus_system(
     reader: InMemoryMetricReader,
     jobs: list[Job],
 ) -> None:
+    # Idle threads first: lower ids than the burners, so that only CPU time ranks.
+    jobs += [Job("idle-1"), Job("idle-2")]
     user = Job("user-burner", user=0.12)
     system = Job("system-burner", system=0.12)
-    jobs += [user, system, Job("idle-1"), Job("idle-2")]  # newer and idle: below the cut
+    jobs += [user, system]
     ranked = _ranked(all_thread_times())
     keep = max(ranked.index(user.tid), ranked.index(system.tid)) + 1
     assert keep < len(ranked), ranked

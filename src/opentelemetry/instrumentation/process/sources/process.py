@@ -200,7 +200,8 @@ class _Groups:
 
 
 def _thread_groups(ctx: ReadContext) -> Reading:
-    groups: _Groups = ctx.state.setdefault(_GROUPS, _Groups())
+    # Any key apart from the other sources' would do, None included.
+    groups: _Groups = ctx.state.setdefault(_GROUPS, _Groups())  # pragma: no mutate
     names = _python_names()
     current: dict[int, tuple[str | None, float, float]] = {}
     for t in _psutil_threads(ctx):
