@@ -73,11 +73,11 @@ class _StartTimeUnknown(psutil.Process):
         try:
             super().__init__()
         finally:
-            self._constructing = False
+            self._constructing = False  # pragma: no mutate - None is as false as False
 
     def create_time(self) -> float:
         if self._constructing:
-            raise psutil.AccessDenied(os.getpid())
+            raise psutil.AccessDenied(os.getpid())  # pragma: no mutate - psutil swallows it
         return super().create_time()
 
 

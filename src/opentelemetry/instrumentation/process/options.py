@@ -172,7 +172,7 @@ def _check_pattern(option: str, pattern: str) -> None:
     if metric is None:
         import difflib  # only on this error path: it costs memory at import
 
-        close = difflib.get_close_matches(pattern, METRICS_BY_NAME, n=1)
+        close = difflib.get_close_matches(pattern, METRICS_BY_NAME)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
             f"{option}: unknown metric name {show(pattern)}{hint}; allowed: names or globs "

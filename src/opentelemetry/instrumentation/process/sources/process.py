@@ -185,6 +185,10 @@ def name_pattern(name: str | None) -> str | None:
     return None if name is None else _DIGITS.sub("N", name)
 
 
+_GROUPS = "process.threads"
+"""Where the by-name read keeps its thread-name groups between reads."""
+
+
 @dataclass
 class _Groups:
     """CPU time by thread-name pattern, counting threads that have exited."""
@@ -196,7 +200,8 @@ class _Groups:
 
 
 def _thread_groups(ctx: ReadContext) -> Reading:
-    groups: _Groups = ctx.state.setdefault("process.threads", _Groups())
+    # Any key apart from the other sources' would do, None included.
+    groups: _Groups = ctx.state.setdefault(_GROUPS, _Groups())  # pragma: no mutate
     names = _python_names()
     current: dict[int, tuple[str | None, float, float]] = {}
     for t in _psutil_threads(ctx):

@@ -1,0 +1,349 @@
+"""Edges of the process sources: psutil's thread ranking, a failed direct read, Windows
+handles on a faked platform, a shared thread listing, hook faults, the SDK's export
+lock, and the value excerpts of error messages.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import io
+import logging
+import math
+import os
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psutil
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
+from opentelemetry.instrumentation.process import sdk_fork_guard as forks
+from opentelemetry.instrumentation.process.options import show
+from opentelemetry.instrumentation.process.snapshot import SnapshotCache
+from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
+from opentelemetry.instrumentation.process.sources import process as process_source
+
+from . import forkapps
+from .conftest import OpenRecorder, collect, points
+from .forked import in_child
+from .threadjobs import Job, all_thread_times
+
+THREAD_CPU = "process_metrics.thread.cpu.time"
+ON_LINUX = sys.platform.startswith("linux")
+
+
+class _Lines(logging.Handler):
+    """The package's log records as ``LEVEL message``."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{record.levelname} {record.getMessage()}")
+
+
+@pytest.fixture
+def logged() -> Iterator[_Lines]:
+    handler = _Lines()
+    logger = logging.getLogger("opentelemetry.instrumentation.process")
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)
+    logger.setLevel(level)
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[Job]]:
+    started: list[Job] = []
+    yield started
+    for job in started:
+        job.release.set()
+
+
+def _by_thread(reader: InMemoryMetricReader) -> dict[int, dict[str, float]]:
+    """One collection's per-thread CPU series: tid -> {cpu.mode: seconds}."""
+    out: dict[int, dict[str, float]] = {}
+    for attributes, value in points(collect(reader)[THREAD_CPU]).items():
+        a = dict(attributes)
+        out.setdefault(a["thread.id"], {})[a["cpu.mode"]] = value
+    return out
+
+
+def _modes(times: tuple[float, float]) -> dict[str, float]:
+    return {"user": times[0], "system": times[1]}
+
+
+def _ranked(times: dict[int, tuple[float, float]]) -> list[int]:
+    """Thread ids busiest first (user + system), ties by lower id."""
+    return sorted(times, key=lambda tid: (-sum(times[tid]), tid))
+
+
+# --- psutil's path: every thread read, the busiest kept
+
+
+@pytest.mark.skipif(not ON_LINUX, reason="sleeping threads are told apart in /proc")
+def test_psutils_path_keeps_the_busiest_threads_user_plus_system(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    jobs: list[Job],
+) -> None:
+    # Idle threads first: lower ids than the burners, so that only CPU time ranks.
+    jobs += [Job("idle-1"), Job("idle-2")]
+    user = Job("user-burner", user=0.12)
+    system = Job("system-burner", system=0.12)
+    jobs += [user, system]
+    ranked = _ranked(all_thread_times())
+    keep = max(ranked.index(user.tid), ranked.index(system.tid)) + 1
+    assert keep < len(ranked), ranked
+    instrument(per_thread=True, direct_reads=False, max_thread_series=2 * keep)
+    got = _by_thread(reader)
+    truth = all_thread_times()  # only threads that are running move, the callers'
+    assert set(got) == set(_ranked(truth)[:keep]), (got, truth)
+    for job in (user, system):
+        assert got[job.tid] == _modes(truth[job.tid]), (got, truth)
+
+
+# --- the direct read: given up after its first failure
+
+
+@pytest.mark.skipif(not ON_LINUX, reason="the direct read is Linux-only")
+def test_a_failing_direct_thread_read_is_tried_once_then_psutil_serves(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    logged: _Lines,
+    jobs: list[Job],
+) -> None:
+    calls: list[int] = []
+
+    def refused(limit: int, *, tids: Any = None) -> Any:  # a fault: a seccomp filter
+        calls.append(limit)
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(process_source.threads, "busiest_threads", refused)
+    job = Job("burner", user=0.05, system=0.03)
+    jobs.append(job)
+    instrument(per_thread=True, direct_reads=True, max_thread_series=200)
+    for _ in range(3):
+        got = _by_thread(reader)
+        assert got[job.tid] == _modes(job.times()), got
+    assert len(calls) == 1, "the failed direct read is not tried again"
+    warnings = [line for line in logged.lines if "direct Linux read" in line]
+    assert warnings == [
+        "WARNING process metrics: the direct Linux read 'threads' failed (PermissionError: "
+        "[Errno 1] Operation not permitted); psutil is used instead from now on."
+    ], logged.lines
+
+
+# --- the thread count: taken from the listing the per-thread read made
+
+
+@pytest.mark.skipif(not ON_LINUX, reason="counts the opens of /proc files")
+@pytest.mark.parametrize(
+    ("direct_reads", "by"), [(True, "thread"), (False, "thread"), (True, "name")]
+)
+def test_the_thread_count_reuses_the_per_thread_listing(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    opens: OpenRecorder,
+    direct_reads: bool,
+    by: str,
+) -> None:
+    instrument(per_thread=True, direct_reads=direct_reads, thread_series_by=by)
+    collect(reader)
+    with opens.recording() as paths:
+        got = collect(reader)
+    listed = len(os.listdir("/proc/self/task"))  # no thread started or ended meanwhile
+    assert points(got["process.thread.count"]) == {frozenset(): listed}
+    # psutil would read the count from status: the listing made it needless.
+    assert not [p for p in paths if p.endswith("/status")], paths
+
+
+# --- Windows handles, on a faked Windows
+
+
+def _fake_windows(monkeypatch: pytest.MonkeyPatch, *, with_handles: bool) -> None:
+    # As tests/test_platforms.py fakes it; psutil gets the call it has on Windows,
+    # answered with this process's descriptors (what Windows handles stand for).
+    monkeypatch.setattr(psutil, "WINDOWS", True)
+    monkeypatch.setattr(psutil, "LINUX", False)
+    monkeypatch.setattr(sys, "platform", "win32")
+    if with_handles:
+        monkeypatch.setattr(
+            psutil.Process, "num_handles", lambda self: self.num_fds(), raising=False
+        )
+
+
+@pytest.mark.skipif(not hasattr(psutil.Process, "num_fds"), reason="counts descriptors")
+def test_windows_handles_are_psutils_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Bound first: psutil's constructor itself would take the Windows path.
+    cache = SnapshotCache(ProcessMetricsOptions(), ["process.num_handles"])
+    _fake_windows(monkeypatch, with_handles=True)
+    assert SOURCES["process.num_handles"].supported() is True
+    try:
+        got = cache.snapshot().readings["process.num_handles"]
+        fds = len(os.listdir("/proc/self/fd" if ON_LINUX else "/dev/fd"))
+    finally:
+        cache.close()
+    assert got == {"count": fds}
+    assert type(got["count"]) is int
+
+
+def test_a_psutil_without_the_call_has_no_windows_handles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _fake_windows(monkeypatch, with_handles=False)
+    monkeypatch.delattr(psutil.Process, "num_handles", raising=False)
+    assert SOURCES["process.num_handles"].supported() is False
+
+
+def test_availability_is_psutils_own_methods(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Checked when asked, not when imported: psutil can be patched in between.
+    has_io = process_source._has("io_counters")
+    has_handles = process_source._has("num_handles")
+    assert has_io() is hasattr(psutil.Process, "io_counters")
+    assert has_handles() is (sys.platform == "win32")
+    monkeypatch.setattr(psutil.Process, "num_handles", lambda self: 0, raising=False)
+    assert has_handles() is True
+    monkeypatch.delattr(psutil.Process, "io_counters")
+    assert has_io() is False
+
+
+# --- hook faults: each one said once, per source, hook and exception type
+
+
+def _failing_open(
+    monkeypatch: pytest.MonkeyPatch, name: str, fail: Callable[[ReadContext], bool]
+) -> None:
+    monkeypatch.setitem(SOURCES, name, dataclasses.replace(SOURCES[name], open=fail))  # type: ignore[arg-type]
+
+
+def test_each_source_whose_hook_fails_is_said(
+    monkeypatch: pytest.MonkeyPatch, logged: _Lines
+) -> None:
+    def broken(_ctx: ReadContext) -> bool:  # a fault injected: the runtime refuses a hook
+        raise RuntimeError("no hook")
+
+    names = ["cpython.gc_pauses", "asyncio.loops"]
+    for name in names:
+        _failing_open(monkeypatch, name, broken)
+    cache = SnapshotCache(ProcessMetricsOptions(), names)
+    cache.close()
+    assert [line for line in logged.lines if "could not" in line] == [
+        f"WARNING process metrics: could not open source {name!r} (RuntimeError: no hook); "
+        "the metrics it feeds are left out."
+        for name in names
+    ]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_hook_failing_otherwise_after_a_fork_is_said_again(
+    monkeypatch: pytest.MonkeyPatch, logged: _Lines
+) -> None:
+    parent = os.getpid()
+
+    def broken(_ctx: ReadContext) -> bool:  # a fault injected: another one in the child
+        raise (RuntimeError if os.getpid() == parent else KeyError)("no hook")
+
+    _failing_open(monkeypatch, "cpython.gc_pauses", broken)
+    cache = SnapshotCache(ProcessMetricsOptions(), ["cpython.gc_pauses"])
+    try:
+        assert len([line for line in logged.lines if "could not" in line]) == 1
+
+        def child() -> dict[str, Any]:
+            return {"log": [line for line in logged.lines if "could not" in line]}
+
+        got = in_child(child)
+    finally:
+        cache.close()
+    assert got["log"][1:] == [
+        "WARNING process metrics: could not open source 'cpython.gc_pauses' "
+        "(KeyError: 'no hook'); the metrics it feeds are left out."
+    ], got
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
+def test_clean_ups_failing_otherwise_in_two_unhooked_forks_are_each_said(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch,
+    logged: _Lines,
+) -> None:
+    instrument()
+    collect(reader)
+    parent = os.getpid()
+
+    def broken(_provider: Any) -> None:  # a fault injected: the SDK's internals moved
+        raise (RuntimeError if os.getppid() == parent else LookupError)("no such lock")
+
+    monkeypatch.setattr(forks, "after_fork_without_hooks", broken)
+
+    def grandchild() -> dict[str, Any]:
+        collect(reader)
+        return {"log": [line for line in logged.lines if "clean-up" in line]}
+
+    def child() -> dict[str, Any]:
+        collect(reader)
+        return in_child(grandchild, fork=forkapps.c_fork)
+
+    got = in_child(child, fork=forkapps.c_fork)
+    assert got["log"] == [
+        "WARNING process metrics: the clean-up after a fork without at-fork hooks failed "
+        f"({error}: no such lock)."
+        for error in ("RuntimeError", "LookupError")
+    ], got
+
+
+# --- the SDK's export lock after a fork without hooks
+
+
+def test_a_held_export_lock_is_replaced_beside_readers_that_have_none(
+    logged: _Lines,
+) -> None:
+    from opentelemetry.sdk.metrics.export import (
+        ConsoleMetricExporter,
+        PeriodicExportingMetricReader,
+    )
+
+    periodic = PeriodicExportingMetricReader(
+        ConsoleMetricExporter(out=io.StringIO()), export_interval_millis=math.inf
+    )
+    # The in-memory reader first: it has no export lock at all.
+    provider = MeterProvider(metric_readers=[InMemoryMetricReader(), periodic])
+    held = periodic._export_lock
+    held.acquire()  # as a thread of the parent would have left it
+    try:
+        forks.after_fork_without_hooks(provider)
+        fresh = periodic._export_lock
+        assert fresh is not held and not fresh.locked()
+    finally:
+        held.release()
+        provider.shutdown()
+
+
+# --- value excerpts in error messages
+
+
+def test_a_repr_of_exactly_the_limit_is_shown_whole() -> None:
+    text = "x" * 8
+    assert show(text, 10) == repr(text) == "'xxxxxxxx'"
+    longer = "x" * 9
+    assert show(longer, 10) == repr(longer)[:5] + "...)" + repr(longer)[-1]
+
+
+def test_containers_of_exactly_the_limit_keep_their_type_in_the_excerpt() -> None:
+    fields = [f"f{i}" for i in range(30)]
+    row = collections.namedtuple("row", fields)(*range(30))  # type: ignore[misc]
+    counts = collections.Counter({f"k{i}": i + 1 for i in range(30)})
+    for value in (row, counts):
+        text = repr(value)
+        assert len(value) == 30 and len(text) > 30
+        assert show(value, 30) == text[:25] + "...)" + text[-1], value
