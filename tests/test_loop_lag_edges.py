@@ -16,6 +16,7 @@ import math
 import os
 import signal
 import statistics
+import sys
 import threading
 import time
 import warnings
@@ -95,6 +96,23 @@ def test_merged_windows_read_as_one_window_fed_every_sample() -> None:
     assert got == whole.summary(None)
 
 
+def test_p99_of_a_long_window_leaves_out_its_top_one_percent() -> None:
+    window = loop_lag._Window()
+    for _ in range(199):
+        window.add(0.001)
+    window.add(0.5)
+    window.add(150.0)  # above the last bucket (about 105 s)
+    got = window.summary(None)
+    # Buckets: 100 us * 2**(k/4); 0.001 s falls in the one up to 100 us * 2**3.5.
+    bound = min(b for b in (1e-4 * 2 ** (k / 4) for k in range(81)) if b >= 0.001)
+    # 201 samples: the 199th smallest is the p99, and it is 1 ms.
+    assert got.p99 is not None and math.isclose(got.p99, bound)
+    assert got.p50 is not None and math.isclose(got.p50, bound)
+    assert got.max == 150.0 and got.samples == 201
+    # The top sample is above every bucket: its percentile is the window's maximum.
+    assert window.percentile(1.0) == 150.0
+
+
 # --- utilisation
 
 
@@ -104,10 +122,13 @@ def _run_windows(monitor: LoopLagMonitor, loop: asyncio.AbstractEventLoop) -> li
     async def block() -> None:
         time.sleep(0.4)
 
+    async def idle() -> None:
+        await asyncio.sleep(0.2)
+
     out: list[Any] = []
-    for coro_factory in (lambda: asyncio.sleep(0.2), block, lambda: asyncio.sleep(0.2)):
+    for body in (idle, block, idle):
         t0 = time.perf_counter()
-        loop.run_until_complete(coro_factory())
+        loop.run_until_complete(body())
         outer = time.perf_counter() - t0
         out.append((monitor.read()["MainThread"].utilization, outer))
     return out
@@ -303,36 +324,119 @@ def test_a_loop_found_running_elsewhere_begins_without_the_starters_context() ->
     holder: dict[str, Any] = {}
 
     async def app() -> None:
-        holder["loop"] = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
         running.set()
         release.wait(10)  # blocks the loop: the begin call waits in its queue
-        holder["wrapped"] = "select" in vars(holder["loop"]._selector)
+        holder["wrapped"] = "select" in vars(loop._selector)  # type: ignore[attr-defined]
         await asyncio.sleep(0.1)
+        # Read while this run goes on: the loop's later runs begin from the hook.
+        await loop.run_in_executor(None, lambda: holder.setdefault("got", found.read()))
 
+    found = LoopLagMonitor(interval=INTERVAL)
     thread = _in_thread("elsewhere", lambda: asyncio.run(app()))
     assert running.wait(10)
     payload = _Payload()
     ref = weakref.ref(payload)
     token = var.set(payload)
-    monitor = LoopLagMonitor(interval=INTERVAL)
     try:
-        monitor.start()
+        found.start()
         var.reset(token)
         del payload
         gc.collect()
         kept = ref() is not None
         release.set()
         thread.join(10)
-        got = monitor.read()
     finally:
         release.set()
-        monitor.stop()
+        found.stop()
     assert kept is False
     assert holder["wrapped"] is False  # begun only once the loop ran again
-    lag = got["elsewhere"]
+    lag = holder["got"]["elsewhere"]
     assert lag.samples > 0
     # A selector loop: its select is timed, as for a loop that starts later.
     assert lag.utilization is not None and 0.0 <= lag.utilization <= 1.0
+
+
+def test_stopped_before_its_queued_begin_ran_a_probe_leaves_nothing_on_the_loop() -> None:
+    """start() finds a busy loop elsewhere and queues its begin; stop() comes first."""
+    running, release = threading.Event(), threading.Event()
+    holder: dict[str, Any] = {}
+
+    async def app() -> None:
+        loop = asyncio.get_running_loop()
+        running.set()
+        release.wait(10)  # blocks the loop: the begin, then the pause, wait in its queue
+        await asyncio.sleep(0.05)  # both have run
+        holder["select"] = "select" in vars(loop._selector)  # type: ignore[attr-defined]
+        holder["timers"] = _live_timers(loop)
+
+    thread = _in_thread("queued", lambda: asyncio.run(app()))
+    assert running.wait(10)
+    monitor = LoopLagMonitor(interval=INTERVAL)
+    try:
+        monitor.start()
+        monitor.stop()
+    finally:
+        release.set()
+        thread.join(10)
+    assert holder == {"select": False, "timers": 0}
+
+
+class _FailingTickClock(asyncio.SelectorEventLoop):
+    """A loop whose clock fails when the probe's tick reads it, from the third tick on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tick_reads = 0
+
+    def time(self) -> float:
+        # Only the probe is hurt: asyncio itself reads the clock too.
+        if "tick" in sys._getframe(1).f_code.co_name:
+            self.tick_reads += 1
+            if self.tick_reads > 2:
+                raise OSError("clock failed")
+        return super().time()
+
+
+def test_stop_inside_a_loop_whose_probe_failed_leaves_the_loop_clean() -> None:
+    monitor = LoopLagMonitor(interval=INTERVAL)
+    monitor.start()
+    loop = _FailingTickClock()
+    errors: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+
+    async def stop_inside() -> int:
+        monitor.stop()  # the failed probe and the loop's new one, from the loop's thread
+        return _live_timers(loop)
+
+    try:
+        loop.run_until_complete(asyncio.sleep(0.3))  # the probe fails on its third tick
+        left = loop.run_until_complete(stop_inside())
+        loop.run_until_complete(asyncio.sleep(0.05))
+    finally:
+        loop.close()
+        monitor.stop()
+    assert loop.tick_reads == 3
+    assert left == 0
+    assert errors == []
+
+
+def test_a_failing_stop_hook_never_breaks_the_loops_stop() -> None:
+    failing, working = LoopLagMonitor(interval=INTERVAL), LoopLagMonitor(interval=INTERVAL)
+    failing.start()
+    working.start()
+
+    def fail(loop: asyncio.AbstractEventLoop) -> None:
+        raise RuntimeError("injected")
+
+    failing._on_stop = fail  # type: ignore[method-assign]  # the fault, injected
+    try:
+        asyncio.run(asyncio.sleep(0.05))  # returns normally
+        got = working.read()
+    finally:
+        failing.stop()
+        working.stop()
+    assert got["MainThread"].samples > 0
 
 
 class _Closing:
@@ -378,12 +482,12 @@ def test_stop_on_a_loop_closed_meanwhile_does_not_raise() -> None:
     closing = _Closing()
     try:
         loop.run_until_complete(asyncio.sleep(0.05))
-        loop.call_soon_threadsafe = closing  # type: ignore[method-assign]
+        loop.call_soon_threadsafe = closing  # type: ignore[method-assign,assignment]
         monitor.stop()
         assert closing.calls == 1
         assert not monitor.started
     finally:
-        del loop.call_soon_threadsafe  # type: ignore[attr-defined]
+        del loop.call_soon_threadsafe
         loop.close()
         monitor.stop()
 
@@ -448,6 +552,7 @@ def test_a_loop_forked_from_its_own_callback_keeps_no_tick_in_the_child(
     async def app() -> int:
         loop = asyncio.get_running_loop()
         await asyncio.sleep(0.1)  # ticking
+        monitor.reset()  # same process: a no-op, the probe goes on
         assert _live_timers(loop) == 1  # the probe's pending tick
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
