@@ -698,7 +698,8 @@ _hooks = _Hooks()
 
 def hooks_installed() -> list[tuple[str, str]]:
     """(owner, attribute) of each hook installed now; for tests and diagnostics."""
-    return [(getattr(o, "__name__", repr(o)), name) for o, name, _, _ in _hooks.installed]
+    # The owners are modules and classes: each has a name.
+    return [(o.__name__, name) for o, name, _, _ in _hooks.installed]
 
 
 if hasattr(os, "register_at_fork"):
