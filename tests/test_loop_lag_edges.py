@@ -14,6 +14,7 @@ import gc
 import json
 import math
 import os
+import selectors
 import signal
 import statistics
 import sys
@@ -58,8 +59,13 @@ def monitor() -> Iterator[LoopLagMonitor]:
 
 
 def _live_timers(loop: asyncio.AbstractEventLoop) -> int:
-    """Timers on an asyncio loop's own heap that are not cancelled (asyncio's truth)."""
-    return sum(1 for h in loop._scheduled if not h.cancelled())  # type: ignore[attr-defined]
+    """Timers of an asyncio loop that are not cancelled (asyncio's truth).
+
+    Those on its heap, and those already due, moved to its ready queue in the
+    iteration that runs the caller.
+    """
+    due = [h for h in loop._ready if isinstance(h, asyncio.TimerHandle)]  # type: ignore[attr-defined]
+    return sum(1 for h in [*loop._scheduled, *due] if not h.cancelled())  # type: ignore[attr-defined]
 
 
 def _in_thread(name: str, body: Any) -> threading.Thread:
@@ -398,27 +404,152 @@ class _FailingTickClock(asyncio.SelectorEventLoop):
         return super().time()
 
 
-def test_stop_inside_a_loop_whose_probe_failed_leaves_the_loop_clean() -> None:
+def _failed_probe() -> tuple[LoopLagMonitor, _FailingTickClock, list[dict[str, Any]]]:
+    """A monitor whose probe failed on its loop's third tick; the loop stopped, not closed."""
     monitor = LoopLagMonitor(interval=INTERVAL)
     monitor.start()
     loop = _FailingTickClock()
     errors: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    loop.run_until_complete(asyncio.sleep(0.3))
+    assert loop.tick_reads == 3
+    return monitor, loop, errors
 
-    async def stop_inside() -> int:
-        monitor.stop()  # the failed probe and the loop's new one, from the loop's thread
-        return _live_timers(loop)
 
+def test_a_failed_probe_gives_its_last_window_once() -> None:
+    monitor, loop, errors = _failed_probe()
     try:
-        loop.run_until_complete(asyncio.sleep(0.3))  # the probe fails on its third tick
-        left = loop.run_until_complete(stop_inside())
-        loop.run_until_complete(asyncio.sleep(0.05))
+        last = monitor.read()
+        after = monitor.read()
+    finally:
+        monitor.stop()
+        loop.close()
+    assert last["MainThread"].samples == 2  # the two ticks before the fault
+    assert after == {}  # the loop is still open, but its probe is gone
+    assert errors == []
+
+
+def test_stop_after_a_probe_failed_leaves_its_loop_clean() -> None:
+    monitor, loop, errors = _failed_probe()
+    try:
+        monitor.stop()  # not from the loop's thread: its pause waits in the loop's queue
+        loop.run_until_complete(asyncio.sleep(0.05))  # ... and runs here
     finally:
         loop.close()
         monitor.stop()
-    assert loop.tick_reads == 3
-    assert left == 0
     assert errors == []
+
+
+def test_ticks_keep_nothing_of_the_context_that_started_the_loop() -> None:
+    var: contextvars.ContextVar[_Payload] = contextvars.ContextVar("var")
+    monitor = LoopLagMonitor(interval=INTERVAL)
+    monitor.start()
+    loop = asyncio.new_event_loop()
+    try:
+        payload = _Payload()
+        ref = weakref.ref(payload)
+        token = var.set(payload)
+        loop.run_until_complete(asyncio.sleep(0.1))  # started here, ticked many times
+        var.reset(token)
+        del payload
+        gc.collect()
+        assert ref() is None  # the loop is still open, its cancelled tick still on its heap
+    finally:
+        loop.close()
+        monitor.stop()
+
+
+def test_a_read_during_a_run_counts_that_run_from_its_start() -> None:
+    monitor = LoopLagMonitor(interval=NO_TICK)
+    blocked, release = threading.Event(), threading.Event()
+    blocks: list[float] = []
+
+    async def app() -> None:
+        t0 = time.perf_counter()
+        time.sleep(0.3)
+        blocks.append(time.perf_counter() - t0)
+        blocked.set()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+
+    monitor.start()
+    try:
+        t0 = time.perf_counter()
+        thread = _in_thread("reading", lambda: asyncio.run(app()))
+        assert blocked.wait(10)
+        time.sleep(0.05)  # the loop now waits in select
+        got = monitor.read()
+        outer = time.perf_counter() - t0
+    finally:
+        release.set()
+        thread.join(10)
+        monitor.stop()
+    lag = got["reading"]
+    assert lag.utilization is not None
+    # Busy at least for the block, running no longer than the test's clock saw.
+    assert lag.utilization >= blocks[0] / outer
+
+
+class _SlottedSelector:
+    """A selector whose instances have no ``__dict__``: its select cannot be wrapped."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self) -> None:
+        self.inner = selectors.DefaultSelector()
+
+    def register(self, *args: Any) -> Any:
+        return self.inner.register(*args)
+
+    def unregister(self, fileobj: Any) -> Any:
+        return self.inner.unregister(fileobj)
+
+    def modify(self, *args: Any) -> Any:
+        return self.inner.modify(*args)
+
+    def select(self, timeout: float | None = None) -> Any:
+        return self.inner.select(timeout)
+
+    def get_key(self, fileobj: Any) -> Any:
+        return self.inner.get_key(fileobj)
+
+    def get_map(self) -> Any:
+        return self.inner.get_map()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_loop_whose_select_cannot_be_timed_is_probed_without_utilisation(
+    monitor: LoopLagMonitor,
+) -> None:
+    loop = asyncio.SelectorEventLoop(selector=_SlottedSelector())  # type: ignore[arg-type]
+    try:
+        loop.run_until_complete(asyncio.sleep(0.1))
+    finally:
+        loop.close()
+    lag = monitor.read()["MainThread"]
+    assert lag.samples > 0
+    assert lag.utilization is None
+
+
+def test_a_select_wrapped_by_someone_else_first_is_left_alone(monitor: LoopLagMonitor) -> None:
+    loop = asyncio.new_event_loop()
+    selector: Any = loop._selector  # type: ignore[attr-defined]
+    original = selector.select
+
+    def theirs(timeout: float | None = None) -> Any:
+        return original(timeout)
+
+    selector.select = theirs
+    try:
+        loop.run_until_complete(asyncio.sleep(0.1))
+        during = vars(selector)["select"]
+    finally:
+        loop.close()
+    assert during is theirs
+    lag = monitor.read()["MainThread"]
+    assert lag.samples > 0
+    assert lag.utilization is None  # not measured rather than measured through theirs
 
 
 def test_a_failing_stop_hook_never_breaks_the_loops_stop() -> None:
