@@ -241,6 +241,60 @@ def test_at_max_loops_a_closed_loop_makes_room_for_a_new_one() -> None:
     assert skipped == 0
 
 
+def test_labels_skip_unbegun_and_closed_loops_and_stay_unique() -> None:
+    """A loop not begun yet, a closed one of another name, a live one of the same name."""
+    monitor = LoopLagMonitor(interval=INTERVAL)
+    busy, release, live_running = threading.Event(), threading.Event(), threading.Event()
+
+    async def blocked() -> None:
+        busy.set()
+        release.wait(10)  # blocks its loop: the begin queued by start() waits
+
+    async def live() -> None:
+        live_running.set()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+
+    threads = [_in_thread("unbegun", lambda: asyncio.run(blocked()))]
+    try:
+        assert busy.wait(10)
+        monitor.start()  # attaches the blocked loop first; its label comes when it runs
+        _in_thread("x", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)  # closed, unread
+        threads.append(_in_thread("w", lambda: asyncio.run(live())))
+        assert live_running.wait(10)
+        _in_thread("w", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)
+        got = monitor.read()
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(10)
+        monitor.stop()
+    # The second "w" loop ran while the first still did: a label of its own.
+    assert sorted(got) == ["w", "w#2", "x"]
+    assert all(lag.samples > 0 for lag in got.values())
+
+
+def test_the_next_loop_of_a_thread_takes_over_the_last_window_of_the_closed_one(
+    monitor: LoopLagMonitor,
+) -> None:
+    blocks: list[float] = []
+
+    async def block(seconds: float) -> None:
+        await asyncio.sleep(INTERVAL * 2)
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        blocks.append(time.perf_counter() - t0)
+        await asyncio.sleep(INTERVAL * 2)
+
+    asyncio.run(block(0.1))
+    asyncio.run(block(0.3))  # a new loop, probed from its start under the same name
+    got = monitor.read()
+    assert list(got) == ["MainThread"]
+    lag = got["MainThread"]
+    assert lag.max is not None and lag.max >= blocks[1] - INTERVAL
+    assert lag.samples >= 2  # at least the two block lags, one per loop
+    assert monitor.read() == {}
+
+
 def _message(value: object) -> str:
     with pytest.raises(ValueError) as caught:
         LoopLagMonitor(interval=value)  # type: ignore[arg-type]

@@ -519,7 +519,7 @@ class LoopLagMonitor:
             taken: set[str] = set()
             handed_over: list[_Probe] = []
             for other in self._probes:
-                if other is probe or other.label is None:
+                if other.label is None:  # not begun yet (this probe among them)
                     continue
                 if other.closed() or other.dead:
                     if other.label == base:
