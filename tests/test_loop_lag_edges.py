@@ -652,6 +652,43 @@ def test_a_failing_stop_hook_never_breaks_the_loops_stop() -> None:
     assert got["MainThread"].samples > 0
 
 
+def test_a_failing_start_hook_never_breaks_the_loops_start() -> None:
+    failing, working = LoopLagMonitor(interval=INTERVAL), LoopLagMonitor(interval=INTERVAL)
+    failing.start()
+    working.start()
+
+    def fail(loop: asyncio.AbstractEventLoop) -> None:
+        raise RuntimeError("injected")
+
+    failing._on_start = fail  # type: ignore[method-assign]  # the fault, injected
+    try:
+        asyncio.run(asyncio.sleep(0.05))  # returns normally
+        got = working.read()
+    finally:
+        failing.stop()
+        working.stop()
+    assert got["MainThread"].samples > 0
+
+
+def test_utilisation_off_leaves_select_alone() -> None:
+    monitor = LoopLagMonitor(interval=INTERVAL, utilization=False)
+    monitor.start()
+    loop = asyncio.new_event_loop()
+
+    async def app() -> bool:
+        await asyncio.sleep(0.05)
+        return "select" in vars(loop._selector)  # type: ignore[attr-defined]
+
+    try:
+        wrapped = loop.run_until_complete(app())
+        lag = monitor.read()["MainThread"]
+    finally:
+        loop.close()
+        monitor.stop()
+    assert wrapped is False
+    assert lag.samples > 0 and lag.utilization is None
+
+
 class _Closing:
     """A loop's ``call_soon_threadsafe`` as it fails once the loop closed meanwhile."""
 
