@@ -14,6 +14,7 @@ import gc
 import json
 import math
 import os
+import selectors
 import signal
 import statistics
 import sys
@@ -58,8 +59,13 @@ def monitor() -> Iterator[LoopLagMonitor]:
 
 
 def _live_timers(loop: asyncio.AbstractEventLoop) -> int:
-    """Timers on an asyncio loop's own heap that are not cancelled (asyncio's truth)."""
-    return sum(1 for h in loop._scheduled if not h.cancelled())  # type: ignore[attr-defined]
+    """Timers of an asyncio loop that are not cancelled (asyncio's truth).
+
+    Those on its heap, and those already due, moved to its ready queue in the
+    iteration that runs the caller.
+    """
+    due = [h for h in loop._ready if isinstance(h, asyncio.TimerHandle)]  # type: ignore[attr-defined]
+    return sum(1 for h in [*loop._scheduled, *due] if not h.cancelled())  # type: ignore[attr-defined]
 
 
 def _in_thread(name: str, body: Any) -> threading.Thread:
@@ -111,6 +117,34 @@ def test_p99_of_a_long_window_leaves_out_its_top_one_percent() -> None:
     assert got.max == 150.0 and got.samples == 201
     # The top sample is above every bucket: its percentile is the window's maximum.
     assert window.percentile(1.0) == 150.0
+
+
+class _CoarseClock(asyncio.SelectorEventLoop):
+    """A loop on a 16 ms clock (Windows' monotonic clock had that resolution).
+
+    asyncio runs a timer up to one clock resolution before it is due.
+    """
+
+    RESOLUTION = 0.016
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._clock_resolution = self.RESOLUTION
+
+    def time(self) -> float:
+        return math.floor(super().time() / self.RESOLUTION) * self.RESOLUTION
+
+
+def test_a_timer_run_early_on_a_coarse_clock_reads_as_no_lag(monitor: LoopLagMonitor) -> None:
+    loop = _CoarseClock()
+    try:
+        loop.run_until_complete(asyncio.sleep(0.3))
+    finally:
+        loop.close()
+    lag = monitor.read()["MainThread"]
+    assert lag.samples > 0
+    assert lag.min is not None and lag.min >= 0.0  # early ticks are not negative lags
+    assert lag.mean is not None and lag.mean >= 0.0
 
 
 # --- utilisation
@@ -205,6 +239,60 @@ def test_at_max_loops_a_closed_loop_makes_room_for_a_new_one() -> None:
     assert list(got) == ["second"]
     assert got["second"].samples > 0
     assert skipped == 0
+
+
+def test_labels_skip_unbegun_and_closed_loops_and_stay_unique() -> None:
+    """A loop not begun yet, a closed one of another name, a live one of the same name."""
+    monitor = LoopLagMonitor(interval=INTERVAL)
+    busy, release, live_running = threading.Event(), threading.Event(), threading.Event()
+
+    async def blocked() -> None:
+        busy.set()
+        release.wait(10)  # blocks its loop: the begin queued by start() waits
+
+    async def live() -> None:
+        live_running.set()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+
+    threads = [_in_thread("unbegun", lambda: asyncio.run(blocked()))]
+    try:
+        assert busy.wait(10)
+        monitor.start()  # attaches the blocked loop first; its label comes when it runs
+        _in_thread("x", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)  # closed, unread
+        threads.append(_in_thread("w", lambda: asyncio.run(live())))
+        assert live_running.wait(10)
+        _in_thread("w", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)
+        got = monitor.read()
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(10)
+        monitor.stop()
+    # The second "w" loop ran while the first still did: a label of its own.
+    assert sorted(got) == ["w", "w#2", "x"]
+    assert all(lag.samples > 0 for lag in got.values())
+
+
+def test_the_next_loop_of_a_thread_takes_over_the_last_window_of_the_closed_one(
+    monitor: LoopLagMonitor,
+) -> None:
+    blocks: list[float] = []
+
+    async def block(seconds: float) -> None:
+        await asyncio.sleep(INTERVAL * 2)
+        t0 = time.perf_counter()
+        time.sleep(seconds)
+        blocks.append(time.perf_counter() - t0)
+        await asyncio.sleep(INTERVAL * 2)
+
+    asyncio.run(block(0.1))
+    asyncio.run(block(0.3))  # a new loop, probed from its start under the same name
+    got = monitor.read()
+    assert list(got) == ["MainThread"]
+    lag = got["MainThread"]
+    assert lag.max is not None and lag.max >= blocks[1] - INTERVAL
+    assert lag.samples >= 2  # at least the two block lags, one per loop
+    assert monitor.read() == {}
 
 
 def _message(value: object) -> str:
@@ -398,27 +486,152 @@ class _FailingTickClock(asyncio.SelectorEventLoop):
         return super().time()
 
 
-def test_stop_inside_a_loop_whose_probe_failed_leaves_the_loop_clean() -> None:
+def _failed_probe() -> tuple[LoopLagMonitor, _FailingTickClock, list[dict[str, Any]]]:
+    """A monitor whose probe failed on its loop's third tick; the loop stopped, not closed."""
     monitor = LoopLagMonitor(interval=INTERVAL)
     monitor.start()
     loop = _FailingTickClock()
     errors: list[dict[str, Any]] = []
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    loop.run_until_complete(asyncio.sleep(0.3))
+    assert loop.tick_reads == 3
+    return monitor, loop, errors
 
-    async def stop_inside() -> int:
-        monitor.stop()  # the failed probe and the loop's new one, from the loop's thread
-        return _live_timers(loop)
 
+def test_a_failed_probe_gives_its_last_window_once() -> None:
+    monitor, loop, errors = _failed_probe()
     try:
-        loop.run_until_complete(asyncio.sleep(0.3))  # the probe fails on its third tick
-        left = loop.run_until_complete(stop_inside())
-        loop.run_until_complete(asyncio.sleep(0.05))
+        last = monitor.read()
+        after = monitor.read()
+    finally:
+        monitor.stop()
+        loop.close()
+    assert last["MainThread"].samples == 2  # the two ticks before the fault
+    assert after == {}  # the loop is still open, but its probe is gone
+    assert errors == []
+
+
+def test_stop_after_a_probe_failed_leaves_its_loop_clean() -> None:
+    monitor, loop, errors = _failed_probe()
+    try:
+        monitor.stop()  # not from the loop's thread: its pause waits in the loop's queue
+        loop.run_until_complete(asyncio.sleep(0.05))  # ... and runs here
     finally:
         loop.close()
         monitor.stop()
-    assert loop.tick_reads == 3
-    assert left == 0
     assert errors == []
+
+
+def test_ticks_keep_nothing_of_the_context_that_started_the_loop() -> None:
+    var: contextvars.ContextVar[_Payload] = contextvars.ContextVar("var")
+    monitor = LoopLagMonitor(interval=INTERVAL)
+    monitor.start()
+    loop = asyncio.new_event_loop()
+    try:
+        payload = _Payload()
+        ref = weakref.ref(payload)
+        token = var.set(payload)
+        loop.run_until_complete(asyncio.sleep(0.1))  # started here, ticked many times
+        var.reset(token)
+        del payload
+        gc.collect()
+        assert ref() is None  # the loop is still open, its cancelled tick still on its heap
+    finally:
+        loop.close()
+        monitor.stop()
+
+
+def test_a_read_during_a_run_counts_that_run_from_its_start() -> None:
+    monitor = LoopLagMonitor(interval=NO_TICK)
+    blocked, release = threading.Event(), threading.Event()
+    blocks: list[float] = []
+
+    async def app() -> None:
+        t0 = time.perf_counter()
+        time.sleep(0.3)
+        blocks.append(time.perf_counter() - t0)
+        blocked.set()
+        await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
+
+    monitor.start()
+    try:
+        t0 = time.perf_counter()
+        thread = _in_thread("reading", lambda: asyncio.run(app()))
+        assert blocked.wait(10)
+        time.sleep(0.05)  # the loop now waits in select
+        got = monitor.read()
+        outer = time.perf_counter() - t0
+    finally:
+        release.set()
+        thread.join(10)
+        monitor.stop()
+    lag = got["reading"]
+    assert lag.utilization is not None
+    # Busy at least for the block, running no longer than the test's clock saw.
+    assert lag.utilization >= blocks[0] / outer
+
+
+class _SlottedSelector:
+    """A selector whose instances have no ``__dict__``: its select cannot be wrapped."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self) -> None:
+        self.inner = selectors.DefaultSelector()
+
+    def register(self, *args: Any) -> Any:
+        return self.inner.register(*args)
+
+    def unregister(self, fileobj: Any) -> Any:
+        return self.inner.unregister(fileobj)
+
+    def modify(self, *args: Any) -> Any:
+        return self.inner.modify(*args)
+
+    def select(self, timeout: float | None = None) -> Any:
+        return self.inner.select(timeout)
+
+    def get_key(self, fileobj: Any) -> Any:
+        return self.inner.get_key(fileobj)
+
+    def get_map(self) -> Any:
+        return self.inner.get_map()
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_loop_whose_select_cannot_be_timed_is_probed_without_utilisation(
+    monitor: LoopLagMonitor,
+) -> None:
+    loop = asyncio.SelectorEventLoop(selector=_SlottedSelector())  # type: ignore[arg-type]
+    try:
+        loop.run_until_complete(asyncio.sleep(0.1))
+    finally:
+        loop.close()
+    lag = monitor.read()["MainThread"]
+    assert lag.samples > 0
+    assert lag.utilization is None
+
+
+def test_a_select_wrapped_by_someone_else_first_is_left_alone(monitor: LoopLagMonitor) -> None:
+    loop = asyncio.new_event_loop()
+    selector: Any = loop._selector  # type: ignore[attr-defined]
+    original = selector.select
+
+    def theirs(timeout: float | None = None) -> Any:
+        return original(timeout)
+
+    selector.select = theirs
+    try:
+        loop.run_until_complete(asyncio.sleep(0.1))
+        during = vars(selector)["select"]
+    finally:
+        loop.close()
+    assert during is theirs
+    lag = monitor.read()["MainThread"]
+    assert lag.samples > 0
+    assert lag.utilization is None  # not measured rather than measured through theirs
 
 
 def test_a_failing_stop_hook_never_breaks_the_loops_stop() -> None:
@@ -437,6 +650,43 @@ def test_a_failing_stop_hook_never_breaks_the_loops_stop() -> None:
         failing.stop()
         working.stop()
     assert got["MainThread"].samples > 0
+
+
+def test_a_failing_start_hook_never_breaks_the_loops_start() -> None:
+    failing, working = LoopLagMonitor(interval=INTERVAL), LoopLagMonitor(interval=INTERVAL)
+    failing.start()
+    working.start()
+
+    def fail(loop: asyncio.AbstractEventLoop) -> None:
+        raise RuntimeError("injected")
+
+    failing._on_start = fail  # type: ignore[method-assign]  # the fault, injected
+    try:
+        asyncio.run(asyncio.sleep(0.05))  # returns normally
+        got = working.read()
+    finally:
+        failing.stop()
+        working.stop()
+    assert got["MainThread"].samples > 0
+
+
+def test_utilisation_off_leaves_select_alone() -> None:
+    monitor = LoopLagMonitor(interval=INTERVAL, utilization=False)
+    monitor.start()
+    loop = asyncio.new_event_loop()
+
+    async def app() -> bool:
+        await asyncio.sleep(0.05)
+        return "select" in vars(loop._selector)  # type: ignore[attr-defined]
+
+    try:
+        wrapped = loop.run_until_complete(app())
+        lag = monitor.read()["MainThread"]
+    finally:
+        loop.close()
+        monitor.stop()
+    assert wrapped is False
+    assert lag.samples > 0 and lag.utilization is None
 
 
 class _Closing:

@@ -301,7 +301,8 @@ class _Probe:
     def wrap_select(self, loop: asyncio.AbstractEventLoop) -> None:
         selector: Any = getattr(loop, "_selector", None)
         select = getattr(selector, "select", None)
-        if select is None or "select" in getattr(selector, "__dict__", {"select": 1}):
+        # Without a __dict__ there is nowhere to put the wrapper: as if wrapped already.
+        if select is None or "select" in getattr(selector, "__dict__", ("select",)):
             return  # not a selector loop, or someone else wraps it already
         busy = self.busy
         monotonic = time.monotonic
@@ -518,7 +519,7 @@ class LoopLagMonitor:
             taken: set[str] = set()
             handed_over: list[_Probe] = []
             for other in self._probes:
-                if other is probe or other.label is None:
+                if other.label is None:  # not begun yet (this probe among them)
                     continue
                 if other.closed() or other.dead:
                     if other.label == base:
