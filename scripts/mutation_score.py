@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-NOT_KILLED = ("survived", "no tests")
+NOT_KILLED = ("survived", "no tests")  # where survivors cluster; "not checked" is apart
 
 
 def results() -> dict[str, str]:
@@ -58,6 +58,13 @@ def main() -> int:
     for status, n in counts.most_common():
         print(f"  {status}: {n}")
     print(f"score: {killed} killed / {total} = {100 * killed / total:.1f}%")
+    checked = total - counts["not checked"]
+    if checked < total:
+        # An interrupted run (or one given mutant names): the rest are unknown.
+        print(
+            f"run incomplete: {total - checked} mutants not checked, counted as not killed; "
+            f"among the {checked} checked: {100 * killed / checked:.1f}% killed"
+        )
     clusters = collections.Counter(
         function_of(name) for name, status in found.items() if status in NOT_KILLED
     )

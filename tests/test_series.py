@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -83,6 +84,36 @@ def test_passing_the_sdk_cardinality_limit_is_announced_once(
     assert len(warned) == 1, warned
     assert warned[0].startswith(f"process metrics: {THREAD_CPU} has reported more than 2000")
     assert "otel.metric.overflow=true" in warned[0] and "Raise that limit" in warned[0]
+
+
+def test_the_cardinality_warning_comes_with_the_first_set_past_the_limit(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Exactly when the sets reported so far (as the SDK received them) pass the limit."""
+    from opentelemetry.instrumentation.process import instruments
+
+    limit = 10  # even: two sets per thread, so the count meets the limit itself on its way
+    monkeypatch.setattr(instruments, "SERIES_WARNING_THRESHOLD", limit)
+    caplog.set_level(logging.WARNING, logger="opentelemetry.instrumentation.process")
+    instrument(per_thread=True, max_thread_series=1000)
+    reported: set[frozenset[object]] = set()
+    got: dict[str, Any] = {}
+    while len(reported) <= limit + 2:
+        _with_threads(1, lambda: got.update(collect(reader)))
+        reported |= set(points(got[THREAD_CPU]))
+        warned = [r.getMessage() for r in caplog.records if THREAD_CPU in r.getMessage()]
+        assert len(warned) == (len(reported) > limit), (len(reported), warned)
+    assert warned == [
+        f"process metrics: {THREAD_CPU} has reported more than {limit} distinct attribute "
+        "sets since instrument() (threads, devices or CPUs that came and went). The "
+        "OpenTelemetry SDK keeps every set an observable instrument has reported and, past "
+        f"its cardinality limit ({limit} per metric unless a View or the reader sets "
+        "another), folds new ones into one otel.metric.overflow=true point. Raise that "
+        "limit (each set costs the SDK about 1.4 KB) or exclude the metric. This is logged once."
+    ]
 
 
 def _job(name: str, seconds: float, while_alive: Callable[[], None]) -> None:
