@@ -63,6 +63,7 @@ def test_sysinfo_fields_are_where_the_kernel_puts_them() -> None:
     unit = info.mem_unit
     meminfo = _meminfo()
     assert info.totalswap * unit == meminfo["SwapTotal"]
+    assert abs(info.freeswap * unit - meminfo["SwapFree"]) <= 64 << 20
     # Buffers and Shmem move with I/O and tmpfs between the two reads.
     assert abs(info.bufferram * unit - meminfo["Buffers"]) <= 64 << 20
     assert abs(info.sharedram * unit - meminfo["Shmem"]) <= 64 << 20
@@ -294,3 +295,31 @@ def test_page_faults_are_vmstats_major_and_the_rest() -> None:
     low = before["pgfault"] - after["pgmajfault"]
     high = after["pgfault"] - before["pgmajfault"]
     assert low <= minor <= high
+
+
+def test_a_real_sysinfo_failure_gives_its_errno() -> None:
+    """sysinfo(2) given a null pointer fails for real, with EFAULT, which ctypes must keep."""
+    import ctypes
+    import errno
+
+    call, _struct = procfs._load_sysinfo()
+    ctypes.set_errno(0)
+    assert call(None) == -1
+    assert ctypes.get_errno() == errno.EFAULT
+
+
+def test_a_libc_without_sysinfo_is_an_oserror(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A libc without the symbol (musl has it; a stripped one may not), faked."""
+    import ctypes
+
+    class NoSysinfo:
+        def __init__(self, *_a: Any, **_k: Any) -> None:
+            pass
+
+        def __getattr__(self, name: str) -> Any:
+            raise AttributeError(f"undefined symbol: {name}")
+
+    monkeypatch.setattr(ctypes, "CDLL", NoSysinfo)
+    with pytest.raises(OSError) as raised:
+        procfs._load_sysinfo()
+    assert str(raised.value) == "no sysinfo in libc: undefined symbol: sysinfo"
