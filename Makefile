@@ -77,9 +77,10 @@ stress: $(STAMP)
 	  tests/test_faults.py tests/test_stress.py tests/test_fork_stress.py tests/test_fork.py
 
 # Mutation testing (mutmut) of src/ with the unit tests: a fresh run, then the
-# score and where the survivors cluster. Not part of `make test`: about 20
-# minutes on 2 CPUs. `$(BIN)/mutmut run` alone resumes a run; `$(BIN)/mutmut
-# browse` shows each survivor.
+# score and where the survivors cluster. Not part of `make test`: hours on 2
+# CPUs (docs/reliability.md). `$(BIN)/mutmut run` alone resumes a run,
+# `$(BIN)/mutmut run NAME...` checks chosen mutants, and `$(BIN)/mutmut browse`
+# shows each survivor.
 mutants: $(STAMP)
 	rm -rf mutants
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/mutmut run
