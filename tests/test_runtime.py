@@ -20,7 +20,6 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor
 
 from .conftest import collect, points
 from .forkapps import c_fork
+from .test_gc_pauses import collections, cyclic_garbage, gc_off, minus, timed_collect
 
 try:
     import uvloop
@@ -57,7 +57,6 @@ LOOP_METRICS = (DELAY_MAX, DELAY_MEAN, DELAY_P50, DELAY_P99, UTILIZATION)
 # hold on every one).
 TOLERANCE = 0.001
 ATTEMPTS = 5
-GRAPH = 300_000  # lists in one ring: a full collection of it takes tens of ms here
 
 # Loops: the instrumentor probes every 20 ms (the monitor's default interval).
 # A loop blocked for b reads a maximum lag in [b - INTERVAL, b + SLACK]: the
@@ -75,40 +74,6 @@ BLOCK = 0.2
 
 
 # --- helpers --------------------------------------------------------------------------
-
-
-@contextmanager
-def gc_off() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def gc_counts() -> tuple[int, ...]:
-    """CPython's own count of collections, per generation."""
-    return tuple(s["collections"] for s in gc.get_stats())
-
-
-def minus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(x - y for x, y in zip(a, b, strict=True))
-
-
-def cyclic_garbage(n: int = GRAPH) -> None:
-    """``n`` lists in one ring, left for the collector."""
-    nodes: list[list[Any]] = [[] for _ in range(n)]
-    for i, node in enumerate(nodes):
-        node.append(nodes[i - 1])
-    del nodes
-
-
-def timed_collect() -> float:
-    t0 = time.perf_counter()
-    gc.collect()
-    return time.perf_counter() - t0
 
 
 def by_generation(metric: Metric) -> dict[int, float]:
@@ -202,13 +167,13 @@ def test_a_full_collection_shows_in_pause_time_and_max_then_max_returns_to_zero(
     for _ in range(ATTEMPTS):
         with gc_off():
             gc.collect()
-            stats0 = gc_counts()
+            stats0 = collections()
             before = collect(reader)
             cyclic_garbage()
             around = timed_collect()
             during = collect(reader)
             after = collect(reader)
-            stats1 = gc_counts()
+            stats1 = collections()
         if minus(stats1, stats0) != (0, 0, 1):
             continue  # 3.12 ran a collection it had scheduled before gc.disable(): again
         t0, t1, t2 = (by_generation(m[TIME]) for m in (before, during, after))
@@ -249,13 +214,13 @@ def test_pause_time_per_generation_is_bounded_by_cpythons_own_counts(
     instrument()
     with gc_off():
         first = by_generation(collect(reader)[TIME])
-        stats0 = gc_counts()
+        stats0 = collections()
         for _ in range(50):
             gc.collect(0)
         t0 = time.perf_counter()
         gc.collect(1)
         around = time.perf_counter() - t0
-        stats1 = gc_counts()
+        stats1 = collections()
         second = by_generation(collect(reader)[TIME])
     if minus(stats1, stats0) != (50, 1, 0):
         pytest.skip(f"a collection of its own came in between: {minus(stats1, stats0)}")
@@ -348,9 +313,9 @@ def test_uninstrument_removes_every_hook_and_instrument_again_starts_fresh(
         try:
             assert len(own_callbacks(baseline)) == 1
             fresh = collect(reader)
-            stats0 = gc_counts()
+            stats0 = collections()
             around = timed_collect()
-            stats1 = gc_counts()
+            stats1 = collections()
             later = collect(reader)
         finally:
             inst.uninstrument()
@@ -485,10 +450,10 @@ def test_a_collection_inside_an_sdk_callback_that_runs_beside_ours(
 
     def observe(options: CallbackOptions) -> Iterator[Observation]:
         if graph:
-            seen["stats0"] = gc_counts()
+            seen["stats0"] = collections()
             graph.clear()  # now garbage
             seen["around"] = timed_collect()
-            seen["stats1"] = gc_counts()
+            seen["stats1"] = collections()
         yield Observation(1)
 
     provider.get_meter("app").create_observable_gauge("app.collects", [observe])
