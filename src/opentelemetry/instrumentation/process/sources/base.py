@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import psutil
 
@@ -79,6 +79,9 @@ class ReadOptions(Protocol):
     def event_loop(self) -> bool: ...
 
 
+_T = TypeVar("_T")
+
+
 @dataclass
 class ReadContext:
     """What a source may use: this process, its facts, the options, and state between reads.
@@ -109,6 +112,20 @@ class ReadContext:
             values = {k: v if v >= floor.get(k, v) else floor[k] for k, v in values.items()}
         self.floors[name] = values
         return values
+
+    def direct_read(self, name: str, read: Callable[[], _T]) -> _T | None:
+        """``read()``, the direct read ``name``; ``None`` when it is off or given up.
+
+        A read that raises ``OSError`` is given up for this process (said once),
+        and its caller falls back to psutil.
+        """
+        if not self.use_direct(name):
+            return None
+        try:
+            return read()
+        except OSError as exc:
+            self.direct_failed_once(name, exc)
+            return None
 
     def use_direct(self, name: str) -> bool:
         """Whether the direct read ``name`` may be tried: allowed, and not failed before."""

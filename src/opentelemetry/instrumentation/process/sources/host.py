@@ -112,11 +112,9 @@ def _by_direction(
 def _swap_totals(ctx: ReadContext) -> tuple[int, int]:
     """Swap ``(total, free)``. psutil reads /proc/meminfo and /proc/vmstat for them,
     both read again by other sources of the collection; sysinfo(2) opens no file."""
-    if ctx.use_direct("swap"):
-        try:
-            return procfs.swap_totals()
-        except OSError as exc:
-            ctx.direct_failed_once("swap", exc)
+    found = ctx.direct_read("swap", procfs.swap_totals)
+    if found is not None:
+        return found
     swap = psutil.swap_memory()
     return swap.total, swap.free
 
@@ -155,12 +153,9 @@ def _filesystem(ctx: ReadContext) -> Reading:
 def _connections(ctx: ReadContext) -> Reading:
     # psutil walks every process's descriptors to tie sockets to pids, which
     # this count never uses; a netlink sock_diag dump counts them directly.
-    if ctx.use_direct("connections"):
-        try:
-            found: dict[Key, int] = dict(sock_diag.connection_counts().items())
-            return {"count": found}
-        except OSError as exc:
-            ctx.direct_failed_once("connections", exc)
+    found = ctx.direct_read("connections", sock_diag.connection_counts)
+    if found is not None:
+        return {"count": dict(found.items())}
     counts: dict[Key, int] = {}
     for conn in psutil.net_connections(kind="inet"):
         transport = "tcp" if conn.type == socket.SOCK_STREAM else "udp"

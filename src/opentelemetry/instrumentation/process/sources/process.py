@@ -138,11 +138,11 @@ def _busiest(ctx: ReadContext, limit: int) -> list[threads.ThreadTimes]:
     psutil reads every thread's stat file to keep a few; the direct read ranks
     all threads without opening a file and reads only the kept threads' files.
     """
-    if ctx.use_direct("threads"):
-        try:
-            return threads.busiest_threads(limit, tids=_listed(ctx, procfs.thread_ids()))
-        except OSError as exc:
-            ctx.direct_failed_once("threads", exc)
+    found = ctx.direct_read(
+        "threads", lambda: threads.busiest_threads(limit, tids=_listed(ctx, procfs.thread_ids()))
+    )
+    if found is not None:
+        return found
     ranked = sorted(_psutil_threads(ctx), key=lambda t: (-(t.user_time + t.system_time), t.id))
     return [threads.ThreadTimes(t.id, t.user_time, t.system_time) for t in ranked[:limit]]
 
