@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from opentelemetry.instrumentation.process.excerpt import excerpt
 from opentelemetry.instrumentation.process.linux.files import (
     KernelFile,
     Key,
-    excerpt,
     flat_keyed,
     one_key,
     read_all,
@@ -48,12 +48,12 @@ def test_read_all_parses_files_longer_than_one_read(tmp_path: Path, size: int) -
     assert values == {"field": 42}
 
 
-def test_excerpt_is_the_repr_of_at_most_60_bytes() -> None:
-    assert excerpt(b"") == "b''"
-    assert excerpt(b"ab\n") == "b'ab\\n'"
-    assert excerpt(b"x" * 60) == "b'" + "x" * 60 + "'"
-    assert excerpt(b"x" * 61) == "b'" + "x" * 60 + "'..."
-    assert excerpt(b"abcdef", limit=3) == "b'abc'..."
+def test_excerpt_of_bytes_is_their_repr_of_at_most_the_limit() -> None:
+    assert excerpt(b"", 60) == "b''"
+    assert excerpt(b"ab\n", 60) == "b'ab\\n'"
+    assert excerpt(b"x" * 57, 60) == "b'" + "x" * 57 + "'"  # 60 characters: whole
+    assert excerpt(b"x" * 58, 60) == "b'" + "x" * 53 + "...)'"
+    assert excerpt(b"x" * 10**6, 60) == "b'" + "x" * 53 + "...)'"
 
 
 def _file(tmp_path: Path, content: bytes, parse: object, fields: tuple[str, ...]) -> KernelFile:

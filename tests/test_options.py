@@ -16,7 +16,8 @@ from opentelemetry.instrumentation.process.environment import (
     from_environment,
     resolve,
 )
-from opentelemetry.instrumentation.process.options import DEFAULT_MAX_THREAD_SERIES, show
+from opentelemetry.instrumentation.process.excerpt import excerpt
+from opentelemetry.instrumentation.process.options import DEFAULT_MAX_THREAD_SERIES
 
 from .conftest import collect
 
@@ -346,27 +347,27 @@ class Shown:
         return "s"
 
 
-def test_show_reprs_at_most_one_more_item_than_it_can_show() -> None:
+def test_excerpt_reprs_at_most_one_more_item_than_it_can_show() -> None:
     limit = 200
     for huge in ([Shown()] * 10_000, tuple([Shown()] * 10_000)):
         Shown.calls = 0
-        text = show(huge)
+        text = excerpt(huge)
         assert Shown.calls == limit + 1
         assert text == repr(huge[:limit])[: limit - 5] + "...)" + repr(huge)[-1]
         assert len(text) == limit
     Shown.calls = 0
     mapping = {i: Shown() for i in range(10_000)}
-    text = show(mapping)
+    text = excerpt(mapping)
     assert Shown.calls == limit + 1
     assert text == repr(dict(list(mapping.items())[:limit]))[: limit - 5] + "...)}"
     Shown.calls = 0
-    assert show([Shown()] * 3) == "[s, s, s]" and Shown.calls == 3
-    assert show("x" * 10**6) == "'" + "x" * 194 + "...)'"
+    assert excerpt([Shown()] * 3) == "[s, s, s]" and Shown.calls == 3
+    assert excerpt("x" * 10**6) == "'" + "x" * 194 + "...)'"
 
 
-def test_show_names_the_type_of_a_value_that_cannot_be_shown() -> None:
-    assert show(10**5000) == "<int that cannot be shown>"  # over int's str() digit limit
+def test_excerpt_names_the_type_of_a_value_that_cannot_be_shown() -> None:
+    assert excerpt(10**5000) == "<int that cannot be shown>"  # over int's str() digit limit
     nested: list[Any] = []
     for _ in range(100_000):
         nested = [nested]
-    assert show(nested) == "<list that cannot be shown>"
+    assert excerpt(nested) == "<list that cannot be shown>"

@@ -22,10 +22,11 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process import sdk_fork_guard as forks
-from opentelemetry.instrumentation.process.options import show
+from opentelemetry.instrumentation.process.excerpt import excerpt
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources import process as process_source
+from opentelemetry.instrumentation.process.sources.base import psutil_has
 
 from . import forkapps
 from .conftest import OpenRecorder, collect, points
@@ -206,8 +207,8 @@ def test_a_psutil_without_the_call_has_no_windows_handles(
 
 def test_availability_is_psutils_own_methods(monkeypatch: pytest.MonkeyPatch) -> None:
     # Checked when asked, not when imported: psutil can be patched in between.
-    has_io = process_source._has("io_counters")
-    has_handles = process_source._has("num_handles")
+    has_io = psutil_has("Process.io_counters")
+    has_handles = psutil_has("Process.num_handles")
     assert has_io() is hasattr(psutil.Process, "io_counters")
     assert has_handles() is (sys.platform == "win32")
     monkeypatch.setattr(psutil.Process, "num_handles", lambda self: 0, raising=False)
@@ -334,9 +335,9 @@ def test_a_held_export_lock_is_replaced_beside_readers_that_have_none(
 
 def test_a_repr_of_exactly_the_limit_is_shown_whole() -> None:
     text = "x" * 8
-    assert show(text, 10) == repr(text) == "'xxxxxxxx'"
+    assert excerpt(text, 10) == repr(text) == "'xxxxxxxx'"
     longer = "x" * 9
-    assert show(longer, 10) == repr(longer)[:5] + "...)" + repr(longer)[-1]
+    assert excerpt(longer, 10) == repr(longer)[:5] + "...)" + repr(longer)[-1]
 
 
 def test_containers_of_exactly_the_limit_keep_their_type_in_the_excerpt() -> None:
@@ -346,4 +347,4 @@ def test_containers_of_exactly_the_limit_keep_their_type_in_the_excerpt() -> Non
     for value in (row, counts):
         text = repr(value)
         assert len(value) == 30 and len(text) > 30
-        assert show(value, 30) == text[:25] + "...)" + text[-1], value
+        assert excerpt(value, 30) == text[:25] + "...)" + text[-1], value

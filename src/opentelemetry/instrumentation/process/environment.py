@@ -14,7 +14,8 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .options import OPTION_NAMES, ProcessMetricsOptions, show
+from .excerpt import excerpt
+from .options import OPTION_NAMES, ProcessMetricsOptions
 
 _logger = logging.getLogger(__name__)
 
@@ -122,12 +123,12 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]
 def _default(name: str) -> str:
     value = getattr(ProcessMetricsOptions(), name)
     # The only tuple options, include and exclude, default to none.
-    return "none" if value == () else show(value)
+    return "none" if value == () else excerpt(value)
 
 
 def _warn(var: str, raw: str, why: str, default: str) -> None:
     _logger.warning(
-        "%s=%s is not valid (%s); using the default, %s.", var, show(raw), why[:300], default
+        "%s=%s is not valid (%s); using the default, %s.", var, excerpt(raw), why[:300], default
     )
 
 
@@ -152,12 +153,12 @@ def resolve(
     unknown = sorted(set(explicit) - set(OPTION_NAMES) - {"options"})
     if unknown:
         raise ValueError(
-            f"unknown option {show(unknown[0])}; allowed: options, "
+            f"unknown option {excerpt(unknown[0])}; allowed: options, "
             f"{', '.join(sorted(OPTION_NAMES))}"
         )
     base = explicit.pop("options", None)
     if base is not None:
         if not isinstance(base, ProcessMetricsOptions):
-            raise ValueError(f"options: expected a ProcessMetricsOptions, got {show(base)}")
+            raise ValueError(f"options: expected a ProcessMetricsOptions, got {excerpt(base)}")
         return dataclasses.replace(base, **explicit)
     return ProcessMetricsOptions(**{**from_environment(environ), **explicit})

@@ -8,13 +8,13 @@ value, and what is allowed. Reading the options from the environment is in
 from __future__ import annotations
 
 import fnmatch
-import itertools
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any
 
+from .excerpt import excerpt
 from .metrics import GATING_OPTIONS, METRICS, METRICS_BY_NAME
 
 DEFAULT_MAX_THREAD_SERIES = 200
@@ -97,18 +97,18 @@ class ProcessMetricsOptions:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.type == "bool" and not isinstance(value, bool):
-                raise ValueError(f"{f.name}: expected True or False, got {show(value)}")
+                raise ValueError(f"{f.name}: expected True or False, got {excerpt(value)}")
         for name in ("include", "exclude"):
             object.__setattr__(self, name, _check_patterns(name, getattr(self, name)))
         if self.saturation is not None and not isinstance(self.saturation, bool):
             raise ValueError(
-                f"saturation: expected True, False or None (auto), got {show(self.saturation)}"
+                f"saturation: expected True, False or None (auto), got {excerpt(self.saturation)}"
             )
         _check_thread_cap(self.max_thread_series)
         if self.thread_series_by not in THREAD_SERIES_BY:
             raise ValueError(
                 f"thread_series_by: expected one of {', '.join(map(repr, THREAD_SERIES_BY))}, "
-                f"got {show(self.thread_series_by)}"
+                f"got {excerpt(self.thread_series_by)}"
             )
         object.__setattr__(self, "attributes", _check_attributes(self.attributes))
 
@@ -118,20 +118,6 @@ if not set(GATING_OPTIONS) <= set(OPTION_NAMES):  # the table names only real op
     raise RuntimeError(f"metric table: an option of {GATING_OPTIONS} is not an option")
 
 
-def show(value: object, limit: int = 200) -> str:
-    """``repr(value)`` for a message, at most ``limit`` characters, even when repr() fails."""
-    # repr() of a huge value costs its whole size: shorten it first.
-    if isinstance(value, (str, list, tuple)) and len(value) > limit:
-        value = value[: limit + 1]
-    elif isinstance(value, dict) and len(value) > limit:
-        value = dict(itertools.islice(value.items(), limit + 1))
-    try:
-        text = repr(value)
-    except (ValueError, RecursionError):  # int over the str limit; nesting too deep
-        return f"<{type(value).__name__} that cannot be shown>"
-    return text if len(text) <= limit else text[: limit - 5] + "...)" + text[-1]
-
-
 def is_glob(pattern: str) -> bool:
     """Whether ``pattern`` has a glob character (``*``, ``?`` or ``[``)."""
     return any(c in pattern for c in "*?[")
@@ -139,9 +125,9 @@ def is_glob(pattern: str) -> bool:
 
 def _check_patterns(option: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
-        hint = f" (write [{show(value, 60)}])" if isinstance(value, str) else ""
+        hint = f" (write [{excerpt(value, 60)}])" if isinstance(value, str) else ""
         raise ValueError(
-            f"{option}: expected a list of metric names or globs, got {show(value)}{hint}"
+            f"{option}: expected a list of metric names or globs, got {excerpt(value)}{hint}"
         )
     patterns: list[str] = []
     for p in value:
@@ -152,7 +138,7 @@ def _check_patterns(option: str, value: object) -> tuple[str, ...]:
         if not isinstance(p, str) or not p.strip() or len(p.strip()) > MAX_PATTERN_LENGTH:
             raise ValueError(
                 f"{option}: expected metric names or globs (non-empty strings of at most "
-                f"{MAX_PATTERN_LENGTH} characters), got {show(p)}"
+                f"{MAX_PATTERN_LENGTH} characters), got {excerpt(p)}"
             )
         patterns.append(p.strip())
     for pattern in patterns:
@@ -164,7 +150,7 @@ def _check_pattern(option: str, pattern: str) -> None:
     if is_glob(pattern):
         if not any(fnmatch.fnmatchcase(m.name, pattern) for m in METRICS):
             raise ValueError(
-                f"{option}: the glob {show(pattern)} matches no metric; allowed: names or "
+                f"{option}: the glob {excerpt(pattern)} matches no metric; allowed: names or "
                 "globs over the names in the metric reference"
             )
         return
@@ -175,7 +161,7 @@ def _check_pattern(option: str, pattern: str) -> None:
         close = difflib.get_close_matches(pattern, METRICS_BY_NAME)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(
-            f"{option}: unknown metric name {show(pattern)}{hint}; allowed: names or globs "
+            f"{option}: unknown metric name {excerpt(pattern)}{hint}; allowed: names or globs "
             "over the names in the metric reference"
         )
     if option == "include" and metric.option is not None:
@@ -186,7 +172,7 @@ def _check_pattern(option: str, pattern: str) -> None:
 
 def _check_thread_cap(cap: object) -> None:
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-        raise ValueError(f"max_thread_series: expected a whole number >= 0, got {show(cap)}")
+        raise ValueError(f"max_thread_series: expected a whole number >= 0, got {excerpt(cap)}")
     if cap % 2:
         raise ValueError(
             f"max_thread_series: expected an even number (each thread has a user and a "
@@ -215,7 +201,7 @@ def _limit(environ: Mapping[str, str], name: str, default: int) -> int:
 
 def _check_attributes(value: object) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ValueError(f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {show(value)}")
+        raise ValueError(f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {excerpt(value)}")
     count_limit, length_limit = attribute_limits()
     if len(value) > count_limit:
         raise ValueError(
@@ -226,13 +212,13 @@ def _check_attributes(value: object) -> Mapping[str, Any]:
         length = _length(v, length_limit)
         if isinstance(key, str) and key and length > length_limit:
             raise ValueError(
-                f"attributes: {show(key)}: expected a value of at most {length_limit} "
+                f"attributes: {excerpt(key)}: expected a value of at most {length_limit} "
                 f"characters or elements (OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT), got "
-                f"{length}: {show(v)}"
+                f"{length}: {excerpt(v)}"
             )
         if not isinstance(key, str) or not key or not _attribute_value_ok(v):
             raise ValueError(
-                f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {show(key)}: {show(v)}"
+                f"attributes: expected {_ATTRIBUTES_ALLOWED}, got {excerpt(key)}: {excerpt(v)}"
             )
     return MappingProxyType(dict(value))
 

@@ -15,6 +15,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..excerpt import excerpt
+
 Number = int | float
 Values = dict[str, Number]
 """Field name -> number. A field the kernel does not give is absent, never 0."""
@@ -46,12 +48,6 @@ def _rest(fd: int) -> bytes:
     while chunks[-1]:
         chunks.append(os.read(fd, _CHUNK))
     return b"".join(chunks)
-
-
-def excerpt(data: bytes, limit: int = 60) -> str:
-    """A bounded, printable excerpt of ``data`` for an error message."""
-    text = repr(data[:limit])
-    return text + "..." if len(data) > limit else text
 
 
 @dataclass(frozen=True)
@@ -104,7 +100,7 @@ def read_all(files: tuple[KernelFile, ...]) -> tuple[Values, list[Failure]]:
         except OSError as exc:
             failures.append((f, exc))
         except (ValueError, IndexError) as exc:
-            garbage = ValueError(f"{f.path}: {exc}: {excerpt(data)}")
+            garbage = ValueError(f"{f.path}: {exc}: {excerpt(data, 60)}")
             failures.append((f, garbage))
     return values, failures
 

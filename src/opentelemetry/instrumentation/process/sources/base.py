@@ -152,6 +152,19 @@ def _always() -> bool:
     return True
 
 
+def psutil_has(name: str) -> Callable[[], bool]:
+    """A check that psutil has ``name`` (``"cpu_freq"``, ``"Process.io_counters"``).
+
+    Checked when called, not when made: psutil can be patched in between.
+    """
+    owner, _, attr = name.rpartition(".")
+
+    def check() -> bool:
+        return hasattr(getattr(psutil, owner) if owner else psutil, attr)
+
+    return check
+
+
 @dataclass(frozen=True)
 class Source:
     """One read from the OS or the runtime, named so that metrics can point at it."""

@@ -10,7 +10,7 @@ import psutil
 
 from ..linux import procfs, sock_diag
 from ..platforms import LINUX
-from .base import Key, ReadContext, Reading, Source
+from .base import Key, ReadContext, Reading, Source, psutil_has
 
 _CPU_MODES = {
     "user": "user",
@@ -166,10 +166,6 @@ def _connections(ctx: ReadContext) -> Reading:
     return {"count": counts}
 
 
-def _psutil_has(name: str) -> bool:
-    return hasattr(psutil, name)
-
-
 SOURCES: tuple[Source, ...] = (
     Source(
         "system.cpu",
@@ -189,7 +185,7 @@ SOURCES: tuple[Source, ...] = (
         _cpu_freq,
         frozenset({"current"}),
         "per CPU: sysfs cpufreq files, or /proc/cpuinfo",
-        available=lambda: _psutil_has("cpu_freq"),
+        available=psutil_has("cpu_freq"),
     ),
     Source("system.disk", _system_disk, frozenset({"bytes", "operations"}), "/proc/diskstats"),
     Source(

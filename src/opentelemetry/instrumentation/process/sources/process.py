@@ -18,7 +18,7 @@ from typing import Any
 
 from ..linux import procfs, threads
 from ..platforms import LINUX, POSIX, WINDOWS
-from .base import Key, ReadContext, Reading, Source, Value
+from .base import Key, ReadContext, Reading, Source, Value, psutil_has
 
 try:
     import resource as _resource
@@ -254,12 +254,6 @@ def _not_read(ctx: ReadContext) -> Reading:
     return {}
 
 
-def _has(name: str) -> Callable[[], bool]:
-    import psutil
-
-    return lambda: hasattr(psutil.Process, name)
-
-
 # psutil's Process.io_counters() exists on Linux, the BSDs, AIX and Windows.
 _PROCESS_IO = (POSIX | WINDOWS) - {"darwin", "sunos"}
 
@@ -291,7 +285,7 @@ SOURCES: tuple[Source, ...] = (
         "/proc/self/io, in oneshot",
         platforms=_PROCESS_IO,
         in_process=True,
-        available=_has("io_counters"),
+        available=psutil_has("Process.io_counters"),
     ),
     Source(
         "process.threads",
@@ -325,7 +319,7 @@ SOURCES: tuple[Source, ...] = (
         "lists /proc/self/fd, in oneshot",
         platforms=POSIX,
         in_process=True,
-        available=_has("num_fds"),
+        available=psutil_has("Process.num_fds"),
     ),
     Source(
         "process.num_handles",
@@ -334,7 +328,7 @@ SOURCES: tuple[Source, ...] = (
         "one Windows API call, in oneshot",
         platforms=WINDOWS,
         in_process=True,
-        available=_has("num_handles"),
+        available=psutil_has("Process.num_handles"),
     ),
     Source("process.uptime", _uptime, frozenset({"uptime"}), "none: create time is a static fact"),
     Source(
