@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import re
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +21,15 @@ from opentelemetry.instrumentation.process.environment import (
     resolve,
 )
 from opentelemetry.instrumentation.process.excerpt import excerpt
-from opentelemetry.instrumentation.process.options import DEFAULT_MAX_THREAD_SERIES
+from opentelemetry.instrumentation.process.options import (
+    BOOLEAN,
+    DEFAULT_MAX_THREAD_SERIES,
+    GATING_OPTIONS,
+    OPTION_NAMES,
+    choice,
+    declared,
+    whole_number,
+)
 
 from .conftest import collect
 
@@ -371,3 +383,83 @@ def test_excerpt_names_the_type_of_a_value_that_cannot_be_shown() -> None:
     for _ in range(100_000):
         nested = [nested]
     assert excerpt(nested) == "<list that cannot be shown>"
+
+
+# --- each option declared once: the rest is derived from the declaration
+
+ROOT = Path(__file__).resolve().parent.parent
+MARKDOWN = ROOT / "docs" / "_ext" / "options_markdown.py"
+
+
+def _markdown() -> Any:
+    spec = importlib.util.spec_from_file_location("docs_options_markdown", MARKDOWN)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_table_is_the_one_generated_from_the_declarations() -> None:
+    markdown = _markdown()
+    readme = (ROOT / "README.md").read_text()
+    assert markdown.in_readme(readme) == markdown.table(), (
+        "README.md's options table differs from options.py: run "
+        "`python docs/_ext/options_markdown.py`"
+    )
+    rows = [line for line in markdown.table().splitlines() if line.startswith("| `")]
+    assert [row.split("`")[1].split(":")[0] for row in rows] == list(OPTION_NAMES)
+    for name, var in ENV_VARS.items():
+        (row,) = (r for r in rows if r.startswith(f"| `{name}:"))
+        assert f"`{var}`" in row
+        assert f"`{getattr(ProcessMetricsOptions(), name)!r}`" in row or "| none |" in row
+
+
+def test_the_generator_rewrites_only_its_block_and_check_says_when_it_is_stale(
+    tmp_path: Path,
+) -> None:
+    markdown = _markdown()
+    stale = f"before\n{markdown.BEGIN}\n| old |\n{markdown.END}\nafter\n"
+    markdown.README = tmp_path / "README.md"
+    markdown.README.write_text(stale)
+    assert markdown.main(["--check"]) == 1
+    assert markdown.main([]) == 0
+    assert markdown.README.read_text() == f"before\n{markdown.table()}\nafter\n"
+    assert markdown.main(["--check"]) == 0
+    real = subprocess.run(
+        [sys.executable, str(MARKDOWN), "--check"], capture_output=True, check=False
+    )
+    assert real.returncode == 0, real.stderr
+
+
+def test_variables_formats_and_gating_options_come_from_the_declarations() -> None:
+    assert set(ENV_VARS) == set(OPTION_NAMES) - {"attributes"}  # code only
+    for name, var in ENV_VARS.items():
+        assert var == "OTEL_PYTHON_PROCESS_METRICS_" + name.upper()
+    assert GATING_OPTIONS == (
+        "cpu_frequency",
+        "per_thread",
+        "saturation",
+        "gc_pause_histogram",
+        "event_loop",
+    )
+    assert all(declared(name).form is BOOLEAN for name in ("per_cpu", "direct_reads"))
+
+
+def test_a_choice_and_a_whole_number_form_check_parse_and_say_how_they_are_written() -> None:
+    shared = choice(("once", "every"))
+    assert shared.format == "`once` or `every` (any case)"
+    assert choice(("a", "b", "c")).format == "`a`, `b` or `c` (any case)"
+    assert shared.parse is not None and shared.parse(" EVERY ") == "every"
+    assert shared.check("shared_metrics", "once") == "once"
+    with pytest.raises(
+        ValueError, match=r"^shared_metrics: expected one of 'once', 'every', got 'x'$"
+    ):
+        shared.check("shared_metrics", "x")
+    cap = whole_number()
+    assert cap.format == "a whole number"
+    assert cap.parse is not None and cap.parse(" 7 ") == 7 and cap.check("max_children", 7) == 7
+    for bad in (-1, True, 1.0, "7"):
+        with pytest.raises(ValueError, match=r"^max_children: expected a whole number >= 0, got "):
+            cap.check("max_children", bad)
+    with pytest.raises(ValueError, match=r"^expected a whole number >= 0$"):
+        cap.parse("lots")

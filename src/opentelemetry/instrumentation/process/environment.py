@@ -15,90 +15,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .excerpt import excerpt
-from .options import OPTION_NAMES, ProcessMetricsOptions
+from .options import ENV_PREFIX, OPTION_NAMES, ProcessMetricsOptions, declared
 
 _logger = logging.getLogger(__name__)
 
-ENV_PREFIX = "OTEL_PYTHON_PROCESS_METRICS_"
-ENV_VARS: Mapping[str, str] = {
-    "cpu_frequency": ENV_PREFIX + "CPU_FREQUENCY",
-    "per_thread": ENV_PREFIX + "PER_THREAD",
-    "per_cpu": ENV_PREFIX + "PER_CPU",
-    "include": ENV_PREFIX + "INCLUDE",
-    "exclude": ENV_PREFIX + "EXCLUDE",
-    "max_thread_series": ENV_PREFIX + "MAX_THREAD_SERIES",
-    "direct_reads": ENV_PREFIX + "DIRECT_READS",
-    "thread_series_by": ENV_PREFIX + "THREAD_SERIES_BY",
-    "saturation": ENV_PREFIX + "SATURATION",
-    "gc_pause_histogram": ENV_PREFIX + "GC_PAUSE_HISTOGRAM",
-    "event_loop": ENV_PREFIX + "EVENT_LOOP",
+_PARSERS: Mapping[str, Callable[[str], Any]] = {
+    name: parse for name in OPTION_NAMES if (parse := declared(name).form.parse) is not None
 }
-"""The environment variable of each option that has one."""
+
+ENV_VARS: Mapping[str, str] = {name: ENV_PREFIX + name.upper() for name in _PARSERS}
+"""The environment variable of each option that has one: each whose form parses text."""
+
+FORMATS: Mapping[str, str] = {name: declared(name).form.format for name in ENV_VARS}
+"""How each variable is written, for the configuration reference."""
 
 ATTRIBUTE_LIMIT_VARS = ("OTEL_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
-
-_TRUE = {"true", "1", "yes"}
-_FALSE = {"false", "0", "no"}
-
-
-def _boolean(raw: str) -> bool:
-    word = raw.strip().lower()
-    if word in _TRUE | _FALSE:
-        return word in _TRUE
-    raise ValueError("expected one of true, false, 1, 0, yes, no")
-
-
-def _boolean_or_auto(raw: str) -> bool | None:
-    if raw.strip().lower() == "auto":
-        return None
-    try:
-        return _boolean(raw)
-    except ValueError:
-        raise ValueError("expected auto, or one of true, false, 1, 0, yes, no") from None
-
-
-def _whole_number(raw: str) -> int:
-    try:
-        return int(raw.strip())
-    except ValueError:
-        raise ValueError("expected a whole number >= 0") from None
-
-
-def _patterns(raw: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in raw.split(",") if p.strip())
-
-
-_PARSERS: Mapping[str, Callable[[str], Any]] = {
-    "cpu_frequency": _boolean,
-    "per_thread": _boolean,
-    "per_cpu": _boolean,
-    "include": _patterns,
-    "exclude": _patterns,
-    "max_thread_series": _whole_number,
-    "direct_reads": _boolean,
-    "thread_series_by": lambda raw: raw.strip().lower(),
-    "saturation": _boolean_or_auto,
-    "gc_pause_histogram": _boolean,
-    "event_loop": _boolean,
-}
-
-
-FORMATS: Mapping[str, str] = {
-    "cpu_frequency": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
-    "per_thread": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
-    "per_cpu": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
-    "include": "comma-separated names or globs, e.g. `cpython.gc.*,system.disk.io`",
-    "exclude": "comma-separated names or globs, e.g. `cpython.gc.*,system.disk.io`",
-    "max_thread_series": "a whole, even number",
-    "direct_reads": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
-    "thread_series_by": "`thread` or `name` (any case)",
-    "saturation": "`auto`, or `true`, `false`, `1`, `0`, `yes` or `no` (any case)",
-    "gc_pause_histogram": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
-    "event_loop": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
-}
-"""How each variable is written, for the configuration reference."""
-if FORMATS.keys() != ENV_VARS.keys():  # one row per variable, checked at import
-    raise RuntimeError("environment: FORMATS and ENV_VARS name different options")
 
 
 def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:

@@ -14,16 +14,10 @@ from __future__ import annotations
 import enum
 from dataclasses import KW_ONLY, dataclass
 
+from .options import GATING_OPTIONS
 from .sources import SOURCES
 
 EXTENSION_PREFIX = "process_metrics."
-
-GATING_OPTIONS = ("cpu_frequency", "per_thread", "saturation", "gc_pause_histogram", "event_loop")
-"""Options that alone turn metrics on or off; a row's ``option`` must be one of them.
-
-A metric gated by one is on unless the option is ``False``: ``None`` (auto)
-leaves the decision to the snapshot side, which then may report nothing.
-"""
 
 
 class Kind(enum.Enum):
@@ -54,7 +48,11 @@ class Metric:
     default: bool = False
     value_type: type = int
     option: str | None = None
-    """Option that alone turns this metric on (``include`` does not); see GATING_OPTIONS."""
+    """Option that alone turns this metric on (``include`` does not), declared with ``gates=True``.
+
+    The metric is on unless the option is ``False``: ``None`` (auto) leaves the
+    decision to the snapshot side, which then may report nothing.
+    """
     exact_only: bool = False
     """Enabled by ``include`` only when named exactly, never by a glob."""
     note: str = ""

@@ -1,21 +1,28 @@
-"""The options of the instrumentor: one frozen dataclass, checked when it is built.
+"""The options of the instrumentor: one frozen dataclass, each option declared once.
+
+Each field is declared with :func:`option`: its default, its :class:`Form`
+(how code and the environment give it, and how it is checked) and whether it
+alone turns metrics on; its docstring is its documentation. The environment
+variables (``environment.py``), the gating options of the metric table, the
+configuration reference and the README's table are all derived from these
+declarations.
 
 A bad value raises ``ValueError`` naming the option, a bounded excerpt of the
-value, and what is allowed. Reading the options from the environment is in
-``environment.py``; which metrics they turn on is in ``selection.py``.
+value, and what is allowed. Which metrics the options turn on is in
+``selection.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import os
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
 from .excerpt import excerpt
-from .metrics import GATING_OPTIONS, METRICS, METRICS_BY_NAME
 
 DEFAULT_MAX_THREAD_SERIES = 200
 """100 threads, each with a ``user`` and a ``system`` series."""
@@ -38,11 +45,150 @@ every point of every collection, so this package bounds them by default.
 THREAD_SERIES_BY = ("thread", "name")
 """What a per-thread series stands for: one thread, or one thread-name pattern."""
 
+ENV_PREFIX = "OTEL_PYTHON_PROCESS_METRICS_"
+"""An option's environment variable is this prefix and its name in capitals."""
+
 _ATTRIBUTE_TYPES = (str, bool, int, float)  # bool before int: see _kind
 _ATTRIBUTES_ALLOWED = (
     "a mapping of str to str, bool, int (64-bit), float or a sequence of one of those"
 )
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+# --- how an option is given and checked -------------------------------------
+
+
+@dataclass(frozen=True)
+class Form:
+    """How an option's value is checked in code and written in its environment variable."""
+
+    check: Callable[[str, Any], Any]
+    """``(option name, value)`` to the value kept; raises ValueError naming the option."""
+    parse: Callable[[str], Any] | None = None
+    """A variable's text to a value (then checked); ``None``: the option has no variable.
+
+    Raises ValueError saying what is allowed.
+    """
+    format: str = ""
+    """How the variable is written, for the configuration reference."""
+
+
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+_WORDS = "`true`, `false`, `1`, `0`, `yes` or `no` (any case)"
+
+
+def _boolean(raw: str) -> bool:
+    word = raw.strip().lower()
+    if word in _TRUE | _FALSE:
+        return word in _TRUE
+    raise ValueError("expected one of true, false, 1, 0, yes, no")
+
+
+def _boolean_or_auto(raw: str) -> bool | None:
+    if raw.strip().lower() == "auto":
+        return None
+    try:
+        return _boolean(raw)
+    except ValueError:
+        raise ValueError("expected auto, or one of true, false, 1, 0, yes, no") from None
+
+
+def _check_boolean(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected True or False, got {excerpt(value)}")
+    return value
+
+
+def _check_boolean_or_auto(name: str, value: object) -> bool | None:
+    if value is not None and not isinstance(value, bool):
+        raise ValueError(f"{name}: expected True, False or None (auto), got {excerpt(value)}")
+    return value
+
+
+BOOLEAN = Form(_check_boolean, _boolean, _WORDS)
+"""``True`` or ``False``."""
+BOOLEAN_OR_AUTO = Form(_check_boolean_or_auto, _boolean_or_auto, "`auto`, or " + _WORDS)
+"""``True``, ``False`` or ``None`` (auto: the snapshot side decides)."""
+
+
+def _whole_number(raw: str) -> int:
+    try:
+        return int(raw.strip())
+    except ValueError:
+        raise ValueError("expected a whole number >= 0") from None
+
+
+def whole_number(*, even_because: str = "") -> Form:
+    """A whole number >= 0; with ``even_because``, an even one, for that reason."""
+
+    def check(name: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}: expected a whole number >= 0, got {excerpt(value)}")
+        if even_because and value % 2:
+            raise ValueError(f"{name}: expected an even number ({even_because}), got {value}")
+        return value
+
+    return Form(check, _whole_number, "a whole, even number" if even_because else "a whole number")
+
+
+def choice(values: tuple[str, ...]) -> Form:
+    """One of ``values``; the environment's text is taken in any case."""
+
+    def check(name: str, value: object) -> str:
+        if value not in values:
+            raise ValueError(
+                f"{name}: expected one of {', '.join(map(repr, values))}, got {excerpt(value)}"
+            )
+        return str(value)
+
+    words = [f"`{v}`" for v in values]
+    written = ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
+    return Form(check, lambda raw: raw.strip().lower(), f"{written} (any case)")
+
+
+def _patterns(raw: str) -> tuple[str, ...]:
+    return tuple(p.strip() for p in raw.split(",") if p.strip())
+
+
+PATTERNS = Form(
+    lambda name, value: _check_patterns(name, value),  # defined below
+    _patterns,
+    "comma-separated names or globs, e.g. `cpython.gc.*,system.disk.io`",
+)
+"""Metric names or globs: any iterable of str, kept as a tuple."""
+ATTRIBUTES = Form(lambda _name, value: _check_attributes(value))
+"""Constant attributes: code only."""
+
+
+@dataclass(frozen=True)
+class Declared:
+    """What :func:`option` adds to a field (its ``metadata["option"]``)."""
+
+    form: Form
+    gates: bool
+    """It alone turns metrics on or off; the metric table names it in ``Metric.option``.
+
+    A metric gated by one is on unless the option is ``False``: ``None`` (auto)
+    leaves the decision to the snapshot side, which then may report nothing.
+    """
+
+
+def option(
+    default: Any = dataclasses.MISSING,
+    form: Form = BOOLEAN,
+    *,
+    gates: bool = False,
+    factory: Callable[[], Any] | None = None,
+) -> Any:
+    """A field of :class:`ProcessMetricsOptions`: its default, its form, if it gates metrics."""
+    metadata = {"option": Declared(form, gates)}
+    if factory is not None:
+        return dataclasses.field(default_factory=factory, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+# --- the options --------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -55,67 +201,70 @@ class ProcessMetricsOptions:
     the attribute limits come from ``OTEL_ATTRIBUTE_*_LIMIT``.
     """
 
-    cpu_frequency: bool = False
+    cpu_frequency: bool = option(False, BOOLEAN, gates=True)
     """Register ``system.cpu.frequency`` and the min/max extensions (costs reads per CPU)."""
-    per_thread: bool = False
-    """Report ``process_metrics.thread.cpu.time`` per thread."""
-    per_cpu: bool = False
+    per_thread: bool = option(False, BOOLEAN, gates=True)
+    """Report CPU time per thread (``process_metrics.thread.cpu.time``)."""
+    per_cpu: bool = option(False, BOOLEAN)
     """Break ``system.cpu.*`` down by ``cpu.logical_number``."""
-    include: tuple[str, ...] = ()
-    """Metric names or globs to report on top of the defaults (any iterable of str)."""
-    exclude: tuple[str, ...] = ()
+    include: tuple[str, ...] = option((), PATTERNS)
+    """Metric names or globs to report on top of the defaults, e.g. ``system.disk.*``."""
+    exclude: tuple[str, ...] = option((), PATTERNS)
     """Metric names or globs not to report; exclude wins over everything."""
-    max_thread_series: int = DEFAULT_MAX_THREAD_SERIES
+    max_thread_series: int = option(
+        DEFAULT_MAX_THREAD_SERIES,
+        whole_number(even_because="each thread has a user and a system series"),
+    )
     """Cap on per-thread series, an even number (two per thread); the busiest threads are kept."""
-    thread_series_by: str = "thread"
-    """``"thread"``: a series per thread. ``"name"``: a series per thread-name pattern.
+    thread_series_by: str = option("thread", choice(THREAD_SERIES_BY))
+    """``"thread"``: a series per thread. ``"name"``: a series per thread-name pattern
+    (digits replaced by ``N``), for servers that start a thread per request or per scrape.
 
     ``"name"`` replaces each run of digits in a thread's name with ``N``, so
     that threads started one per request or per scrape (``Thread-12 (...)``)
     add up in one stable series instead of a new series each.
     """
-    attributes: Mapping[str, Any] = field(default_factory=dict)
-    """Constant attributes added to every point (bounded: see the configuration reference)."""
-    saturation: bool | None = None
+    attributes: Mapping[str, Any] = option(form=ATTRIBUTES, factory=dict)
+    """Constant attributes on every point: at most 128 (``OTEL_ATTRIBUTE_COUNT_LIMIT``),
+    each value at most 4096 characters or elements (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT``).
+    """
+    saturation: bool | None = option(None, BOOLEAN_OR_AUTO, gates=True)
     """Container CPU throttling, memory headroom and OOM kills, pressure stalls (Linux).
+    ``None`` (auto): the cgroup metrics when a CPU quota or a memory limit applies to
+    the process, pressure stalls whenever the kernel has them.
 
-    ``None`` (auto): the cgroup metrics when a CPU quota or a memory limit
-    applies to the process, pressure stalls whenever the kernel has them.
     ``True`` forces them on where the files exist; ``False`` turns them off.
     """
-    gc_pause_histogram: bool = False
+    gc_pause_histogram: bool = option(False, BOOLEAN, gates=True)
     """Count garbage-collection pauses in buckets from 10 µs to 1 s (a histogram as counters)."""
-    event_loop: bool = False
+    event_loop: bool = option(False, BOOLEAN, gates=True)
     """Measure how late each asyncio event loop runs a timer (``process_metrics.eventloop.*``)."""
-    direct_reads: bool = True
-    """On Linux, read a few kernel interfaces directly where psutil costs more per item.
+    direct_reads: bool = option(True, BOOLEAN)
+    """On Linux, read the thread ranking, the connection count and the swap totals directly,
+    where psutil costs more per item or rereads a file.
 
     Turn off to troubleshoot: psutil is then used wherever it has the value.
     """
 
     def __post_init__(self) -> None:
         for f in fields(self):
+            declared: Declared = f.metadata["option"]
             value = getattr(self, f.name)
-            if f.type == "bool" and not isinstance(value, bool):
-                raise ValueError(f"{f.name}: expected True or False, got {excerpt(value)}")
-        for name in ("include", "exclude"):
-            object.__setattr__(self, name, _check_patterns(name, getattr(self, name)))
-        if self.saturation is not None and not isinstance(self.saturation, bool):
-            raise ValueError(
-                f"saturation: expected True, False or None (auto), got {excerpt(self.saturation)}"
-            )
-        _check_thread_cap(self.max_thread_series)
-        if self.thread_series_by not in THREAD_SERIES_BY:
-            raise ValueError(
-                f"thread_series_by: expected one of {', '.join(map(repr, THREAD_SERIES_BY))}, "
-                f"got {excerpt(self.thread_series_by)}"
-            )
-        object.__setattr__(self, "attributes", _check_attributes(self.attributes))
+            kept = declared.form.check(f.name, value)
+            if kept is not value:
+                object.__setattr__(self, f.name, kept)
 
 
-OPTION_NAMES = tuple(f.name for f in fields(ProcessMetricsOptions))
-if not set(GATING_OPTIONS) <= set(OPTION_NAMES):  # the table names only real options
-    raise RuntimeError(f"metric table: an option of {GATING_OPTIONS} is not an option")
+def declared(name: str) -> Declared:
+    """The declaration of option ``name``."""
+    found: Declared = _FIELDS[name].metadata["option"]
+    return found
+
+
+_FIELDS = {f.name: f for f in fields(ProcessMetricsOptions)}
+OPTION_NAMES = tuple(_FIELDS)
+GATING_OPTIONS = tuple(n for n in OPTION_NAMES if declared(n).gates)
+"""Options that alone turn metrics on or off; a metric row's ``option`` must be one of them."""
 
 
 def is_glob(pattern: str) -> bool:
@@ -147,6 +296,9 @@ def _check_patterns(option: str, value: object) -> tuple[str, ...]:
 
 
 def _check_pattern(option: str, pattern: str) -> None:
+    # Imported here: the metric table imports this module for GATING_OPTIONS.
+    from .metrics import METRICS, METRICS_BY_NAME
+
     if is_glob(pattern):
         if not any(fnmatch.fnmatchcase(m.name, pattern) for m in METRICS):
             raise ValueError(
@@ -167,16 +319,6 @@ def _check_pattern(option: str, pattern: str) -> None:
     if option == "include" and metric.option is not None:
         raise ValueError(
             f"include: {pattern!r} is turned on by {metric.option}=True, not by include"
-        )
-
-
-def _check_thread_cap(cap: object) -> None:
-    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
-        raise ValueError(f"max_thread_series: expected a whole number >= 0, got {excerpt(cap)}")
-    if cap % 2:
-        raise ValueError(
-            f"max_thread_series: expected an even number (each thread has a user and a "
-            f"system series), got {cap}"
         )
 
 

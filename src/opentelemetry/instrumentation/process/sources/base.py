@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import psutil
 
 from ..facts import Facts
 from ..faultlog import FaultLog
+from ..options import ProcessMetricsOptions
 from ..platforms import ALL, current_platform
 
 Key = tuple[str | int | None, ...]
@@ -58,25 +59,8 @@ class Delta:
         return self._last
 
 
-class ReadOptions(Protocol):
-    """The options this side reads; ``ProcessMetricsOptions`` is one."""
-
-    @property
-    def per_cpu(self) -> bool: ...
-    @property
-    def cpu_frequency(self) -> bool: ...
-    @property
-    def max_thread_series(self) -> int: ...
-    @property
-    def direct_reads(self) -> bool: ...
-    @property
-    def thread_series_by(self) -> str: ...
-    @property
-    def saturation(self) -> bool | None: ...
-    @property
-    def gc_pause_histogram(self) -> bool: ...
-    @property
-    def event_loop(self) -> bool: ...
+ReadOptions: TypeAlias = ProcessMetricsOptions
+"""The options this side reads: the dataclass itself, which imports nothing of OpenTelemetry."""
 
 
 _T = TypeVar("_T")
@@ -91,7 +75,7 @@ class ReadContext:
 
     process: psutil.Process
     facts: Facts
-    options: ReadOptions
+    options: ProcessMetricsOptions
     faults: FaultLog
     now: float = 0.0
     direct: bool = False

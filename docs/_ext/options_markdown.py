@@ -1,0 +1,103 @@
+"""The README's table of options, generated from their declarations in ``options.py``.
+
+Each row comes from one field of ``ProcessMetricsOptions``: its name, type and
+default, its environment variable and how that is written (its ``Form``), and
+the first paragraph of its docstring. The configuration reference builds its
+own, fuller table from the same declarations (``process_docs.OptionTable``).
+
+Run ``python docs/_ext/options_markdown.py`` to rewrite the table in
+README.md; ``--check`` only says whether it is up to date (tests run that).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import itertools
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from opentelemetry.instrumentation.process import options as options_module
+from opentelemetry.instrumentation.process.environment import ENV_VARS, FORMATS
+from opentelemetry.instrumentation.process.options import BOOLEAN, ProcessMetricsOptions, declared
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+BEGIN = (
+    "<!-- options: generated from src/.../options.py by "
+    "`python docs/_ext/options_markdown.py`; do not edit by hand -->"
+)
+END = "<!-- end of options -->"
+
+
+def docstrings() -> dict[str, str]:
+    """Each field's docstring, as written under it in ``options.py``."""
+    tree = ast.parse(Path(options_module.__file__).read_text())
+    found: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == ProcessMetricsOptions.__name__:
+            body = node.body
+            for here, after in itertools.pairwise(body):
+                if (
+                    isinstance(here, ast.AnnAssign)
+                    and isinstance(here.target, ast.Name)
+                    and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)
+                ):
+                    found[here.target.id] = after.value.value
+    return found
+
+
+def summary(doc: str) -> str:
+    """The first paragraph of ``doc`` on one line, with ``rst code`` as `markdown code`."""
+    paragraph = doc.strip().split("\n\n")[0]
+    return re.sub(r"``([^`]+)``", r"`\1`", " ".join(paragraph.split()))
+
+
+def _default(field: dataclasses.Field[Any]) -> Any:
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default
+
+
+def row(field: dataclasses.Field[Any], doc: str) -> str:
+    default = _default(field)
+    kind = "Iterable[str]" if isinstance(default, tuple) else str(field.type)
+    shown = "none" if default in ((), {}) else f"`{default!r}`"
+    var = ENV_VARS.get(field.name)
+    env = "none" if var is None else f"`{var}`"
+    if var is not None and declared(field.name).form is not BOOLEAN:
+        env += f": {FORMATS[field.name]}"
+    cells = [f"`{field.name}: {kind}`", env, shown, summary(doc)]
+    return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+
+def table() -> str:
+    """The README's block: the markers, the header and one row per option, in field order."""
+    docs = docstrings()
+    header = "| option | environment variable | default | what it does |\n|---|---|---|---|"
+    lines = [BEGIN, header]
+    lines += [row(f, docs[f.name]) for f in dataclasses.fields(ProcessMetricsOptions)]
+    return "\n".join([*lines, END])
+
+
+def in_readme(text: str) -> str:
+    """The generated block as it stands in ``text`` (the README), markers included."""
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[start:end]
+
+
+def main(argv: list[str]) -> int:
+    text = README.read_text()
+    current, wanted = in_readme(text), table()
+    if "--check" in argv:
+        return 0 if current == wanted else 1
+    README.write_text(text.replace(current, wanted))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
