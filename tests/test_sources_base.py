@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 from collections.abc import Mapping
+from pathlib import Path
 
 import psutil
 import pytest
@@ -11,12 +13,16 @@ import pytest
 from opentelemetry.instrumentation.process import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
+from opentelemetry.instrumentation.process.snapshot import SnapshotCache
+from opentelemetry.instrumentation.process.sources import SOURCES
 from opentelemetry.instrumentation.process.sources.base import (
     MIN_UTILIZATION_WINDOW,
     Delta,
     Key,
     ReadContext,
+    State,
 )
+from opentelemetry.instrumentation.process.sources.process import THREAD_COUNT
 
 
 class Lines(logging.Handler):
@@ -108,3 +114,85 @@ def test_no_time_elapsed_gives_no_ratio_rather_than_a_division_by_zero() -> None
     assert delta.step(5.0, {("a",): 1.0}, _per_second) is None
     assert delta.step(5.0, {("a",): 2.0}, _per_second) is None
     assert delta.step(6.0, {("a",): 4.0}, _per_second) == {("a",): 2.0}  # from the second
+
+
+# --- each source's own state, and what it needs from the others
+
+
+def test_a_state_is_made_once_per_context_and_dropped_on_demand() -> None:
+    made: list[ReadContext] = []
+
+    def make(ctx: ReadContext) -> list[int]:
+        made.append(ctx)
+        return []
+
+    state = State("test.source", make)
+    ctx = _context(FaultLog())
+    kept = ctx.state_of(state)
+    kept.append(1)
+    assert ctx.state_of(state) is kept and made == [ctx]
+    assert ctx.state == {"test.source": [1]}  # by the source's name
+    other = _context(FaultLog())  # another process, say: its own state
+    assert other.state_of(state) == [] and made == [ctx, other]
+    assert ctx.drop(state) is kept and ctx.drop(state) is None
+    assert ctx.state == {}
+
+
+def test_every_need_is_a_source_read_earlier_in_the_same_refresh() -> None:
+    order = list(SOURCES)
+    needy = [s for s in SOURCES.values() if s.needs]
+    assert [s.name for s in needy] == ["process.num_threads"]
+    for source in needy:
+        for name in source.needs:
+            needed = SOURCES[name]
+            assert order.index(name) < order.index(source.name), (source.name, name)
+            # The oneshot's sources are read first: a need of one is one of them.
+            assert needed.in_process or not source.in_process, (source.name, name)
+
+
+def _num_threads(readings: dict[str, dict[str, int]]) -> int:
+    ctx = _context(FaultLog())
+    ctx.readings = readings
+    count = SOURCES["process.num_threads"].read(ctx)["count"]
+    assert isinstance(count, int)
+    return count
+
+
+def test_the_thread_count_comes_from_what_it_needs_when_they_were_read() -> None:
+    # Counts no process has here: taken from the readings, not from psutil.
+    listed, status = {THREAD_COUNT: 10_001}, {THREAD_COUNT: 10_002}
+    assert _num_threads({"process.threads": listed, "process.signals": status}) == 10_001
+    assert _num_threads({"process.signals": status}) == 10_002
+    assert _num_threads({"process.signals": {"count": 0}}) == psutil.Process().num_threads()
+    assert _num_threads({}) == psutil.Process().num_threads()
+
+
+def test_a_refresh_gives_the_thread_count_of_its_own_per_thread_read() -> None:
+    cache = SnapshotCache(
+        ProcessMetricsOptions(per_thread=True), ["process.threads", "process.num_threads"]
+    )
+    try:
+        readings = cache.snapshot().readings
+        assert readings["process.num_threads"]["count"] == readings["process.threads"][THREAD_COUNT]
+        assert cache._ctx.readings is readings  # this refresh's, not an older one's
+    finally:
+        cache.close()
+
+
+SNAPSHOT_SIDE = ("sources", "linux", "runtime", "snapshot.py", "options.py", "excerpt.py")
+
+
+def test_the_snapshot_side_imports_nothing_of_opentelemetry() -> None:
+    package = Path(__file__).resolve().parent.parent / "src/opentelemetry/instrumentation/process"
+    paths = [p for part in SNAPSHOT_SIDE for p in sorted((package / part).glob("**/*.py"))]
+    paths += [package / part for part in SNAPSHOT_SIDE if part.endswith(".py")]
+    assert len(paths) > 10
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            assert not [n for n in names if n.startswith("opentelemetry")], (path.name, names)

@@ -131,6 +131,7 @@ class SnapshotCache:
             sources = tuple(s for s in sources if s.name not in self.idle)
         ctx.now = time.monotonic()
         readings: dict[str, Reading] = {}
+        ctx.readings = readings  # a source reads the earlier ones it needs
         in_process = [s for s in sources if s.in_process]
         if in_process:
             try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import psutil
 
@@ -64,6 +64,19 @@ ReadOptions: TypeAlias = ProcessMetricsOptions
 
 
 _T = TypeVar("_T")
+_S = TypeVar("_S")
+
+
+@dataclass(frozen=True)
+class State(Generic[_S]):
+    """What a source keeps between reads, typed: made on first use, one per process.
+
+    ``name`` is the source's name; state that the sources of one module share
+    (a discovery made once for all of them) has a name of its own.
+    """
+
+    name: str
+    make: Callable[[ReadContext], _S]
 
 
 @dataclass
@@ -83,8 +96,22 @@ class ReadContext:
     deltas: dict[str, Delta] = field(default_factory=dict)
     floors: dict[str, dict[Key, float]] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
-    """Per-source state kept between reads (hooks, discovered paths), by source name."""
+    """Each source's :class:`State`, by its name: read it with :meth:`state_of`."""
+    readings: Mapping[str, Reading] = field(default_factory=dict)
+    """The readings of this refresh so far: a source reads only those it ``needs``."""
     direct_failed: set[str] = field(default_factory=set)
+
+    def state_of(self, state: State[_S]) -> _S:
+        """The ``state`` kept in this process, made now if it was not yet."""
+        found: _S | None = self.state.get(state.name)
+        if found is None:
+            found = self.state[state.name] = state.make(self)
+        return found
+
+    def drop(self, state: State[_S]) -> _S | None:
+        """Forget ``state``; what was kept, if anything."""
+        found: _S | None = self.state.pop(state.name, None)
+        return found
 
     def delta(self, name: str) -> Delta:
         return self.deltas.setdefault(name, Delta())
@@ -177,6 +204,12 @@ class Source:
     """
     close: Callable[[ReadContext], None] | None = None
     """Called when reporting stops (``uninstrument()``) or before re-binding after a fork."""
+    needs: tuple[str, ...] = ()
+    """Sources whose readings of the same refresh it reads (``ReadContext.readings``).
+
+    Each comes earlier in ``SOURCES``, and is read in the oneshot if this one is;
+    one that is not enabled, or failed, is simply absent.
+    """
 
     def supported(self, platform: str | None = None, field: str | None = None) -> bool:
         """Whether this source (or its ``field``) can be read on ``platform`` (default: here)."""

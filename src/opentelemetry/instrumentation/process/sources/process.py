@@ -14,11 +14,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..linux import procfs, threads
 from ..platforms import LINUX, POSIX, WINDOWS
-from .base import Key, ReadContext, Reading, Source, Value, psutil_has
+from .base import Key, ReadContext, Reading, Source, State, Value, psutil_has
 
 try:
     import resource as _resource
@@ -77,35 +76,20 @@ def _io(ctx: ReadContext) -> Reading:
     }
 
 
-_LISTED = "process.task"
-"""Where a refresh keeps the thread ids it listed, for the thread count."""
+THREAD_COUNT = "thread_count"
+"""The field in which the per-thread and the signals reads give the number of threads."""
 
-
-def _listed(ctx: ReadContext, tids: list[int]) -> list[int]:
-    ctx.state[_LISTED] = (ctx.now, tids)
-    return tids
-
-
-def _listed_now(ctx: ReadContext) -> list[int] | None:
-    """The thread ids that the per-thread read listed in this refresh, if it did."""
-    # ctx.now is set once per refresh: an older listing has another stamp.
-    stamp, tids = ctx.state.get(_LISTED, (None, None))
-    return tids if stamp == ctx.now else None
-
-
-_STATUS = "process.status"
-"""Where a refresh keeps the thread count that the signals read found in ``status``."""
+_COUNTED_BY = ("process.threads", "process.signals")
+"""Sources of the same refresh that count the threads anyway, in order of preference."""
 
 
 def _num_threads(ctx: ReadContext) -> Reading:
-    # Free where another source of this refresh has counted them already: the
+    # Free where a source read earlier in this refresh counted them: the
     # per-thread read lists the threads, the signals read parses status.
-    tids = _listed_now(ctx)
-    if tids is not None:
-        return {"count": len(tids)}
-    stamp, threads_in_status = ctx.state.get(_STATUS, (None, 0))
-    if stamp == ctx.now:
-        return {"count": threads_in_status}
+    for name in _COUNTED_BY:
+        count = ctx.readings.get(name, {}).get(THREAD_COUNT)
+        if count is not None:
+            return {"count": count}
     return {"count": int(ctx.process.num_threads())}
 
 
@@ -132,26 +116,26 @@ def max_threads(ctx: ReadContext) -> int:
     return ctx.options.max_thread_series // SERIES_PER_THREAD
 
 
-def _busiest(ctx: ReadContext, limit: int) -> list[threads.ThreadTimes]:
-    """The ``limit`` busiest threads, busiest first: ranked by their CPU clocks on Linux.
+def _busiest(ctx: ReadContext, limit: int) -> tuple[int, list[threads.ThreadTimes]]:
+    """The number of threads, and the ``limit`` busiest, busiest first.
 
-    psutil reads every thread's stat file to keep a few; the direct read ranks
-    all threads without opening a file and reads only the kept threads' files.
+    They are ranked by their CPU clocks on Linux: psutil reads every thread's
+    stat file to keep a few; the direct read ranks all threads without opening
+    a file and reads only the kept threads' files.
     """
-    found = ctx.direct_read(
-        "threads", lambda: threads.busiest_threads(limit, tids=_listed(ctx, procfs.thread_ids()))
-    )
+
+    def direct() -> tuple[int, list[threads.ThreadTimes]]:
+        tids = procfs.thread_ids()
+        return len(tids), threads.busiest_threads(limit, tids=tids)
+
+    found = ctx.direct_read("threads", direct)
     if found is not None:
         return found
-    ranked = sorted(_psutil_threads(ctx), key=lambda t: (-(t.user_time + t.system_time), t.id))
-    return [threads.ThreadTimes(t.id, t.user_time, t.system_time) for t in ranked[:limit]]
-
-
-def _psutil_threads(ctx: ReadContext) -> list[Any]:
-    """psutil's list of every thread; it also gives this refresh's thread count."""
-    found = ctx.process.threads()
-    _listed(ctx, [t.id for t in found])
-    return found
+    every = ctx.process.threads()
+    ranked = sorted(every, key=lambda t: (-(t.user_time + t.system_time), t.id))
+    return len(every), [
+        threads.ThreadTimes(t.id, t.user_time, t.system_time) for t in ranked[:limit]
+    ]
 
 
 def _python_names() -> dict[int | None, str]:
@@ -168,13 +152,14 @@ def _threads(ctx: ReadContext) -> Reading:
         return _thread_groups(ctx)
     names = _python_names()
     times: dict[Key, float] = {}
-    for t in _busiest(ctx, max_threads(ctx)):
+    count, busiest = _busiest(ctx, max_threads(ctx))
+    for t in busiest:
         # Threads Python did not start (C extensions) have no Python name: the
         # attribute is left out rather than set to "".
         name = names.get(t.id)
         times[("user", t.id, name)] = t.user_time
         times[("system", t.id, name)] = t.system_time
-    return {"cpu_time": times}
+    return {"cpu_time": times, THREAD_COUNT: count}
 
 
 _DIGITS = re.compile(r"\d+")
@@ -183,10 +168,6 @@ _DIGITS = re.compile(r"\d+")
 def name_pattern(name: str | None) -> str | None:
     """A thread's name with every run of digits replaced by ``N`` ("Thread-N (run)")."""
     return None if name is None else _DIGITS.sub("N", name)
-
-
-_GROUPS = "process.threads"
-"""Where the by-name read keeps its thread-name groups between reads."""
 
 
 @dataclass
@@ -199,12 +180,16 @@ class _Groups:
     """Per pattern: user and system times of its threads that have exited."""
 
 
+_GROUPS = State("process.threads", lambda _ctx: _Groups())
+"""The by-name read's thread-name groups, kept between reads."""
+
+
 def _thread_groups(ctx: ReadContext) -> Reading:
-    # Any key apart from the other sources' would do, None included.
-    groups: _Groups = ctx.state.setdefault(_GROUPS, _Groups())  # pragma: no mutate
+    groups = ctx.state_of(_GROUPS)
     names = _python_names()
     current: dict[int, tuple[str | None, float, float]] = {}
-    for t in _psutil_threads(ctx):
+    every = ctx.process.threads()
+    for t in every:
         # A pattern is fixed at first sight: a renamed thread must not move
         # time from one series to another, which would make one go down.
         known = groups.last.get(t.id)
@@ -226,13 +211,12 @@ def _thread_groups(ctx: ReadContext) -> Reading:
     for pattern, (user, system) in busiest[: max_threads(ctx)]:
         times[("user", None, pattern)] = user
         times[("system", None, pattern)] = system
-    return {"cpu_time": times}
+    return {"cpu_time": times, THREAD_COUNT: len(every)}
 
 
 def _signals_pending(ctx: ReadContext) -> Reading:
     pending, threads_in_status = procfs.status_counts()
-    ctx.state[_STATUS] = (ctx.now, threads_in_status)
-    return {"count": pending}
+    return {"count": pending, THREAD_COUNT: threads_in_status}
 
 
 def _static(ctx: ReadContext) -> Reading:
@@ -290,16 +274,15 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "process.threads",
         _threads,
-        frozenset({"cpu_time"}),
+        frozenset({"cpu_time", THREAD_COUNT}),
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
         "(elsewhere: psutil reads every thread)",
         in_process=True,
     ),
-    # Before the thread count, which takes its number from status when it is read.
     Source(
         "process.signals",
         _signals_pending,
-        frozenset({"count"}),
+        frozenset({"count", THREAD_COUNT}),
         "/proc/self/status (read once; it gives the thread count too)",
         platforms=LINUX,
         in_process=True,
@@ -311,6 +294,7 @@ SOURCES: tuple[Source, ...] = (
         "psutil: /proc/self/status, in oneshot; no read when the per-thread or the "
         "signals read has counted the threads",
         in_process=True,
+        needs=_COUNTED_BY,
     ),
     Source(
         "process.num_fds",

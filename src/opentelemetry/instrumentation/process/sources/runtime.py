@@ -8,7 +8,7 @@ from itertools import accumulate
 
 from ..runtime.gc_pauses import BOUNDS, GcPauses
 from ..runtime.loop_lag import LoopLagMonitor
-from .base import Key, ReadContext, Reading, Source
+from .base import Key, ReadContext, Reading, Source, State
 
 _LE = (*(f"{bound:g}" for bound in BOUNDS), "+Inf")
 """Bucket labels, as Prometheus writes them: a histogram_quantile() over them works."""
@@ -26,20 +26,21 @@ def _is_cpython() -> bool:
     return sys.implementation.name == "cpython"
 
 
+_PAUSES = State("cpython.gc_pauses", lambda ctx: GcPauses(histogram=ctx.options.gc_pause_histogram))
+
+
 def _open_pauses(ctx: ReadContext) -> bool:
-    recorder = GcPauses(histogram=ctx.options.gc_pause_histogram)
-    ctx.state["cpython.gc_pauses"] = recorder
-    return recorder.start()
+    return ctx.state_of(_PAUSES).start()
 
 
 def _close_pauses(ctx: ReadContext) -> None:
-    recorder: GcPauses | None = ctx.state.pop("cpython.gc_pauses", None)
+    recorder = ctx.drop(_PAUSES)
     if recorder is not None:
         recorder.stop()
 
 
 def _pauses(ctx: ReadContext) -> Reading:
-    recorder: GcPauses = ctx.state["cpython.gc_pauses"]
+    recorder = ctx.state_of(_PAUSES)
     got = recorder.read()  # once per refresh: it starts the next longest-pause window
     reading: dict[str, dict[Key, float | int]] = {
         "time": {(gen,): seconds for gen, seconds in enumerate(got.seconds)},
@@ -54,15 +55,16 @@ def _pauses(ctx: ReadContext) -> Reading:
     return reading
 
 
+_LOOPS = State("asyncio.loops", lambda _ctx: LoopLagMonitor())
+
+
 def _open_loops(ctx: ReadContext) -> bool:
-    monitor = LoopLagMonitor()
-    ctx.state["asyncio.loops"] = monitor
-    monitor.start()
+    ctx.state_of(_LOOPS).start()
     return True
 
 
 def _close_loops(ctx: ReadContext) -> None:
-    monitor: LoopLagMonitor | None = ctx.state.pop("asyncio.loops", None)
+    monitor = ctx.drop(_LOOPS)
     if monitor is not None:
         monitor.reset()  # in a forked child: the parent's loops are not ours to stop
         monitor.stop()
@@ -72,7 +74,7 @@ _LAG_FIELDS = ("max", "mean", "p50", "p99", "utilization")
 
 
 def _loops(ctx: ReadContext) -> Reading:
-    monitor: LoopLagMonitor = ctx.state["asyncio.loops"]
+    monitor = ctx.state_of(_LOOPS)
     reading: dict[str, dict[Key, float]] = {name: {} for name in _LAG_FIELDS}
     for label, lag in monitor.read().items():  # one window per loop since the last refresh
         for name in _LAG_FIELDS:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from ..linux import cgroup, psi
 from ..linux.files import KernelFile, Values, read_all
 from ..platforms import LINUX
-from .base import Key, ReadContext, Reading, Source
+from .base import Key, ReadContext, Reading, Source, State
 
 
 @dataclass
@@ -33,20 +33,24 @@ class _Files:
     failing: frozenset[str] = frozenset()
 
 
-def _paths(ctx: ReadContext) -> cgroup.CgroupPaths:
-    """The process's cgroup folders, found once per process and shared by the sources."""
-    found: cgroup.CgroupPaths | None = ctx.state.get("cgroup.paths")
-    if found is None:
-        found = ctx.state["cgroup.paths"] = cgroup.discover()
-    return found
+@dataclass
+class _Cgroup:
+    """The process's cgroup folders and, once wanted, the cgroup files this kernel provides."""
+
+    paths: cgroup.CgroupPaths
+    files: tuple[KernelFile, ...] | None = None
 
 
-def _files(ctx: ReadContext, paths: cgroup.CgroupPaths) -> tuple[KernelFile, ...]:
+_CGROUP = State("cgroup", lambda _ctx: _Cgroup(cgroup.discover()))
+"""Found once per process, shared by the cgroup and pressure sources."""
+
+
+def _files(ctx: ReadContext) -> tuple[KernelFile, ...]:
     """The cgroup files this kernel provides, found once per process (each read once here)."""
-    found: tuple[KernelFile, ...] | None = ctx.state.get("cgroup.files")
-    if found is None:
-        found = ctx.state["cgroup.files"] = cgroup.cgroup_files(paths)
-    return found
+    shared = ctx.state_of(_CGROUP)
+    if shared.files is None:
+        shared.files = cgroup.cgroup_files(shared.paths)
+    return shared.files
 
 
 def _wanted(ctx: ReadContext, paths: cgroup.CgroupPaths) -> bool:
@@ -71,37 +75,50 @@ _CPU_FIELDS = frozenset(
 )
 
 
-def _open_cpu(ctx: ReadContext) -> bool:
-    paths = _paths(ctx)
-    files = _files(ctx, paths) if _wanted(ctx, paths) else ()
-    state = _Files(tuple(f for f in files if _CPU_FIELDS.intersection(f.fields)))
-    ctx.state["cgroup.cpu"] = state
-    return bool(state.files)
+def _cpu_files(ctx: ReadContext) -> _Files:
+    paths = ctx.state_of(_CGROUP).paths
+    files = _files(ctx) if _wanted(ctx, paths) else ()
+    return _Files(tuple(f for f in files if _CPU_FIELDS.intersection(f.fields)))
 
 
-def _open_memory(ctx: ReadContext) -> bool:
-    paths = _paths(ctx)
+def _memory_files(ctx: ReadContext) -> _Files:
+    paths = ctx.state_of(_CGROUP).paths
     if not _wanted(ctx, paths):
-        ctx.state["cgroup.memory"] = _Files(())
-        return False
-    files = tuple(f for f in _files(ctx, paths) if f.fields[0].startswith("memory."))
+        return _Files(())
+    files = tuple(f for f in _files(ctx) if f.fields[0].startswith("memory."))
     try:
         limit = cgroup.memory_limit(paths)
     except ValueError:
         limit = None  # garbage in a limit file: unknown, left out
-    ctx.state["cgroup.memory"] = _Files(files, limit=limit)
-    return bool(files) or limit is not None
+    return _Files(files, limit=limit)
+
+
+def _pressure_files(ctx: ReadContext) -> _Files:
+    found = psi.discover_pressure(ctx.state_of(_CGROUP).paths)
+    return _Files(found.files, scope=found.scope)
+
+
+_CPU = State("cgroup.cpu", _cpu_files)
+_MEMORY = State("cgroup.memory", _memory_files)
+_PRESSURE = State("pressure", _pressure_files)
+
+
+def _open_cpu(ctx: ReadContext) -> bool:
+    return bool(ctx.state_of(_CPU).files)
+
+
+def _open_memory(ctx: ReadContext) -> bool:
+    state = ctx.state_of(_MEMORY)
+    return bool(state.files) or state.limit is not None
 
 
 def _open_pressure(ctx: ReadContext) -> bool:
-    found = psi.discover_pressure(_paths(ctx))
-    ctx.state["pressure"] = _Files(found.files, scope=found.scope)
-    return bool(found.files)
+    return bool(ctx.state_of(_PRESSURE).files)
 
 
-def _read(ctx: ReadContext, name: str) -> tuple[_Files, Values]:
-    """Read every file of source ``name`` once; log the files that fail, and those that recover."""
-    state: _Files = ctx.state[name]
+def _read(ctx: ReadContext, which: State[_Files]) -> tuple[_Files, Values]:
+    """Read every file of a source once; log the files that fail, and those that recover."""
+    state = ctx.state_of(which)
     values, failures = read_all(state.files)
     if not failures and not state.failing:  # the usual case, kept short
         return state, values
@@ -124,7 +141,7 @@ def _read(ctx: ReadContext, name: str) -> tuple[_Files, Values]:
 
 
 def _cpu(ctx: ReadContext) -> Reading:
-    _state, v = _read(ctx, "cgroup.cpu")
+    _state, v = _read(ctx, _CPU)
     reading: dict[str, int | float | dict[Key, float]] = {}
     for field, key in (
         ("periods", cgroup.CPU_PERIODS),
@@ -152,7 +169,7 @@ _EVENTS: tuple[tuple[Key, str], ...] = (
 
 
 def _memory(ctx: ReadContext) -> Reading:
-    state, v = _read(ctx, "cgroup.memory")
+    state, v = _read(ctx, _MEMORY)
     reading: dict[str, int | float | dict[Key, int]] = {}
     if cgroup.MEMORY_USAGE in v:
         reading["usage"] = int(v[cgroup.MEMORY_USAGE])
@@ -178,7 +195,7 @@ _STALLS = tuple(
 
 
 def _pressure(ctx: ReadContext) -> Reading:
-    state, v = _read(ctx, "pressure")
+    state, v = _read(ctx, _PRESSURE)
     reading: dict[str, dict[Key, float]] = {}
     for resource, field, kind in _STALLS:
         if field in v:
