@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import logging
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -177,6 +178,29 @@ def test_a_refresh_gives_the_thread_count_of_its_own_per_thread_read() -> None:
         assert cache._ctx.readings is readings  # this refresh's, not an older one's
     finally:
         cache.close()
+
+
+def test_each_state_is_kept_under_its_sources_name() -> None:
+    options = ProcessMetricsOptions(
+        per_thread=True,
+        thread_series_by="name",
+        saturation=True,
+        gc_pause_histogram=True,
+        event_loop=True,
+    )
+    cache = SnapshotCache(options, SOURCES)
+    try:
+        cache.snapshot()
+        kept = set(cache._ctx.state)
+    finally:
+        cache.close()
+    # "cgroup" is what the cgroup and pressure sources found once for all three.
+    stateful = {"process.threads", "cpython.gc_pauses", "asyncio.loops"}
+    if sys.platform == "linux":
+        stateful |= {"cgroup", "cgroup.cpu", "cgroup.memory", "pressure"}
+    if not SOURCES["cpython.gc_pauses"].supported():
+        stateful.discard("cpython.gc_pauses")
+    assert kept == stateful
 
 
 SNAPSHOT_SIDE = ("sources", "linux", "runtime", "snapshot.py", "options.py", "excerpt.py")
