@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import functools
 import glob
@@ -12,15 +13,17 @@ import os
 import pkgutil
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
 
-from opentelemetry.instrumentation.process import ProcessInstrumentor
+from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.instruments import SCHEMA_URL
 from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Kind, Metric
+from opentelemetry.instrumentation.process.snapshot import SnapshotCache
+from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .conftest import cgroup_limited_here, collect, on_by_default, points
 
@@ -426,15 +429,52 @@ BAD_ROWS = [
         {"name": "test.bad", "option": "per_cpu"},
         "metric table: test.bad names an unknown option 'per_cpu'",
     ),
+    (
+        {"name": "test.bad", "attributes": ("cpu.state",)},
+        "metric table: test.bad has the attributes ('cpu.state',), but field 'cpu_time' of "
+        "source 'process.rusage' names ('cpu.mode',)",
+    ),
+    (
+        {"name": "test.bad", "attributes": ()},
+        "metric table: test.bad has the attributes (), but field 'cpu_time' of source "
+        "'process.rusage' names ('cpu.mode',)",
+    ),
 ]
+
+
+def test_every_key_of_a_reading_is_of_the_type_its_source_declares() -> None:
+    """Each point's attributes come by name from its key; the table is checked against it."""
+    everything = ProcessMetricsOptions(
+        per_thread=True, per_cpu=True, cpu_frequency=True, saturation=True,
+        gc_pause_histogram=True, event_loop=True,
+    )  # fmt: skip
+    seen = set()
+    for by in ("thread", "name"):
+        options = dataclasses.replace(everything, thread_series_by=by)
+        cache = SnapshotCache(options, SOURCES)
+        try:
+            readings = cache.snapshot().readings
+        finally:
+            cache.close()
+        for name, reading in readings.items():
+            declared = SOURCES[name].fields
+            for field, value in reading.items():
+                key_type = declared[field]
+                if key_type is None:
+                    assert isinstance(value, (int, float)), (name, field, value)
+                    continue
+                assert isinstance(value, Mapping), (name, field, value)
+                for key in value:
+                    assert type(key) is key_type, (name, field, key)
+                    assert len(key) == len(key_type.names), (name, field, key)
+                seen.add((name, field))
+    assert ("process.threads", "cpu_time") in seen and ("system.cpu", "time") in seen
 
 
 @pytest.mark.parametrize(("change", "error"), BAD_ROWS, ids=lambda x: str(x)[:30])
 def test_a_table_row_that_does_not_resolve_is_refused_at_import(
     change: dict[str, Any], error: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import dataclasses
-
     from opentelemetry.instrumentation.process import metrics as table
 
     table._check_table()  # the real table resolves

@@ -90,8 +90,8 @@ class Live:
         for key in value:
             attributes = last.get(key)
             if attributes is None:
-                # Not mutated: strict=False is zip's default (a key may be shorter).
-                named = zip(metric.attributes, key, strict=False)  # pragma: no mutate
+                # A key names its own values (sources.base.attributes).
+                named = zip(key.names, key, strict=True)
                 attributes = {**self._attributes, **{n: a for n, a in named if a is not None}}
                 self._count_series(metric.name, key)
             current[key] = attributes

@@ -44,7 +44,7 @@ class Metric:
     field: str
     """Field of that source's reading that holds the value."""
     attributes: tuple[str, ...] = ()
-    """Attribute names, in the order of the reading's key tuples."""
+    """Attribute names of its points: the names of its field's key type, checked at import."""
     default: bool = False
     value_type: type = int
     option: str | None = None
@@ -359,7 +359,7 @@ METRICS_BY_NAME = {m.name: m for m in METRICS}
 
 
 def _check_table() -> None:
-    """Every string join of the table resolves: source, field, option; names are unique."""
+    """Every join of the table resolves: source, field, attribute names, option; names unique."""
     if len(METRICS_BY_NAME) != len(METRICS):
         raise RuntimeError("metric table: a name is declared twice")
     for m in METRICS:
@@ -370,6 +370,13 @@ def _check_table() -> None:
             raise RuntimeError(
                 f"metric table: {m.name} reads field {m.field!r}, which source "
                 f"{m.source!r} does not declare"
+            )
+        key = source.fields[m.field]
+        names = key.names if key is not None else ()
+        if m.attributes != names:
+            raise RuntimeError(
+                f"metric table: {m.name} has the attributes {m.attributes}, but field "
+                f"{m.field!r} of source {m.source!r} names {names}"
             )
         if m.option is not None and m.option not in GATING_OPTIONS:
             raise RuntimeError(f"metric table: {m.name} names an unknown option {m.option!r}")

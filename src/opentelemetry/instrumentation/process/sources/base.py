@@ -1,16 +1,17 @@
 """What every source shares: the reading format, the read context, and deltas.
 
 A source returns a *reading*: a flat mapping of field names to either a
-number or a mapping from a tuple of attribute values to a number. The metric
-table says which field feeds which metric and what the tuple positions are
-called. Nothing here knows about OpenTelemetry.
+number or a mapping from a key to a number. A key is a tuple of attribute
+values whose type names the attributes (:func:`attributes`); each source
+declares the key type of each of its fields, and the metric table is checked
+against those names. Nothing here knows about OpenTelemetry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, ClassVar, Generic, TypeAlias, TypeVar, cast
 
 import psutil
 
@@ -19,7 +20,35 @@ from ..faultlog import FaultLog
 from ..options import ProcessMetricsOptions
 from ..platforms import ALL, current_platform
 
-Key = tuple[str | int | None, ...]
+
+class Key(tuple[str | int | None, ...]):
+    """A key of a reading: attribute values, named by its type's ``names``, in order.
+
+    A value of ``None`` is an attribute left out of that point.
+    """
+
+    __slots__ = ()
+    names: ClassVar[tuple[str, ...]] = ()
+
+
+def attributes(*names: str) -> type[Key]:
+    """The key type of a field whose points have the attributes ``names``.
+
+    Build a key with a tuple of values, in the order of ``names``:
+    ``MODE = attributes("cpu.mode")``, then ``MODE(("user",))``.
+    """
+    return cast("type[Key]", type("Key", (Key,), {"__slots__": (), "names": names}))
+
+
+Fields = Mapping[str, "type[Key] | None"]
+"""A source's fields: the key type of each field that has points, ``None`` for a number."""
+
+
+def numbers(*names: str) -> dict[str, type[Key] | None]:
+    """Fields that each hold one number."""
+    return dict.fromkeys(names)
+
+
 Value = int | float | Mapping[Key, int | float]
 Reading = Mapping[str, Value]
 
@@ -182,8 +211,8 @@ class Source:
 
     name: str
     read: Callable[[ReadContext], Reading]
-    fields: frozenset[str]
-    """The fields its reading may hold (absent ones are unknown, never 0)."""
+    fields: Fields
+    """The fields its reading may hold (absent ones are unknown, never 0), with their keys."""
     cost: str
     """What one read costs, in words, for the metric reference."""
     platforms: frozenset[str] = ALL

@@ -10,7 +10,7 @@ import psutil
 
 from ..linux import procfs, sock_diag
 from ..platforms import LINUX
-from .base import Key, ReadContext, Reading, Source, psutil_has
+from .base import Key, ReadContext, Reading, Source, attributes, psutil_has
 
 _CPU_MODES = {
     "user": "user",
@@ -25,6 +25,23 @@ _CPU_MODES = {
     "steal": "steal",
     # guest and guest_nice are already counted in user and nice.
 }
+
+_CPU = attributes("cpu.logical_number", "cpu.mode")
+_MEMORY = attributes("system.memory.state")
+_FREQUENCY = attributes("cpu.logical_number")
+_DISK = attributes("system.device", "disk.io.direction")
+_NETWORK = attributes("network.interface.name", "network.io.direction")
+_PAGING = attributes("system.paging.state")
+_USED, _FREE = _PAGING(("used",)), _PAGING(("free",))
+_FAULT = attributes("system.paging.fault.type")
+_FILESYSTEM = attributes(
+    "system.device",
+    "system.filesystem.state",
+    "system.filesystem.type",
+    "system.filesystem.mode",
+    "system.filesystem.mountpoint",
+)
+_CONNECTION = attributes("network.connection.state", "network.transport")
 
 _TCP_STATES = {
     "SYN_RECV": "syn_received",
@@ -45,7 +62,7 @@ def _system_cpu(ctx: ReadContext) -> Reading:
         for field_name, value in row._asdict().items():
             mode = _CPU_MODES.get(field_name)
             if mode is not None:
-                key = (number, mode)
+                key = _CPU((number, mode))
                 times[key] = times.get(key, 0.0) + value
     # Linux may move iowait backwards (proc(5)): keep the last value instead.
     # Not mutated: the floor's name is this source's alone, any name would do.
@@ -63,11 +80,14 @@ def _system_cpu(ctx: ReadContext) -> Reading:
 
 def _system_memory(ctx: ReadContext) -> Reading:
     vm = psutil.virtual_memory()
-    usage: dict[Key, int] = {("used",): vm.total - vm.available, ("free",): vm.free}
+    usage: dict[Key, int] = {
+        _MEMORY(("used",)): vm.total - vm.available,
+        _MEMORY(("free",)): vm.free,
+    }
     for state in ("buffers", "cached"):
         value = getattr(vm, state, None)
         if value is not None:
-            usage[(state,)] = value
+            usage[_MEMORY((state,))] = value
     return {
         "usage": usage,
         "utilization": {k: v / vm.total for k, v in usage.items()},
@@ -78,34 +98,43 @@ def _system_memory(ctx: ReadContext) -> Reading:
 def _cpu_freq(ctx: ReadContext) -> Reading:
     rows = psutil.cpu_freq(percpu=True) or []
     # A CPU that reports 0 MHz does not expose its frequency: leave it out.
-    return {"current": {(n,): int(f.current * 1e6) for n, f in enumerate(rows) if f.current}}
+    return {
+        "current": {_FREQUENCY((n,)): int(f.current * 1e6) for n, f in enumerate(rows) if f.current}
+    }
 
 
 def _system_disk(ctx: ReadContext) -> Reading:
     disks = psutil.disk_io_counters(perdisk=True) or {}
     return {
-        "bytes": _by_direction(disks, "read_bytes", "write_bytes"),
-        "operations": _by_direction(disks, "read_count", "write_count"),
+        "bytes": _by_direction(_DISK, disks, "read_bytes", "write_bytes"),
+        "operations": _by_direction(_DISK, disks, "read_count", "write_count"),
     }
 
 
 def _system_network(ctx: ReadContext) -> Reading:
     nics = psutil.net_io_counters(pernic=True) or {}
     return {
-        "bytes": _by_direction(nics, "bytes_recv", "bytes_sent", "receive", "transmit"),
-        "packets": _by_direction(nics, "packets_recv", "packets_sent", "receive", "transmit"),
-        "dropped": _by_direction(nics, "dropin", "dropout", "receive", "transmit"),
-        "errors": _by_direction(nics, "errin", "errout", "receive", "transmit"),
+        "bytes": _by_direction(_NETWORK, nics, "bytes_recv", "bytes_sent", "receive", "transmit"),
+        "packets": _by_direction(
+            _NETWORK, nics, "packets_recv", "packets_sent", "receive", "transmit"
+        ),
+        "dropped": _by_direction(_NETWORK, nics, "dropin", "dropout", "receive", "transmit"),
+        "errors": _by_direction(_NETWORK, nics, "errin", "errout", "receive", "transmit"),
     }
 
 
 def _by_direction(
-    rows: Mapping[str, Any], a: str, b: str, a_name: str = "read", b_name: str = "write"
+    key: type[Key],
+    rows: Mapping[str, Any],
+    a: str,
+    b: str,
+    a_name: str = "read",
+    b_name: str = "write",
 ) -> dict[Key, int]:
     out: dict[Key, int] = {}
     for device, row in rows.items():
-        out[(device, a_name)] = getattr(row, a)
-        out[(device, b_name)] = getattr(row, b)
+        out[key((device, a_name))] = getattr(row, a)
+        out[key((device, b_name))] = getattr(row, b)
     return out
 
 
@@ -122,14 +151,14 @@ def _swap_totals(ctx: ReadContext) -> tuple[int, int]:
 def _swap(ctx: ReadContext) -> Reading:
     total, free = _swap_totals(ctx)
     # As psutil.swap_memory() computes it.
-    usage: dict[Key, int] = {("used",): total - free, ("free",): free}
+    usage: dict[Key, int] = {_USED: total - free, _FREE: free}
     util = {k: v / total for k, v in usage.items()} if total else {}
     return {"usage": usage, "utilization": util}
 
 
 def _vmstat(ctx: ReadContext) -> Reading:
     major, minor = procfs.page_faults()
-    return {"faults": {("major",): major, ("minor",): minor}}
+    return {"faults": {_FAULT(("major",)): major, _FAULT(("minor",)): minor}}
 
 
 def _filesystem(ctx: ReadContext) -> Reading:
@@ -143,7 +172,7 @@ def _filesystem(ctx: ReadContext) -> Reading:
         mode = "ro" if "ro" in part.opts.split(",") else "rw"
         states = {"used": du.used, "free": du.free, "reserved": du.total - du.used - du.free}
         for state, value in states.items():
-            key = (part.device, state, part.fstype, mode, part.mountpoint)
+            key = _FILESYSTEM((part.device, state, part.fstype, mode, part.mountpoint))
             usage[key] = value
             if du.total:
                 util[key] = value / du.total
@@ -155,13 +184,13 @@ def _connections(ctx: ReadContext) -> Reading:
     # this count never uses; a netlink sock_diag dump counts them directly.
     found = ctx.direct_read("connections", sock_diag.connection_counts)
     if found is not None:
-        return {"count": dict(found.items())}
+        return {"count": {_CONNECTION(k): v for k, v in found.items()}}
     counts: dict[Key, int] = {}
     for conn in psutil.net_connections(kind="inet"):
         transport = "tcp" if conn.type == socket.SOCK_STREAM else "udp"
         status = conn.status
         state = None if status == psutil.CONN_NONE else _TCP_STATES.get(status, status.lower())
-        key = (state, transport)
+        key = _CONNECTION((state, transport))
         counts[key] = counts.get(key, 0) + 1
     return {"count": counts}
 
@@ -170,47 +199,47 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "system.cpu",
         _system_cpu,
-        frozenset({"time", "utilization"}),
+        {"time": _CPU, "utilization": _CPU},
         "/proc/stat",
         stateful=True,
     ),
     Source(
         "system.memory",
         _system_memory,
-        frozenset({"usage", "utilization", "limit"}),
+        {"usage": _MEMORY, "utilization": _MEMORY, "limit": None},
         "/proc/meminfo",
     ),
     Source(
         "system.cpu_freq",
         _cpu_freq,
-        frozenset({"current"}),
+        {"current": _FREQUENCY},
         "per CPU: sysfs cpufreq files, or /proc/cpuinfo",
         available=psutil_has("cpu_freq"),
     ),
-    Source("system.disk", _system_disk, frozenset({"bytes", "operations"}), "/proc/diskstats"),
+    Source("system.disk", _system_disk, {"bytes": _DISK, "operations": _DISK}, "/proc/diskstats"),
     Source(
         "system.network",
         _system_network,
-        frozenset({"bytes", "packets", "dropped", "errors"}),
+        dict.fromkeys(("bytes", "packets", "dropped", "errors"), _NETWORK),
         "/proc/net/dev",
     ),
     Source(
         "system.swap",
         _swap,
-        frozenset({"usage", "utilization"}),
+        {"usage": _PAGING, "utilization": _PAGING},
         "one sysinfo(2) syscall (elsewhere: psutil)",
     ),
-    Source("system.vmstat", _vmstat, frozenset({"faults"}), "/proc/vmstat", platforms=LINUX),
+    Source("system.vmstat", _vmstat, {"faults": _FAULT}, "/proc/vmstat", platforms=LINUX),
     Source(
         "system.filesystem",
         _filesystem,
-        frozenset({"usage", "utilization"}),
+        {"usage": _FILESYSTEM, "utilization": _FILESYSTEM},
         "/proc/self/mounts, one statvfs per mount",
     ),
     Source(
         "system.connections",
         _connections,
-        frozenset({"count"}),
+        {"count": _CONNECTION},
         "one netlink sock_diag dump per transport (elsewhere: psutil walks the fds of every "
         "process on the host)",
     ),

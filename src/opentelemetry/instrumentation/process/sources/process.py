@@ -17,7 +17,17 @@ from dataclasses import dataclass, field
 
 from ..linux import procfs, threads
 from ..platforms import LINUX, POSIX, WINDOWS
-from .base import Key, ReadContext, Reading, Source, State, Value, psutil_has
+from .base import (
+    Key,
+    ReadContext,
+    Reading,
+    Source,
+    State,
+    Value,
+    attributes,
+    numbers,
+    psutil_has,
+)
 
 try:
     import resource as _resource
@@ -27,6 +37,16 @@ except ImportError:  # Windows
 SERIES_PER_THREAD = 2
 """Per-thread CPU time has a ``user`` and a ``system`` series for each thread."""
 
+_MODE = attributes("cpu.mode")
+_USER, _SYSTEM = _MODE(("user",)), _MODE(("system",))
+_SWITCH = attributes("process.context_switch.type")
+_VOLUNTARY, _INVOLUNTARY = _SWITCH(("voluntary",)), _SWITCH(("involuntary",))
+_FAULT = attributes("system.paging.fault.type")
+_MAJOR, _MINOR = _FAULT(("major",)), _FAULT(("minor",))
+_DIRECTION = attributes("disk.io.direction")
+_READ, _WRITE = _DIRECTION(("read",)), _DIRECTION(("write",))
+_THREAD = attributes("cpu.mode", "thread.id", "thread.name")
+
 
 def _rusage(ctx: ReadContext) -> Reading:
     # One getrusage(2) gives CPU time at microsecond resolution, and context
@@ -34,20 +54,17 @@ def _rusage(ctx: ReadContext) -> Reading:
     # only the main thread's).
     if _resource is not None:
         ru = _resource.getrusage(_resource.RUSAGE_SELF)
-        times: dict[Key, float] = {("user",): ru.ru_utime, ("system",): ru.ru_stime}
+        times: dict[Key, float] = {_USER: ru.ru_utime, _SYSTEM: ru.ru_stime}
         extra: dict[str, Value] = {
-            "context_switches": {("voluntary",): ru.ru_nvcsw, ("involuntary",): ru.ru_nivcsw},
-            "paging_faults": {("major",): ru.ru_majflt, ("minor",): ru.ru_minflt},
+            "context_switches": {_VOLUNTARY: ru.ru_nvcsw, _INVOLUNTARY: ru.ru_nivcsw},
+            "paging_faults": {_MAJOR: ru.ru_majflt, _MINOR: ru.ru_minflt},
         }
     else:
         cpu = ctx.process.cpu_times()
         switches = ctx.process.num_ctx_switches()
-        times = {("user",): cpu.user, ("system",): cpu.system}
+        times = {_USER: cpu.user, _SYSTEM: cpu.system}
         extra = {
-            "context_switches": {
-                ("voluntary",): switches.voluntary,
-                ("involuntary",): switches.involuntary,
-            }
+            "context_switches": {_VOLUNTARY: switches.voluntary, _INVOLUNTARY: switches.involuntary}
         }
     cpus = ctx.facts.available_cpus or 0.0
 
@@ -71,8 +88,8 @@ def _memory(ctx: ReadContext) -> Reading:
 def _io(ctx: ReadContext) -> Reading:
     io = ctx.process.io_counters()
     return {
-        "bytes": {("read",): io.read_bytes, ("write",): io.write_bytes},
-        "operations": {("read",): io.read_count, ("write",): io.write_count},
+        "bytes": {_READ: io.read_bytes, _WRITE: io.write_bytes},
+        "operations": {_READ: io.read_count, _WRITE: io.write_count},
     }
 
 
@@ -157,8 +174,8 @@ def _threads(ctx: ReadContext) -> Reading:
         # Threads Python did not start (C extensions) have no Python name: the
         # attribute is left out rather than set to "".
         name = names.get(t.id)
-        times[("user", t.id, name)] = t.user_time
-        times[("system", t.id, name)] = t.system_time
+        times[_THREAD(("user", t.id, name))] = t.user_time
+        times[_THREAD(("system", t.id, name))] = t.system_time
     return {"cpu_time": times, THREAD_COUNT: count}
 
 
@@ -209,8 +226,8 @@ def _thread_groups(ctx: ReadContext) -> Reading:
     busiest = sorted(sums.items(), key=lambda kv: (-(kv[1][0] + kv[1][1]), kv[0] or ""))
     times: dict[Key, float] = {}
     for pattern, (user, system) in busiest[: max_threads(ctx)]:
-        times[("user", None, pattern)] = user
-        times[("system", None, pattern)] = system
+        times[_THREAD(("user", None, pattern))] = user
+        times[_THREAD(("system", None, pattern))] = system
     return {"cpu_time": times, THREAD_COUNT: len(every)}
 
 
@@ -248,7 +265,12 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "process.rusage",
         _rusage,
-        frozenset({"cpu_time", "cpu_utilization", "context_switches", "paging_faults"}),
+        {
+            "cpu_time": _MODE,
+            "cpu_utilization": _MODE,
+            "context_switches": _SWITCH,
+            "paging_faults": _FAULT,
+        },
         "one getrusage(2) syscall",
         # Windows has no getrusage: psutil gives CPU times and context switches only.
         field_platforms={"paging_faults": POSIX},
@@ -258,14 +280,14 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "process.memory",
         _memory,
-        frozenset({"rss", "vms", "utilization"}),
+        numbers("rss", "vms", "utilization"),
         "/proc/self/statm, in oneshot",
         in_process=True,
     ),
     Source(
         "process.io",
         _io,
-        frozenset({"bytes", "operations"}),
+        {"bytes": _DIRECTION, "operations": _DIRECTION},
         "/proc/self/io, in oneshot",
         platforms=_PROCESS_IO,
         in_process=True,
@@ -274,7 +296,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "process.threads",
         _threads,
-        frozenset({"cpu_time", THREAD_COUNT}),
+        {"cpu_time": _THREAD, THREAD_COUNT: None},
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
         "(elsewhere: psutil reads every thread)",
         in_process=True,
@@ -282,7 +304,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "process.signals",
         _signals_pending,
-        frozenset({"count", THREAD_COUNT}),
+        numbers("count", THREAD_COUNT),
         "/proc/self/status (read once; it gives the thread count too)",
         platforms=LINUX,
         in_process=True,
@@ -290,7 +312,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "process.num_threads",
         _num_threads,
-        frozenset({"count"}),
+        numbers("count"),
         "psutil: /proc/self/status, in oneshot; no read when the per-thread or the "
         "signals read has counted the threads",
         in_process=True,
@@ -299,7 +321,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "process.num_fds",
         _num_fds,
-        frozenset({"count"}),
+        numbers("count"),
         "lists /proc/self/fd, in oneshot",
         platforms=POSIX,
         in_process=True,
@@ -308,26 +330,24 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "process.num_handles",
         _num_handles,
-        frozenset({"count"}),
+        numbers("count"),
         "one Windows API call, in oneshot",
         platforms=WINDOWS,
         in_process=True,
         available=psutil_has("Process.num_handles"),
     ),
-    Source("process.uptime", _uptime, frozenset({"uptime"}), "none: create time is a static fact"),
+    Source("process.uptime", _uptime, numbers("uptime"), "none: create time is a static fact"),
     Source(
         "static",
         _static,
-        frozenset(
-            {
-                "logical_cpus",
-                "physical_cpus",
-                "fd_limit",
-                "cpu_freq_min",
-                "cpu_freq_max",
-                "available_cpus",
-                "memory_limit",
-            }
+        numbers(
+            "logical_cpus",
+            "physical_cpus",
+            "fd_limit",
+            "cpu_freq_min",
+            "cpu_freq_max",
+            "available_cpus",
+            "memory_limit",
         ),
         "none: static facts, read once",
         field_platforms={"fd_limit": POSIX},  # RLIMIT_NOFILE
@@ -335,7 +355,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         REFRESH,
         _not_read,
-        frozenset({"duration", "cpu_time"}),
+        numbers("duration", "cpu_time"),
         "none: the snapshot cache times its own refresh",
     ),
 )

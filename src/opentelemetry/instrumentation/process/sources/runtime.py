@@ -8,18 +8,26 @@ from itertools import accumulate
 
 from ..runtime.gc_pauses import BOUNDS, GcPauses
 from ..runtime.loop_lag import LoopLagMonitor
-from .base import Key, ReadContext, Reading, Source, State
+from .base import Key, ReadContext, Reading, Source, State, attributes
 
-_LE = (*(f"{bound:g}" for bound in BOUNDS), "+Inf")
+_GENERATION = attributes("cpython.gc.generation")
+_GENERATIONS = tuple(_GENERATION((gen,)) for gen in range(3))
+_BUCKET = attributes("le")
+_LE = tuple(_BUCKET((le,)) for le in (*(f"{bound:g}" for bound in BOUNDS), "+Inf"))
 """Bucket labels, as Prometheus writes them: a histogram_quantile() over them works."""
+_LOOP = attributes("thread.name")
 
 
 def _gc(ctx: ReadContext) -> Reading:
     stats = gc.get_stats()
     return {
-        name: {(gen,): s[name] for gen, s in enumerate(stats)}
+        name: {_generation(gen): s[name] for gen, s in enumerate(stats)}
         for name in ("collections", "collected", "uncollectable")
     }
+
+
+def _generation(gen: int) -> Key:
+    return _GENERATIONS[gen] if gen < len(_GENERATIONS) else _GENERATION((gen,))
 
 
 def _is_cpython() -> bool:
@@ -43,15 +51,15 @@ def _pauses(ctx: ReadContext) -> Reading:
     recorder = ctx.state_of(_PAUSES)
     got = recorder.read()  # once per refresh: it starts the next longest-pause window
     reading: dict[str, dict[Key, float | int]] = {
-        "time": {(gen,): seconds for gen, seconds in enumerate(got.seconds)},
+        "time": {_generation(gen): seconds for gen, seconds in enumerate(got.seconds)},
         # A generation that did not collect since the last refresh did not pause
         # the program: that is known, so it is 0, and the series stays.
-        "max": {(gen,): top or 0.0 for gen, top in enumerate(got.longest)},
+        "max": {_generation(gen): top or 0.0 for gen, top in enumerate(got.longest)},
     }
     if got.buckets is not None:
         # Cumulative counts per upper bound, all generations together.
         per_bucket = [sum(column) for column in zip(*got.buckets, strict=True)]
-        reading["buckets"] = {(le,): n for le, n in zip(_LE, accumulate(per_bucket), strict=True)}
+        reading["buckets"] = dict(zip(_LE, accumulate(per_bucket), strict=True))
     return reading
 
 
@@ -80,7 +88,7 @@ def _loops(ctx: ReadContext) -> Reading:
         for name in _LAG_FIELDS:
             value = getattr(lag, name)
             if value is not None:  # no sample, or not measured here: left out, never 0
-                reading[name][(label,)] = value
+                reading[name][_LOOP((label,))] = value
     return reading
 
 
@@ -88,14 +96,14 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "cpython.gc",
         _gc,
-        frozenset({"collections", "collected", "uncollectable"}),
+        dict.fromkeys(("collections", "collected", "uncollectable"), _GENERATION),
         "none: gc.get_stats() in memory",
         available=_is_cpython,
     ),
     Source(
         "cpython.gc_pauses",
         _pauses,
-        frozenset({"time", "max", "buckets"}),
+        {"time": _GENERATION, "max": _GENERATION, "buckets": _BUCKET},
         "none: a gc.callbacks hook keeps running totals (about 1 µs per garbage collection)",
         available=lambda: _is_cpython() and GcPauses.available(),
         open=_open_pauses,
@@ -104,7 +112,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "asyncio.loops",
         _loops,
-        frozenset(_LAG_FIELDS),
+        dict.fromkeys(_LAG_FIELDS, _LOOP),
         "none at collection: one timer per event loop every 20 ms (about 50 µs of CPU per "
         "tick when the loop is idle), and about 0.3 µs per loop iteration on asyncio to time "
         "its select for the utilisation",

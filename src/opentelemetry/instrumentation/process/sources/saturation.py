@@ -20,7 +20,11 @@ from dataclasses import dataclass
 from ..linux import cgroup, psi
 from ..linux.files import KernelFile, Values, read_all
 from ..platforms import LINUX
-from .base import Key, ReadContext, Reading, Source, State
+from .base import Key, ReadContext, Reading, Source, State, attributes, numbers
+
+_MODE = attributes("cpu.mode")
+_EVENT = attributes("process_metrics.cgroup.memory.event")
+_STALL = attributes("process_metrics.pressure.stall_type", "process_metrics.pressure.scope")
 
 
 @dataclass
@@ -151,7 +155,7 @@ def _cpu(ctx: ReadContext) -> Reading:
         if key in v:
             reading[field] = v[key]
     # The container conventions call the kernel-mode time of a cgroup "kernel".
-    modes: dict[Key, str] = {("user",): cgroup.CPU_TIME_USER, ("kernel",): cgroup.CPU_TIME_SYSTEM}
+    modes = {_MODE(("user",)): cgroup.CPU_TIME_USER, _MODE(("kernel",)): cgroup.CPU_TIME_SYSTEM}
     times: dict[Key, float] = {mode: float(v[key]) for mode, key in modes.items() if key in v}
     if times:
         reading["cpu_time"] = times
@@ -159,12 +163,12 @@ def _cpu(ctx: ReadContext) -> Reading:
 
 
 _EVENTS: tuple[tuple[Key, str], ...] = (
-    (("high",), cgroup.MEMORY_EVENTS_HIGH),
-    (("max",), cgroup.MEMORY_EVENTS_MAX),
-    (("oom",), cgroup.MEMORY_EVENTS_OOM),
-    (("oom_kill",), cgroup.MEMORY_EVENTS_OOM_KILL),
+    (_EVENT(("high",)), cgroup.MEMORY_EVENTS_HIGH),
+    (_EVENT(("max",)), cgroup.MEMORY_EVENTS_MAX),
+    (_EVENT(("oom",)), cgroup.MEMORY_EVENTS_OOM),
+    (_EVENT(("oom_kill",)), cgroup.MEMORY_EVENTS_OOM_KILL),
     # v1's count of times the usage hit the limit is v2's "max" event.
-    (("max",), cgroup.MEMORY_FAILCNT),
+    (_EVENT(("max",)), cgroup.MEMORY_FAILCNT),
 )
 
 
@@ -199,7 +203,7 @@ def _pressure(ctx: ReadContext) -> Reading:
     reading: dict[str, dict[Key, float]] = {}
     for resource, field, kind in _STALLS:
         if field in v:
-            reading.setdefault(resource, {})[(kind, state.scope)] = float(v[field])
+            reading.setdefault(resource, {})[_STALL((kind, state.scope))] = float(v[field])
     return reading
 
 
@@ -207,7 +211,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "cgroup.cpu",
         _cpu,
-        frozenset({"periods", "throttled_periods", "throttled_time", "cpu_time"}),
+        {**numbers("periods", "throttled_periods", "throttled_time"), "cpu_time": _MODE},
         "the cgroup cpu.stat (v1: and cpuacct.stat)",
         platforms=LINUX,
         open=_open_cpu,
@@ -215,7 +219,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "cgroup.memory",
         _memory,
-        frozenset({"usage", "working_set", "peak", "limit", "events"}),
+        {**numbers("usage", "working_set", "peak", "limit"), "events": _EVENT},
         "the cgroup memory.current, memory.stat, memory.peak, memory.events "
         "(v1: their *_in_bytes, failcnt and oom_control)",
         platforms=LINUX,
@@ -224,7 +228,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "pressure",
         _pressure,
-        frozenset(psi.RESOURCES),
+        dict.fromkeys(psi.RESOURCES, _STALL),
         "one file per resource: the v2 cgroup cpu.pressure, memory.pressure and io.pressure, "
         "else /proc/pressure/cpu, memory and io",
         platforms=LINUX,
