@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .options import OPTION_NAMES, ProcessMetricsOptions, show
+from .options import MAX_PATTERNS, OPTION_NAMES, ProcessMetricsOptions, show
 
 _logger = logging.getLogger(__name__)
 
@@ -110,6 +110,8 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]
             continue
         try:
             value = _PARSERS[name](raw)
+            if name in ("include", "exclude"):
+                value = valid_entries(name, var, value)
             ProcessMetricsOptions(**{name: value})
         except ValueError as exc:
             _warn(var, raw, str(exc), _default(name))
@@ -117,6 +119,35 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]
         found[name] = value
     _check_attribute_limits(environ)
     return found
+
+
+def valid_entries(name: str, var: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """The valid entries of an ``include`` or ``exclude`` list, with a warning for each other one.
+
+    A list with no valid entry, or with too many entries, is returned whole:
+    then the caller's one warning and the default apply, as for any variable.
+    """
+    if len(patterns) > MAX_PATTERNS:
+        return patterns
+    kept: list[str] = []
+    refused: list[tuple[str, str]] = []
+    for pattern in patterns:
+        try:
+            ProcessMetricsOptions(**{name: (pattern,)})
+        except ValueError as exc:
+            refused.append((pattern, str(exc)))
+        else:
+            kept.append(pattern)
+    if not kept:
+        return patterns
+    for pattern, why in refused:
+        _logger.warning(
+            "%s: the entry %s is not valid (%s); it is left out, the other entries apply.",
+            var,
+            show(pattern),
+            why[:300],
+        )
+    return tuple(kept)
 
 
 def _default(name: str) -> str:
