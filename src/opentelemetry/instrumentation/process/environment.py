@@ -132,8 +132,9 @@ def valid_entries(name: str, var: str, patterns: tuple[str, ...]) -> tuple[str, 
     kept: list[str] = []
     refused: list[tuple[str, str]] = []
     for pattern in patterns:
+        alone: dict[str, Any] = {name: (pattern,)}
         try:
-            ProcessMetricsOptions(**{name: (pattern,)})
+            ProcessMetricsOptions(**alone)
         except ValueError as exc:
             refused.append((pattern, str(exc)))
         else:
