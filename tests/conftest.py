@@ -16,6 +16,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric, Metri
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
 
+from . import expected_skips
+
 Points = dict[frozenset[tuple[str, Any]], Any]
 
 
@@ -213,3 +215,32 @@ def _a_hang_fails_under_mutation_testing() -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         signal.signal(signal.SIGVTALRM, previous)
+
+
+# -- every skip names what it waits for (tests/expected_skips.py) -----------------------
+
+_unexpected_skips: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = expected_skips.reason(report)
+        if not expected_skips.expected(reason):
+            _unexpected_skips.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _unexpected_skips and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _unexpected_skips:
+        terminalreporter.section("skips with a reason not in tests/expected_skips.py", red=True)
+        for line in _unexpected_skips:
+            terminalreporter.line(line[:300], red=True)
+        terminalreporter.line(
+            "A skip must name the platform, server, package or host feature it waits for; "
+            "add its reason to tests/expected_skips.py, or make the test run.",
+            red=True,
+        )
