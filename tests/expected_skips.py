@@ -16,7 +16,8 @@ EXPECTED: dict[str, str] = {
     # Platforms: the test needs an OS feature this one lacks.
     r"^(Linux readers|Linux only|Linux-only sources|reads procfs|reads /proc)$": "platform",
     r"^reads /proc/self/task and thread CPU clocks$": "platform",
-    r"^(namespaces and /proc|netlink sock_diag) are Linux-only$": "platform",
+    r"^namespaces and /proc are Linux-only$": "platform",
+    r"^netlink sock_diag is Linux-only$": "platform",
     r"^(the direct read is|direct reads are) Linux-only$": "platform",
     r"^(needs os\.fork|gunicorn needs fork|needs CPU affinity|POSIX file descriptors)$": "platform",
     r"^(getrusage\(2\)|getrusage\(\) is POSIX only|iowait is a Linux field)$": "platform",
