@@ -26,8 +26,21 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/python examples/console_demo.py
+# `make demo` has a small venv of its own: the package and the SDK, whose console
+# exporter it prints with; wheels only, so that no C compiler is needed
+# (tests/test_demo_env.py checks what it installs).
+DEMO_VENV         ?= .venv-demo
+DEMO_REQUIREMENTS := -e . 'opentelemetry-sdk>=1.28,<2'
+
+$(DEMO_VENV)/.installed: pyproject.toml
+	$(call say,demo setup: $(DEMO_VENV) with the package and opentelemetry-sdk (wheels only))
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+	  --only-binary=:all: $(DEMO_REQUIREMENTS)
+	touch $@
+
+demo: $(DEMO_VENV)/.installed
+	$(DEMO_VENV)/bin/python examples/console_demo.py
 
 servers:
 	$(call say,real servers for the end-to-end tests (scripts/get-servers.sh))
@@ -114,4 +127,4 @@ test: setup servers browser lint typecheck unit lowest-oldest latest-newest benc
 	docs-render
 
 clean:
-	rm -rf $(VENV) .nox docs/_build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
+	rm -rf $(VENV) $(DEMO_VENV) .nox docs/_build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
