@@ -54,6 +54,7 @@ EXPECTED: dict[str, str] = {
     r"^(VICTORIA_METRICS_BIN|OTELCOL_BIN)=.* is not an executable file$": "server",
     r"^OpenTelemetry Collector unavailable \(": "server",
     r"^DOCS NOT CHECKED IN A BROWSER: ": "browser",
+    r"^make is not installed$": "package",
     r"^uwsgi not found: ": "package",
     r"^celery is not installed": "package",
     r"^uvloop is not installed$": "package",
