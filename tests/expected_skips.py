@@ -66,6 +66,7 @@ EXPECTED: dict[str, str] = {
     r"^the installed opentelemetry-semantic-conventions predates": "version",
     r"^reading pyproject\.toml needs Python 3\.11\+$": "version",
     r"^the docs quote SDK 1\.45's memory per attribute set; this is ": "version",
+    r"^the README quotes SDK 1\.45's default exporter timeout; this is ": "version",
     r"^this SDK keeps no collection lock where the guard looks": "version",
     r"^this SDK's readers take no cardinality_limits": "version",
     # A race with the interpreter's own GC: rare, never in every cell.
