@@ -86,4 +86,16 @@ def reason(report: pytest.TestReport) -> str:
 
 def expected(text: str) -> bool:
     """Whether a skip with this reason is one of the expected ones."""
-    return any(p.search(text) for p in _PATTERNS)
+    return category(text) is not None
+
+
+def category(text: str) -> str | None:
+    """What a skip with this reason waits for (platform, server...), or None if unexpected."""
+    for pattern, what in zip(_PATTERNS, EXPECTED.values(), strict=True):
+        if pattern.search(text):
+            return what
+    return None
+
+
+LOUD = {"server", "browser"}
+"""Skips shown in full even in a quiet run: each says how to get what it lacks."""

@@ -17,10 +17,13 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
 
-def _run(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+def _run(tmp_path: Path, body: str, **env_vars: str) -> subprocess.CompletedProcess[str]:
     """pytest on one test file, with this suite's conftest as a plugin."""
     (tmp_path / "test_one.py").write_text(body)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
+    env.pop("PROCESS_TESTS_LOG_DIR", None)
+    env.pop("NOX_CURRENT_SESSION", None)
+    env.update(env_vars)
     plugins = ["-p", "no:cacheprovider", "-p", "tests.conftest"]
     where = ["--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_one.py")]
     return subprocess.run(
@@ -57,6 +60,32 @@ def test_expected_skips_and_xfails_pass(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "1 skipped, 1 xfailed" in done.stdout
+
+
+def test_a_quiet_run_logs_the_details_and_keeps_the_loud_skips(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    done = _run(
+        tmp_path,
+        "import pytest\n"
+        "def test_fine():\n    pytest.skip('uvloop is not installed')\n"
+        "def test_server():\n    pytest.skip('otelcol not found: set OTELCOL_BIN, or run it')\n"
+        "@pytest.mark.xfail(strict=True, reason='a known bug')\n"
+        "def test_known():\n    assert 1 + 1 == 3, 'the known traceback'\n",
+        PROCESS_TESTS_LOG_DIR=str(logs),
+        NOX_CURRENT_SESSION="unit-3.13(latest)",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = logs / "unit-3.13_latest_.log"
+    assert "the known traceback" not in done.stdout and "uvloop" not in done.stdout
+    assert "SKIPPED: otelcol not found: set OTELCOL_BIN, or run it" in done.stdout
+    assert (
+        f"2 skipped (package 1, server 1), 1 expected failure: reasons and tracebacks in {log}"
+    ) in done.stdout
+    assert "2 skipped, 1 xfailed" in done.stdout  # the counts stay
+    text = log.read_text()
+    assert "SKIPPED (package) test_one.py::test_fine: uvloop is not installed" in text
+    assert "XFAIL test_one.py::test_known: a known bug" in text
+    assert "the known traceback" in text
 
 
 def _reason_text(node: ast.expr) -> str | None:
