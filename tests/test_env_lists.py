@@ -109,3 +109,16 @@ def test_from_code_one_bad_entry_still_raises(
 ) -> None:
     with pytest.raises(ValueError, match=r"include: the glob 'bogus\.\*' matches no metric"):
         instrument(include=["system.disk.*", "bogus.*"])
+
+
+def test_a_list_at_the_limit_is_still_filtered_entry_by_entry(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    instrument: Callable[..., ProcessInstrumentor],
+) -> None:
+    monkeypatch.setenv(ENV_VARS["exclude"], ",".join(["cpython.gc.*"] * 99 + ["bogus.*"]))
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+    inst = instrument()
+    assert inst.options is not None and inst.options.exclude == ("cpython.gc.*",) * 99
+    [warning] = _warnings(caplog)
+    assert "the entry 'bogus.*' is not valid" in warning
