@@ -9,6 +9,11 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# A passing run reads green: each pytest run's skip reasons and the tracebacks of
+# its expected failures go to a file in $(TEST_LOGS) (tests/conftest.py), named at
+# the end of that run and of `make test`; failures, errors and warnings stay.
+TEST_LOGS := $(abspath .test-logs)
+export PROCESS_TESTS_LOG_DIR := $(TEST_LOGS)
 # One line before each phase of `make test`, so that the log says what runs.
 ,      := ,
 say     = @printf '\n==> %s\n' "$(1)"
@@ -26,8 +31,21 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-demo: $(STAMP)
-	$(BIN)/python examples/console_demo.py
+# `make demo` has a small venv of its own: the package and the SDK, whose console
+# exporter it prints with; wheels only, so that no C compiler is needed
+# (tests/test_demo_env.py checks what it installs).
+DEMO_VENV         ?= .venv-demo
+DEMO_REQUIREMENTS := -e . 'opentelemetry-sdk>=1.28,<2'
+
+$(DEMO_VENV)/.installed: pyproject.toml
+	$(call say,demo setup: $(DEMO_VENV) with the package and opentelemetry-sdk (wheels only))
+	$(PYTHON) -m venv $(DEMO_VENV)
+	$(DEMO_VENV)/bin/python -m pip install --quiet --disable-pip-version-check \
+	  --only-binary=:all: $(DEMO_REQUIREMENTS)
+	touch $@
+
+demo: $(DEMO_VENV)/.installed
+	$(DEMO_VENV)/bin/python examples/console_demo.py
 
 servers:
 	$(call say,real servers for the end-to-end tests (scripts/get-servers.sh))
@@ -103,7 +121,7 @@ bench-smoke: $(STAMP)
 
 docs: $(STAMP)
 	$(call say,docs (sphinx$(,) warnings are errors))
-	$(BIN)/sphinx-build -W --keep-going -b html docs docs/_build/html
+	$(BIN)/sphinx-build -W --keep-going -q -b html docs docs/_build/html
 
 # The pages that `docs` built, in headless Chromium at 1280 and 390 px.
 docs-render: $(STAMP) docs
@@ -112,6 +130,7 @@ docs-render: $(STAMP) docs
 
 test: setup servers browser lint typecheck unit lowest-oldest latest-newest bench-smoke docs \
 	docs-render
+	@printf '\n==> make test passed; skip reasons and expected failures: %s/\n' "$(TEST_LOGS)"
 
 clean:
-	rm -rf $(VENV) .nox docs/_build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants
+	rm -rf $(VENV) $(DEMO_VENV) $(TEST_LOGS) .nox docs/_build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis mutants

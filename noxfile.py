@@ -27,6 +27,7 @@ import datetime
 import glob
 import hashlib
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -46,6 +47,9 @@ NOT_UNIT = (
     "--ignore=tests/test_stress.py",
     "--ignore=tests/test_fork_stress.py",
 )
+
+# nox looks for uv, an optional backend, and says so when it is absent: noise in a green run.
+logging.getLogger("nox").addFilter(lambda record: "uv binary not found" not in record.getMessage())
 
 nox.options.sessions = ["unit"]
 nox.options.reuse_venv = "yes"

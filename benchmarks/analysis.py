@@ -241,7 +241,8 @@ def opens_goal(counts: Sequence[Count]) -> Goal:
     bad = twice_problems(counts)
     direct = [c.subject for c in ours if c.subject not in configs.DIRECT_OFF]
     measured = (
-        f"{len(direct) - len(bad)} of {len(direct)} configurations open each file once "
+        f"{len(direct) - len(bad)} of {len(direct)} configurations with direct reads on "
+        "open each file once "
         f"(audit hook{' and strace' if any(c.strace_opens is not None for c in ours) else ''})"
     )
     if bad:

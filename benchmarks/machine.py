@@ -81,6 +81,19 @@ def describe() -> dict[str, Any]:
         "strace": shutil.which("strace") or "",
         "tcp_ehash_entries": _ehash(),
         "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
-        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "argv": " ".join(["python", *sys.argv]),
     }
+
+
+def cpu(info: dict[str, Any]) -> str:
+    """The CPU, as the machine table names it."""
+    found = str(info["cpu_model"])
+    if info["hypervisor"] != "none reported":
+        found += f" ({info['hypervisor']} guest)"
+    return found
+
+
+def counted_on(info: dict[str, Any]) -> str:
+    """The machine, as the counts name it: what decides whether they can be compared."""
+    return f"{cpu(info)}, {info['logical_cpus']} CPUs"

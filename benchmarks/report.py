@@ -13,6 +13,7 @@ from breakdown import Breakdown
 from components import Component
 from counts import Count
 from latency import Lateness
+from machine import counted_on, cpu
 from memory import Leak, Rss
 from scaling import Sweep
 from subjects import Shape
@@ -42,13 +43,11 @@ def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def machine(info: dict[str, Any], run: MainRun) -> str:
-    cpu = info["cpu_model"]
-    if info["hypervisor"] != "none reported":
-        cpu += f" ({info['hypervisor']} guest)"
+    cpu_name = cpu(info)
     pause = f"{run.samples.rounds} interleaved rounds, {info['pause_ms']:g} ms pause before each"
     gap = f"shortest gap between two collections of one subject {run.samples.min_gap:.2f} s"
     rows = [
-        ["CPU", cpu],
+        ["CPU", cpu_name],
         ["CPUs", f"{info['logical_cpus']} logical, {info['physical_cores']} cores"],
         ["Memory", f"{info['memory_gib']} GiB"],
         ["OS", f"{info['os']}, kernel {info['kernel']}"],
@@ -117,13 +116,14 @@ def breakdowns(rows: Sequence[Breakdown]) -> str:
 
 
 def sweep_table(s: Sweep, names: Sequence[str]) -> str:
-    """µs per collection of ``names`` (and each one's floor) at every point, with points."""
+    """µs per collection of ``names`` (and each one's floor) at every point, with points.
+
+    One row per subject and one column per point, so that the table fits the page.
+    """
     cols = [n for n in names if n in s.groups]
     cols += [f"floor_{n}" for n in cols if f"floor_{n}" in s.groups]
-    rows = []
-    for p in s.points:
-        rows.append([f"{p.x:,}", *[_cell(p.stats.get(n), p.shapes.get(n)) for n in cols]])
-    return table([s.axis, *[f"`{n}` µs (points)" for n in cols]], rows)
+    rows = [[f"`{n}`", *[_cell(p.stats.get(n), p.shapes.get(n)) for p in s.points]] for n in cols]
+    return table([f"µs (points) at {s.axis}:", *[f"{p.x:,}" for p in s.points]], rows)
 
 
 def _cell(st: Stat | None, shape: Shape | None) -> str:
@@ -225,15 +225,24 @@ def tables(r: Results) -> dict[str, str]:
         "sockets": sweep_table(r.sockets, SOCKET_COLUMNS),
         "connection_ratios": connection_ratios(r.sockets),
         "cpus": sweep_table(r.cpus, CPU_COLUMNS),
-        "counts": counts(r.counts),
-        "opens_default": paths(r.counts, "default"),
-        "opens_everything": paths(r.counts, "everything"),
-        "opens_everything_psutil": paths(r.counts, "everything_psutil"),
-        "opens_peer_default": paths(r.counts, "peer_default"),
+        **count_tables(r.counts, r.info),
+        "run_when": f"{r.info['date']} on {cpu(r.info)}",
         "back_to_back": back_to_back(r.main),
         "rss": rss(r.rss),
         "leaks": leaks(r.leaks),
         "components": components(r.components),
+    }
+
+
+def count_tables(rows: Sequence[Count], info: dict[str, Any]) -> dict[str, str]:
+    """The exact counts' tables, and when and where they were counted."""
+    return {
+        "counts": counts(rows),
+        "opens_default": paths(rows, "default"),
+        "opens_everything": paths(rows, "everything"),
+        "opens_everything_psutil": paths(rows, "everything_psutil"),
+        "opens_peer_default": paths(rows, "peer_default"),
+        "counts_when": f"{info['date']} on {counted_on(info)}",
     }
 
 

@@ -33,6 +33,7 @@ import crowds  # noqa: E402
 import latency  # noqa: E402
 import machine  # noqa: E402
 import memory  # noqa: E402
+import page_check  # noqa: E402
 import percpu  # noqa: E402
 import report  # noqa: E402
 import scaling  # noqa: E402
@@ -43,6 +44,7 @@ from components import Component  # noqa: E402
 from counts import Count  # noqa: E402
 from latency import Lateness  # noqa: E402
 from memory import Leak, Rss  # noqa: E402
+from subjects import Shape  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -231,10 +233,62 @@ def render(values: dict[str, str]) -> None:
 
 
 def render_only(path: Path) -> int:
-    values = json.loads(path.read_text())["placeholders"]
+    data = json.loads(path.read_text())
+    values = data["placeholders"] | sweep_tables(data["results"])
     (path.parent / "summary.md").write_text(report.summary(values))
     render(values)
     return 0
+
+
+def sweep_tables(results: dict[str, Any]) -> dict[str, str]:
+    """The sweep tables again, from a results.json's typed results (after a format change)."""
+    found = {}
+    for name, columns in (
+        ("threads", report.THREAD_COLUMNS),
+        ("sockets", report.SOCKET_COLUMNS),
+        ("cpus", report.CPU_COLUMNS),
+    ):
+        raw = results[name]
+        points = [
+            scaling.Point(
+                p["x"],
+                {k: timing.Stat(**v) for k, v in p["stats"].items()},
+                {k: Shape(**v) for k, v in p["shapes"].items()},
+                {},
+            )
+            for p in raw["points"]
+        ]
+        sweep = scaling.Sweep(raw["name"], raw["axis"], points, raw["groups"], raw["descriptions"])
+        found[name] = report.sweep_table(sweep, columns)
+    return found
+
+
+def counts_only(path: Path) -> int:
+    """Count again (exact, no timing), and rewrite the counts part of results.json and the page.
+
+    The timed figures stay those of the last full run; the page says when each was made.
+    """
+    data = json.loads(path.read_text())
+    found = counts.measure(FULL.count_collections)
+    info = machine.describe()
+    values = data["placeholders"] | sweep_tables(data["results"])
+    values |= report.count_tables(found, info)
+    timed = data["results"]["info"]
+    values.setdefault("run_when", f"{timed['date']} on {machine.cpu(timed)}")
+    opens = report.goals([analysis.opens_goal(found)]).splitlines()[-1]
+    values["goals"] = "\n".join(
+        opens if line.startswith("| Opens per collection") else line
+        for line in values["goals"].splitlines()
+    )
+    data["results"]["counts"] = [asdict(c) for c in found]
+    data["placeholders"] = values
+    path.write_text(json.dumps(data, indent=1, default=str))
+    (path.parent / "summary.md").write_text(report.summary(values))
+    render(values)
+    checks = analysis.checks(found)
+    for c in checks:
+        log(f"{'ok' if c.ok else 'FAILED'}: {c.what}: {c.measured}")
+    return 0 if all(c.ok for c in checks) else 1
 
 
 def arguments() -> argparse.Namespace:
@@ -251,6 +305,12 @@ def arguments() -> argparse.Namespace:
         metavar="RESULTS_JSON",
         help="measure nothing: rewrite summary.md and the docs page from a results.json",
     )
+    parser.add_argument(
+        "--counts-only",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="count again (exact, untimed) and rewrite the counts in a results.json and the page",
+    )
     return parser.parse_args()
 
 
@@ -258,6 +318,8 @@ def main() -> int:
     args = arguments()
     if args.render_only:
         return render_only(args.render_only)
+    if args.counts_only:
+        return counts_only(args.counts_only)
     global QUIET
     QUIET = args.smoke
     plan = replace(
@@ -282,10 +344,14 @@ def run(plan: Plan, out: Path, *, smoke: bool, docs: bool) -> int:
 
         made = plots.draw_all([r.threads, r.sockets, r.cpus], PLOTS)
         r.plots = [str(p.relative_to(ROOT / "docs")) for p in made]
-    write(r, out, docs=docs)
+    values = write(r, out, docs=docs)
     log(f"wrote {out} in {info['duration_s']} s")
     if smoke:
+        page = page_check.PAGE.read_text()
+        ok, measured = page_check.counts_check(page, values["counts"], r.counts, info)
+        r.checks.append(Check(page_check.WHAT, measured, ok))
         print(report.smoke(r.checks, r.main.samples.rounds, info["duration_s"]))
+        print(page_check.staleness(page))
     failed = [c for c in r.checks if not c.ok]
     for c in failed:
         log(f"COUNT CHECK FAILED: {c.what}: {c.measured}")

@@ -16,6 +16,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric, Metri
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
 
+from . import expected_skips
+
 Points = dict[frozenset[tuple[str, Any]], Any]
 
 
@@ -213,3 +215,84 @@ def _a_hang_fails_under_mutation_testing() -> Iterator[None]:
     finally:
         signal.setitimer(signal.ITIMER_VIRTUAL, 0)
         signal.signal(signal.SIGVTALRM, previous)
+
+
+# -- every skip names what it waits for (tests/expected_skips.py) -----------------------
+# With PROCESS_TESTS_LOG_DIR set (`make test` sets it), a passing run reads green: the
+# summary shows failures and errors only, skips are counted by what they wait for (a
+# missing server or browser in full), and every skip reason and the tracebacks of the
+# expected failures go to a log file, named at the end.
+
+LOG_DIR_VAR = "PROCESS_TESTS_LOG_DIR"
+_unexpected_skips: list[str] = []
+_details: list[str] = []
+_skips: dict[str, int] = {}
+_loud: dict[str, None] = {}
+_xfailed: list[str] = []
+
+
+_run_name: list[str] = []
+
+
+@pytest.hookimpl(tryfirst=True)  # before the terminal reporter reads the option
+def pytest_configure(config: pytest.Config) -> None:
+    if os.environ.get(LOG_DIR_VAR):
+        config.option.reportchars = "fE"
+    # The log's name: the nox cell, else this Python and what was run.
+    files = "+".join(os.path.basename(a.split("::")[0]).removesuffix(".py") for a in config.args)
+    python = "python{}.{}".format(*sys.version_info[:2])
+    _run_name[:] = [os.environ.get("NOX_CURRENT_SESSION") or f"{python}-{files or 'tests'}"]
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and hasattr(report, "wasxfail"):
+        _xfailed.append(report.nodeid)
+        _details.append(f"XFAIL {report.nodeid}: {report.wasxfail}\n{report.longreprtext}\n")
+    elif report.skipped:
+        reason = expected_skips.reason(report)
+        what = expected_skips.category(reason)
+        _details.append(f"SKIPPED ({what or 'UNEXPECTED'}) {report.nodeid}: {reason}")
+        if what is None:
+            _unexpected_skips.append(f"{report.nodeid}: {reason}")
+        else:
+            _skips[what] = _skips.get(what, 0) + 1
+            if what in expected_skips.LOUD:
+                _loud[reason] = None
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _unexpected_skips and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _log_path() -> str | None:
+    folder = os.environ.get(LOG_DIR_VAR)
+    if not folder:
+        return None
+    name = (_run_name or ["tests"])[0][:80]
+    safe = "".join(c if c.isalnum() or c in "-._+" else "_" for c in name)
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{safe}.log")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _unexpected_skips:
+        terminalreporter.section("skips with a reason not in tests/expected_skips.py", red=True)
+        for line in _unexpected_skips:
+            terminalreporter.line(line[:300], red=True)
+        terminalreporter.line(
+            "A skip must name the platform, server, package or host feature it waits for; "
+            "add its reason to tests/expected_skips.py, or make the test run.",
+            red=True,
+        )
+    path = _log_path()
+    if path is None or not (_details or _loud):
+        return
+    with open(path, "w") as log:
+        log.write("\n".join(_details) + "\n")
+    for reason in _loud:
+        terminalreporter.line(f"SKIPPED: {reason[:300]}", yellow=True)
+    counted = ", ".join(f"{what} {n}" for what, n in sorted(_skips.items()))
+    skipped = f"{sum(_skips.values())} skipped ({counted})" if _skips else "no skips"
+    failures = f"{len(_xfailed)} expected failure{'' if len(_xfailed) == 1 else 's'}"
+    terminalreporter.line(f"{skipped}, {failures}: reasons and tracebacks in {path}")

@@ -1,5 +1,6 @@
 // Layout problems a reader sees on a rendered docs page; run by tests/test_docs_render.py.
-// Returns a list of {kind, what, detail}. `fitCode`: code blocks must fit without scrolling.
+// Returns a list of {kind, what, detail}. `fitCode` (desktop width): code blocks and tables
+// must fit their column without scrolling.
 (fitCode) => {
   const problems = [];
   const viewport = document.documentElement.clientWidth;
@@ -43,7 +44,19 @@
     }
   }
 
-  // 3. Nothing in the text column reaches past the viewport, unless it scrolls.
+  // 3. At desktop width, a table fits its text column: no column hidden behind a scrollbar.
+  if (fitCode) {
+    for (const table of article.querySelectorAll("table")) {
+      if (!visible(table)) continue;
+      const width = Math.max(table.scrollWidth, table.getBoundingClientRect().width);
+      if (width > column + slack) {
+        problems.push({kind: "table wider than its column", what: label(table.rows[0] || table),
+                       detail: `${Math.round(width)} px in a ${column} px column`});
+      }
+    }
+  }
+
+  // 4. Nothing in the text column reaches past the viewport, unless it scrolls.
   const past = new Set();  // report the outermost element only, not each of its children
   for (const el of article.querySelectorAll("*")) {
     if (!visible(el)) continue;
@@ -68,7 +81,7 @@
     return block.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
   };
 
-  // 4. Inline code without blanks is one token: never split across lines when
+  // 5. Inline code without blanks is one token: never split across lines when
   //    it would fit on one line of the text column.
   for (const code of article.querySelectorAll("code, .sig-name, .sig-prename")) {
     if (code.closest("pre") || !visible(code)) continue;

@@ -5,6 +5,8 @@ mobile emulation), and fails where:
 
 - a code block is cut off (wider than its box, with no scrollbar), or, at the
   desktop width, needs a scrollbar at all;
+- at the desktop width, a table is wider than its text column (its right-hand
+  columns would hide behind a scrollbar);
 - the page, or anything in its text column, reaches past the viewport without a
   scrollbar to reach it;
 - an inline identifier (code without blanks) is split across lines although it
@@ -154,3 +156,21 @@ def test_the_check_catches_each_defect(browser: Chromium, tmp_path: Path) -> Non
     assert _kinds(
         browser, tmp_path, DESKTOP, pre_overflow="auto", long_line="x" * 200, div_width=1
     ) >= {"code block needs a scrollbar"}
+
+
+WIDE_TABLE = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
+<style>body {{ margin: 0; font: 16px sans-serif; }} article {{ width: 300px; }}
+div.wrap {{ overflow-x: auto; }} td {{ white-space: nowrap; }}</style></head>
+<body><article><div class="wrap"><table><tr>{cells}</tr></table></div></article></body></html>"""
+
+
+def test_the_check_catches_a_table_wider_than_its_column(browser: Chromium, tmp_path: Path) -> None:
+    """Even inside a wrapper that scrolls: a column behind a scrollbar is not read."""
+    page = tmp_path / "table.html"
+    page.write_text(WIDE_TABLE.format(cells="<td>a fairly long cell</td>" * 4))
+    found = problems_on(browser, page.as_uri(), DESKTOP, None)
+    assert [p["kind"] for p in found] == ["table wider than its column"]
+    page.write_text(WIDE_TABLE.format(cells="<td>short</td>" * 2))
+    assert problems_on(browser, page.as_uri(), DESKTOP, None) == []
+    page.write_text(WIDE_TABLE.format(cells="<td>a fairly long cell</td>" * 4))
+    assert problems_on(browser, page.as_uri(), PHONE, None) == []  # a phone may scroll it

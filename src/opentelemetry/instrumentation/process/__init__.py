@@ -14,6 +14,7 @@ here are the public API; every module is internal.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from typing import Any
 
@@ -23,7 +24,7 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 
 from .environment import resolve
 from .instruments import SCOPE_NAME, ProcessMetrics
-from .options import ProcessMetricsOptions
+from .options import ProcessMetricsOptions, show
 from .package import _instruments
 from .version import __version__
 
@@ -37,6 +38,10 @@ __all__ = [
 
 # Generic keyword arguments that callers pass to every instrumentor.
 _IGNORED_KWARGS = ("tracer_provider", "logger_provider", "event_logger_provider")
+# What BaseInstrumentor.instrument() itself takes.
+_BASE_KWARGS = ("skip_dep_check", "raise_exception_on_conflict")
+
+_logger = logging.getLogger(__name__)
 
 
 class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -52,6 +57,18 @@ class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
+
+    def instrument(self, **kwargs: Any) -> Any:
+        """Start reporting; a no-op while instrumented, with a warning naming what it ignored."""
+        asked = [k for k in kwargs if k not in _IGNORED_KWARGS + _BASE_KWARGS]
+        if self._is_instrumented_by_opentelemetry and asked:
+            # BaseInstrumentor returns before _instrument(): these would vanish in silence.
+            _logger.warning(
+                "instrument(%s) ignored: already instrumented, the options in force stay. "
+                "To apply them, call uninstrument() first, then instrument() with them.",
+                ", ".join(f"{k}={show(kwargs[k], 60)}" for k in asked)[:400],
+            )
+        return super().instrument(**kwargs)
 
     def _instrument(self, **kwargs: Any) -> None:
         meter_provider = kwargs.pop("meter_provider", None)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .excerpt import excerpt
-from .options import ENV_PREFIX, OPTION_NAMES, ProcessMetricsOptions, declared
+from .options import ENV_PREFIX, MAX_PATTERNS, OPTION_NAMES, ProcessMetricsOptions, declared
 
 _logger = logging.getLogger(__name__)
 
@@ -42,6 +42,8 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]
             continue
         try:
             value = _PARSERS[name](raw)
+            if name in ("include", "exclude"):
+                value = valid_entries(name, var, value)
             ProcessMetricsOptions(**{name: value})
         except ValueError as exc:
             _warn(var, raw, str(exc), _default(name))
@@ -49,6 +51,36 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]
         found[name] = value
     _check_attribute_limits(environ)
     return found
+
+
+def valid_entries(name: str, var: str, patterns: tuple[str, ...]) -> tuple[str, ...]:
+    """The valid entries of an ``include`` or ``exclude`` list, with a warning for each other one.
+
+    A list with no valid entry, or with too many entries, is returned whole:
+    then the caller's one warning and the default apply, as for any variable.
+    """
+    if len(patterns) > MAX_PATTERNS:
+        return patterns
+    kept: list[str] = []
+    refused: list[tuple[str, str]] = []
+    for pattern in patterns:
+        alone: dict[str, Any] = {name: (pattern,)}
+        try:
+            ProcessMetricsOptions(**alone)
+        except ValueError as exc:
+            refused.append((pattern, str(exc)))
+        else:
+            kept.append(pattern)
+    if not kept:
+        return patterns
+    for pattern, why in refused:
+        _logger.warning(
+            "%s: the entry %s is not valid (%s); it is left out, the other entries apply.",
+            var,
+            excerpt(pattern),
+            why[:300],
+        )
+    return tuple(kept)
 
 
 def _default(name: str) -> str:

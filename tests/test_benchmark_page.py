@@ -1,0 +1,112 @@
+"""The benchmark page against a run: its exact counts cell by cell, its date against src/."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+PAGE = (BENCHMARKS.parent / "docs" / "benchmarks.md").read_text()
+TEMPLATE = (BENCHMARKS / "docs_template.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def page_check() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import page_check
+
+        yield page_check
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def _count(subject: str, calls: dict[str, int]) -> Any:
+    from counts import Count
+
+    return Count(subject, "ours", 0, {}, {}, calls, 0)
+
+
+def _here(page_check: ModuleType) -> dict[str, Any]:
+    """The machine the page was counted on, as machine.describe() would give it."""
+    name = page_check.machine_of(PAGE)
+    cpu, cpus = name.rsplit(", ", 1)
+    model, _, rest = cpu.partition(" (")
+    return {
+        "cpu_model": model,
+        "hypervisor": rest.removesuffix(" guest)") if rest else "none reported",
+        "logical_cpus": int(cpus.split()[0]),
+    }
+
+
+def _table(page: str) -> str:
+    body = page.split("## Exact counts", 1)[1]
+    lines = body.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    return "\n".join(lines[start:end])
+
+
+def test_the_page_names_when_and_where_each_kind_of_figure_was_made() -> None:
+    assert "{{run_when}}" in TEMPLATE and "{{counts_when}}" in TEMPLATE
+    assert "| Run | " in PAGE  # the timed run's row in the machine table
+    assert "Timed figures**: from one full run (`make bench`)" in PAGE
+
+
+def test_the_same_counts_match(page_check: ModuleType) -> None:
+    ok, measured = page_check.counts_check(PAGE, _table(PAGE), [], _here(page_check))
+    rows = len(page_check.rows_of(_table(PAGE)))
+    assert rows >= 15
+    assert (ok, measured) == (True, f"{rows} of {rows} rows match")
+
+
+def test_one_changed_count_fails_and_says_how_to_regenerate(page_check: ModuleType) -> None:
+    table = _table(PAGE)
+    row = next(line for line in table.splitlines() if line.startswith("| `default` |"))
+    cells = row.split(" | ")
+    cells[5] = "99 (99 distinct)"  # psutil calls
+    changed = table.replace(row, " | ".join(cells))
+    ok, measured = page_check.counts_check(PAGE, changed, [], _here(page_check))
+    assert not ok
+    assert "`default` psutil calls: page " in measured and "run 99 (99 distinct)" in measured
+    assert "--counts-only benchmarks/results/results.json" in measured
+
+
+def test_opens_of_a_read_that_walks_every_process_are_not_compared(
+    page_check: ModuleType,
+) -> None:
+    table = _table(PAGE)
+    row = next(line for line in table.splitlines() if line.startswith("| `net_connections` |"))
+    cells = row.split(" | ")
+    cells[2], cells[3] = "12345", "12346"  # both opens columns
+    changed = table.replace(row, " | ".join(cells))
+    walking = [_count("net_connections", {"psutil.net_connections": 1})]
+    ok, _ = page_check.counts_check(PAGE, changed, walking, _here(page_check))
+    assert ok
+    ok, _ = page_check.counts_check(PAGE, changed, [], _here(page_check))
+    assert not ok
+
+
+def test_another_machine_is_not_compared(page_check: ModuleType) -> None:
+    elsewhere = {**_here(page_check), "logical_cpus": 512}
+    ok, measured = page_check.counts_check(PAGE, "| Subject |\n|---|\n", [], elsewhere)
+    assert ok and measured.startswith("not compared: the page was counted on ")
+
+
+def test_a_page_older_than_src_warns(page_check: ModuleType, monkeypatch: Any) -> None:
+    made = page_check.run_date(PAGE)
+    assert made is not None and made < time.time()
+    monkeypatch.setattr(page_check, "last_src_change", lambda: (made + 60, "abc1234"))
+    line = page_check.staleness(PAGE)
+    assert line.startswith("WARNING: docs/benchmarks.md's timed figures are from ")
+    assert "older than the last change to src/" in line and "abc1234" in line
+    monkeypatch.setattr(page_check, "last_src_change", lambda: (made - 60, "abc1234"))
+    assert "newer than the last change to src/" in page_check.staleness(PAGE)
+    monkeypatch.setattr(page_check, "last_src_change", lambda: None)
+    assert "not dated against src/" in page_check.staleness(PAGE)
