@@ -23,8 +23,9 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
 )
 
 from .environment import resolve
+from .excerpt import excerpt
 from .instruments import SCOPE_NAME, ProcessMetrics
-from .options import ProcessMetricsOptions, show
+from .options import ProcessMetricsOptions
 from .package import _instruments
 from .version import __version__
 
@@ -66,7 +67,7 @@ class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             _logger.warning(
                 "instrument(%s) ignored: already instrumented, the options in force stay. "
                 "To apply them, call uninstrument() first, then instrument() with them.",
-                ", ".join(f"{k}={show(kwargs[k], 60)}" for k in asked)[:400],
+                ", ".join(f"{k}={excerpt(kwargs[k], 60)}" for k in asked)[:400],
             )
         return super().instrument(**kwargs)
 
