@@ -31,6 +31,7 @@ ENV_VARS: Mapping[str, str] = {
     "saturation": ENV_PREFIX + "SATURATION",
     "gc_pause_histogram": ENV_PREFIX + "GC_PAUSE_HISTOGRAM",
     "event_loop": ENV_PREFIX + "EVENT_LOOP",
+    "shared_metrics": ENV_PREFIX + "SHARED_METRICS",
 }
 """The environment variable of each option that has one."""
 
@@ -79,6 +80,7 @@ _PARSERS: Mapping[str, Callable[[str], Any]] = {
     "saturation": _boolean_or_auto,
     "gc_pause_histogram": _boolean,
     "event_loop": _boolean,
+    "shared_metrics": lambda raw: raw.strip().lower(),
 }
 
 
@@ -94,6 +96,7 @@ FORMATS: Mapping[str, str] = {
     "saturation": "`auto`, or `true`, `false`, `1`, `0`, `yes` or `no` (any case)",
     "gc_pause_histogram": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
     "event_loop": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "shared_metrics": "`once` or `every` (any case)",
 }
 """How each variable is written, for the configuration reference."""
 if FORMATS.keys() != ENV_VARS.keys():  # one row per variable, checked at import
