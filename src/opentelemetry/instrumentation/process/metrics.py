@@ -318,6 +318,15 @@ METRICS: tuple[Metric, ...] = (
     # --- opt-in process extras
     Metric("process.signals_pending", U, "{signal}", "Signals pending for this process.",
            group="process", source="process.signals", field="count"),
+    Metric("process_metrics.memory.pss", U, "By",
+           "Proportional set size of this process: its resident pages, each shared page "
+           "divided by the processes that share it, so that the PSS of workers adds up "
+           "(extension).",
+           group="process", source="process.smaps", field="pss"),
+    Metric("process_metrics.memory.uss", U, "By",
+           "Unique set size of this process: the resident pages no other process shares, "
+           "what exiting would free (extension).",
+           group="process", source="process.smaps", field="uss"),
     # --- host groups, opt-in through include
     Metric("system.disk.io", C, "By", "Bytes read from and written to each disk.",
            group="disk", source="system.disk", field="bytes",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..linux import procfs, threads
+from ..linux import procfs, smaps, threads
 from ..platforms import LINUX, POSIX, WINDOWS
 from .base import Key, ReadContext, Reading, Source, Value
 
@@ -235,6 +235,16 @@ def _signals_pending(ctx: ReadContext) -> Reading:
     return {"count": pending}
 
 
+def _smaps(ctx: ReadContext) -> Reading:
+    found = ctx.direct_read("smaps", smaps.pss_uss)
+    if found is not None:
+        return {"pss": found[0], "uss": found[1]}
+    info = ctx.process.memory_full_info()
+    # psutil gives uss on Linux, macOS and Windows, pss on Linux only.
+    values = {"pss": getattr(info, "pss", None), "uss": getattr(info, "uss", None)}
+    return {k: v for k, v in values.items() if v is not None}
+
+
 def _static(ctx: ReadContext) -> Reading:
     facts = ctx.facts
     found = {
@@ -292,6 +302,17 @@ SOURCES: tuple[Source, ...] = (
         platforms=_PROCESS_IO,
         in_process=True,
         available=_has("io_counters"),
+    ),
+    Source(
+        "process.smaps",
+        _smaps,
+        frozenset({"pss", "uss"}),
+        "/proc/self/smaps_rollup: the kernel walks the page tables, about 20 µs per MiB of "
+        "RSS (6 ms at 300 MiB) (elsewhere: psutil memory_full_info(), which reads every mapping)",
+        platforms=LINUX | frozenset({"darwin", "windows"}),
+        field_platforms={"pss": LINUX},
+        in_process=True,
+        available=_has("memory_full_info"),
     ),
     Source(
         "process.threads",
