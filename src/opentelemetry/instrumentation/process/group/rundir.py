@@ -124,7 +124,7 @@ def warn_unusable(path: Path, exc: BaseException) -> None:
     """Say once (per fault period) that group files cannot be used, and what happens instead."""
     faults.warning(
         # One key for every group file: one warning per period, whichever fails first.
-        ("rundir",),  # pragma: no mutate - a fault key is only compared with itself
+        ("rundir",),
         "process metrics: the runtime directory %s cannot be used safely (%s: %s); worker "
         "slots are off and every process reports the shared metrics (shared_metrics='every'). "
         "Set %s to a directory of this user with mode 0700.",
