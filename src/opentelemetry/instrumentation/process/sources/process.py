@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..linux import procfs, smaps, threads
-from ..platforms import LINUX, POSIX, WINDOWS
+from ..platforms import LINUX, ON_LINUX, POSIX, WINDOWS
 from .base import Key, ReadContext, Reading, Source, Value
 
 try:
@@ -241,18 +241,13 @@ def _smaps(ctx: ReadContext) -> Reading:
         return {"pss": found[0], "uss": found[1]}
     info = ctx.process.memory_full_info()
     # psutil gives uss on Linux, macOS and Windows, pss on Linux only.
-    values = {"pss": getattr(info, "pss", None), "uss": getattr(info, "uss", None)}
-    return {k: v for k, v in values.items() if v is not None}
+    return {"pss": info.pss, "uss": info.uss} if ON_LINUX else {"uss": info.uss}
 
 
 def _static(ctx: ReadContext) -> Reading:
     facts = ctx.facts
     found = {
-        "logical_cpus": facts.logical_cpus,
-        "physical_cpus": facts.physical_cpus,
         "fd_limit": facts.fd_limit,
-        "cpu_freq_min": facts.cpu_freq_min_hz,
-        "cpu_freq_max": facts.cpu_freq_max_hz,
         "available_cpus": facts.available_cpus,
         "memory_limit": facts.memory_limit,
     }
@@ -361,17 +356,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "static",
         _static,
-        frozenset(
-            {
-                "logical_cpus",
-                "physical_cpus",
-                "fd_limit",
-                "cpu_freq_min",
-                "cpu_freq_max",
-                "available_cpus",
-                "memory_limit",
-            }
-        ),
+        frozenset({"fd_limit", "available_cpus", "memory_limit"}),
         "none: static facts, read once",
         field_platforms={"fd_limit": POSIX},  # RLIMIT_NOFILE
     ),
