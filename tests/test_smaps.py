@@ -89,3 +89,36 @@ def test_pss_and_uss_metrics_through_include(
     info = psutil.Process().memory_full_info()
     assert abs(value(got["process_metrics.memory.pss"]) - info.pss) <= 4 * MIB
     assert abs(value(got["process_metrics.memory.uss"]) - info.uss) <= 4 * MIB
+
+
+@linux_only
+def test_the_pss_of_forked_workers_adds_up_where_their_rss_overcounts() -> None:
+    """A master with 64 MiB of touched memory and 3 forked workers sharing it copy-on-write."""
+    from .groupkids import Kid
+
+    def sizes() -> list[int]:
+        return [*smaps.pss_uss(), psutil.Process().memory_info().rss]
+
+    def master() -> dict[str, list[list[int]]]:
+        region = bytearray(b"x" * (64 * MIB))
+        workers = [Kid(sizes) for _ in range(3)]
+        rows = [*(w.result for w in workers), sizes()]
+        for w in workers:
+            w.stop()
+        del region
+        return {"rows": rows}
+
+    kid = Kid(master)
+    try:
+        rows = kid.result["rows"]
+    finally:
+        kid.kill()
+    pss = sum(r[0] for r in rows)
+    rss = sum(r[2] for r in rows)
+    # RSS counts the shared 64 MiB once per process; PSS divides it among them.
+    assert rss - pss >= 2.5 * 64 * MIB, (rss, pss)
+    # PSS: the region once, plus at most the rest of what the processes hold.
+    rest = rss - 4 * 64 * MIB
+    assert 64 * MIB <= pss <= 64 * MIB + rest + 8 * MIB, (rss, pss)
+    for _pss, worker_uss, worker_rss in rows[:3]:
+        assert worker_rss >= 64 * MIB and worker_uss < 16 * MIB, (worker_uss, worker_rss)
