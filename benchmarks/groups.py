@@ -1,6 +1,6 @@
 """Shared metrics once per group, and PSS/USS, side by side in one run.
 
-    python benchmarks/groups.py refresh   # a refresh: non-leader vs leader vs "every"
+    python benchmarks/groups.py refresh [--saturation]  # non-leader vs leader vs "every"
     python benchmarks/groups.py smaps     # smaps_rollup (PSS/USS) vs statm, by RSS
 
 ``refresh`` builds three snapshot caches of the default metrics in one process
@@ -38,8 +38,11 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 sys.addaudithook(_hook)
 
 
+_SATURATION: list[bool | None] = [None]
+
+
 def _cache(mode: str) -> SnapshotCache:
-    options = ProcessMetricsOptions(shared_metrics=mode)
+    options = ProcessMetricsOptions(shared_metrics=mode, saturation=_SATURATION[0])
     return SnapshotCache(options, {m.source for m in enabled_metrics(options)})
 
 
@@ -127,7 +130,11 @@ def main() -> None:
     parser.add_argument("what", choices=("refresh", "smaps"))
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("-n", type=int, default=200)
+    parser.add_argument(
+        "--saturation", action="store_true", help="with the cgroup and pressure sources on"
+    )
     args = parser.parse_args()
+    _SATURATION[0] = True if args.saturation else None
     if args.what == "refresh":
         print(json.dumps(refresh(args.rounds, args.n), indent=2))
     else:
