@@ -42,6 +42,9 @@ every point of every collection, so this package bounds them by default.
 ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` overrides it.
 """
 
+SHARED_METRICS = ("once", "every")
+"""Who reports the host, cgroup and pressure metrics: one process of the group, or each."""
+
 THREAD_SERIES_BY = ("thread", "name")
 """What a per-thread series stands for: one thread, or one thread-name pattern."""
 
@@ -240,10 +243,20 @@ class ProcessMetricsOptions:
     event_loop: bool = option(False, BOOLEAN, gates=True)
     """Measure how late each asyncio event loop runs a timer (``process_metrics.eventloop.*``)."""
     direct_reads: bool = option(True, BOOLEAN)
-    """On Linux, read the thread ranking, the connection count and the swap totals directly,
-    where psutil costs more per item or rereads a file.
+    """On Linux, read the thread ranking, the connection count, the swap totals and PSS/USS
+    directly, where psutil costs more per item or rereads a file.
 
     Turn off to troubleshoot: psutil is then used wherever it has the value.
+    """
+    shared_metrics: str = option("once", choice(SHARED_METRICS))
+    """``"once"``: one process of a group reports the shared metrics (``system.*``, container,
+    cgroup and pressure); ``"every"``: each process does.
+
+    A group is the processes of one user in one cgroup on one boot of one
+    host (a container, a systemd service). The shared metrics are the host
+    ones (``system.*``), the container and cgroup ones and the pressure
+    stalls; the group elects its reporter by a lock the kernel frees when the
+    holder dies, and another process takes over at its next collection.
     """
 
     def __post_init__(self) -> None:

@@ -195,19 +195,40 @@ def _connections(ctx: ReadContext) -> Reading:
     return {"count": counts}
 
 
+def _host_facts(ctx: ReadContext) -> Reading:
+    facts = ctx.facts
+    found = {
+        "logical_cpus": facts.logical_cpus,
+        "physical_cpus": facts.physical_cpus,
+        "cpu_freq_min": facts.cpu_freq_min_hz,
+        "cpu_freq_max": facts.cpu_freq_max_hz,
+    }
+    # Unknown is left out, never reported as 0.
+    return {k: v for k, v in found.items() if v}
+
+
 SOURCES: tuple[Source, ...] = (
+    Source(
+        "system.static",
+        _host_facts,
+        dict.fromkeys(("logical_cpus", "physical_cpus", "cpu_freq_min", "cpu_freq_max")),
+        "none: static facts of the host, read once",
+        shared=True,
+    ),
     Source(
         "system.cpu",
         _system_cpu,
         {"time": _CPU, "utilization": _CPU},
         "/proc/stat",
         stateful=True,
+        shared=True,
     ),
     Source(
         "system.memory",
         _system_memory,
         {"usage": _MEMORY, "utilization": _MEMORY, "limit": None},
         "/proc/meminfo",
+        shared=True,
     ),
     Source(
         "system.cpu_freq",
@@ -215,26 +236,43 @@ SOURCES: tuple[Source, ...] = (
         {"current": _FREQUENCY},
         "per CPU: sysfs cpufreq files, or /proc/cpuinfo",
         available=psutil_has("cpu_freq"),
+        shared=True,
     ),
-    Source("system.disk", _system_disk, {"bytes": _DISK, "operations": _DISK}, "/proc/diskstats"),
+    Source(
+        "system.disk",
+        _system_disk,
+        {"bytes": _DISK, "operations": _DISK},
+        "/proc/diskstats",
+        shared=True,
+    ),
     Source(
         "system.network",
         _system_network,
         dict.fromkeys(("bytes", "packets", "dropped", "errors"), _NETWORK),
         "/proc/net/dev",
+        shared=True,
     ),
     Source(
         "system.swap",
         _swap,
         {"usage": _PAGING, "utilization": _PAGING},
         "one sysinfo(2) syscall (elsewhere: psutil)",
+        shared=True,
     ),
-    Source("system.vmstat", _vmstat, {"faults": _FAULT}, "/proc/vmstat", platforms=LINUX),
+    Source(
+        "system.vmstat",
+        _vmstat,
+        {"faults": _FAULT},
+        "/proc/vmstat",
+        platforms=LINUX,
+        shared=True,
+    ),
     Source(
         "system.filesystem",
         _filesystem,
         {"usage": _FILESYSTEM, "utilization": _FILESYSTEM},
         "/proc/self/mounts, one statvfs per mount",
+        shared=True,
     ),
     Source(
         "system.connections",
@@ -242,5 +280,6 @@ SOURCES: tuple[Source, ...] = (
         {"count": _CONNECTION},
         "one netlink sock_diag dump per transport (elsewhere: psutil walks the fds of every "
         "process on the host)",
+        shared=True,
     ),
 )
