@@ -21,6 +21,7 @@ it recycles during the run, once per server for the whole module
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import json
 import os
@@ -442,3 +443,43 @@ def test_multiprocessing_pool_workers_last_export_has_their_cpu(
         (sample,) = vm_prom.query(f"sum(process_cpu_time_seconds_total{selector})")
         cpu = float(sample["value"][1])
         assert seconds <= cpu < seconds + 2, f"worker {pid}: {cpu} s reported, {seconds} s burned"
+
+
+def _dashboard_queries(service: str) -> list[tuple[str, str]]:
+    path = REPO / "examples" / "grafana" / "queries.py"
+    spec = importlib.util.spec_from_file_location("dashboard_queries_server", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    found = module.queries(variables={"service": service}, interval="2s")
+    return [(q.source, q.expr) for q in found if q.row == SERVER_ROW]
+
+
+SERVER_ROW = "Server (all workers of a service)"
+
+
+def test_the_dashboards_server_view_sums_over_workers_without_double_counting(
+    group: Run, vm_prom: VictoriaMetrics
+) -> None:
+    """Process metrics summed by service count each worker once; the shared ones come once."""
+    if group.name != "gunicorn":
+        pytest.skip("one server is enough for the dashboard's queries")
+    at = group.killed_at - 0.2  # every slot live, before the kill
+    queries = dict(_dashboard_queries(group.service))
+    assert len(queries) == 4, queries
+    results = {source: vm_prom.query(expr, at=at) for source, expr in queries.items()}
+    assert all(results.values()), {s: e for s, e in queries.items() if not results[s]}
+    by_title = {source.split(" / ")[0].removeprefix("panel "): r for source, r in results.items()}
+    (workers,) = by_title["Workers reporting"]
+    assert float(workers["value"][1]) == group.slots
+    # The sum is the sum of the slots' own values at that moment, each once.
+    selector = f'process_memory_usage_bytes{{service_name="{group.service}"}}'
+    each = vm_prom.query(selector, at=at)
+    assert len(each) == group.slots, each
+    (total,) = by_title["Server resident memory (sum over workers)"]
+    assert float(total["value"][1]) == pytest.approx(sum(float(s["value"][1]) for s in each))
+    # One value per memory state: the reporter's.
+    host = by_title["Host memory (reported once per group)"]
+    states = [s["metric"]["system_memory_state"] for s in host]
+    assert len(states) == len(set(states)) and "used" in states, host
