@@ -102,6 +102,13 @@ def _series(vm: VictoriaMetrics, service: str, start: float) -> int:
     return len(vm.api("/api/v1/series", [*params, ("end", f"{time.time() + 60:.3f}")]))
 
 
+def _instances(vm: VictoriaMetrics, service: str) -> int:
+    uptime = f'process_uptime_seconds{{service_name="{service}"}}'
+    expr = f"count(count by (service_instance_id) ({uptime}))"
+    found = vm.query(expr)
+    return int(float(found[0]["value"][1])) if found else 0
+
+
 def run_one(workers: int, recipe: str, seconds: float, folder: Path) -> Sizing:
     vm_bin, why = locate("VICTORIA_METRICS_BIN", "victoria-metrics")
     col_bin, why2 = locate("OTELCOL_BIN", "otelcol")
@@ -141,7 +148,11 @@ def run_one(workers: int, recipe: str, seconds: float, folder: Path) -> Sizing:
                 time.sleep(0.1)
             started = time.time()
             seen = {p.pid for p in master.children()}
-            time.sleep(2.5 * INTERVAL_MS / 1000)
+            # The first round: once every worker has exported.
+            deadline = time.monotonic() + 60
+            while _instances(vm, service) < workers and time.monotonic() < deadline:
+                time.sleep(0.2)
+            time.sleep(INTERVAL_MS / 1000)
             first_round = _series(vm, service, started - 60)
             cpu0 = sum(collector.cpu_times()[:2])
             t0 = time.monotonic()
@@ -220,14 +231,16 @@ def run_one(workers: int, recipe: str, seconds: float, folder: Path) -> Sizing:
 
 def markdown(results: list[Sizing]) -> str:
     head = (
-        "| N | recipe | recycles | series (all / active / 1st round) | new series per hour "
+        "| N | recipe | seconds | recycles | series (all / active / 1st round) "
+        "| new series per hour "
         "| points per round | shared reporters per window (max; windows with 2+) "
         "| collection CPU per round "
         "(budget) | leader / non-leader collection | Collector CPU per worker |\n"
-        "|---|---|---|---|---|---|---|---|---|---|\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|\n"
     )
     rows = "".join(
-        f"| {r.workers} | {r.recipe} | {r.recycles} | {r.series_total} / {r.series_active} / "
+        f"| {r.workers} | {r.recipe} | {r.seconds:.0f} | {r.recycles} | "
+        f"{r.series_total} / {r.series_active} / "
         f"{r.series_first_round} | {r.new_series_per_hour:,.0f} | {r.points_per_round:,.0f} | "
         f"{r.max_shared_reporters_per_window}; {r.windows_with_two_reporters} | "
         f"{r.refresh_cpu_per_round_ms:.2f} ms "

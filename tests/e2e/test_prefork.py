@@ -483,3 +483,28 @@ def test_the_dashboards_server_view_sums_over_workers_without_double_counting(
     host = by_title["Host memory (reported once per group)"]
     states = [s["metric"]["system_memory_state"] for s in host]
     assert len(states) == len(set(states)) and "used" in states, host
+
+
+def test_with_shared_metrics_every_the_one_reporter_check_fails(
+    vm_prom: VictoriaMetrics, children: Children, service: str
+) -> None:
+    """The check above can fail: with the old behaviour every worker reports the shared metrics."""
+    port = free_port()
+    env = _otlp_env(
+        vm_prom,
+        service,
+        GUNICORN_BIND=f"127.0.0.1:{port}",
+        GUNICORN_WORKERS=str(SLOTS),
+        OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS="every",
+    )
+    start = time.time()
+    every = children.start(
+        "gunicorn-every", [str(VENV_BIN / "gunicorn"), "--config", str(CONF)], env
+    )
+    wait_until(lambda: len(groups.announced(every.output())) == SLOTS, 30, "three workers")
+    time.sleep(6 * INTERVAL_MS / 1000)
+    samples = groups.shared_samples(vm_prom, service, start)
+    with pytest.raises(AssertionError, match="terms with 0 exits"):
+        groups.check_once_per_window(samples, INTERVAL_MS, exits=0)
+    assert len({who for _, who in samples}) == SLOTS, samples
+    assert every.stop() == 0, every.describe()
