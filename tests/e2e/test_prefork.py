@@ -459,6 +459,11 @@ def _dashboard_queries(service: str) -> list[tuple[str, str]]:
 SERVER_ROW = "Server (all workers of a service)"
 
 
+def _source(queries: dict[str, str], title: str) -> str:
+    (found,) = [s for s in queries if s.startswith(f"panel {title}")]
+    return found
+
+
 def test_the_dashboards_server_view_sums_over_workers_without_double_counting(
     group: Run, vm_prom: VictoriaMetrics
 ) -> None:
@@ -483,6 +488,20 @@ def test_the_dashboards_server_view_sums_over_workers_without_double_counting(
     host = by_title["Host memory (reported once per group)"]
     states = [s["metric"]["system_memory_state"] for s in host]
     assert len(states) == len(set(states)) and "used" in states, host
+    # Right after the role passed, earlier reporters' series are still in the look-back
+    # window: a sum would count the host several times, the panel's max once.
+    after = group.next_shared_at + 0.05
+    used = (
+        f'system_memory_usage_bytes{{service_name="{group.service}", system_memory_state="used"}}'
+    )
+    both = [float(s["value"][1]) for s in vm_prom.query(used, at=after)]
+    assert len(both) >= 2, both  # the new reporter's and earlier ones'
+    (panel,) = [
+        s
+        for s in vm_prom.query(queries[_source(queries, "Host memory")], at=after)
+        if s["metric"]["system_memory_state"] == "used"
+    ]
+    assert float(panel["value"][1]) == max(both)
 
 
 def test_with_shared_metrics_every_the_one_reporter_check_fails(
