@@ -256,16 +256,21 @@ def plot(results: list[Sizing], path: Path) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, (by_n, by_recycles) = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+    sizes = sorted({r.workers for r in results})
+    colour = {n: f"C{i}" for i, n in enumerate(sizes)}
     for recipe, style in (("before", "--s"), ("after", "-o")):
         mine = sorted((r for r in results if r.recipe == recipe), key=lambda r: r.workers)
         by_n.plot([r.workers for r in mine], [r.series_total for r in mine], style, label=recipe)
         for r in mine:
             xs, ys = zip(*r.series_by_recycles, strict=True)
-            by_recycles.plot(xs, ys, style, label=f"{recipe}, N={r.workers}", markersize=3)
+            label = f"{recipe}, N={r.workers}"
+            by_recycles.plot(xs, ys, style, color=colour[r.workers], label=label, markersize=3)
     by_n.set(xscale="log", yscale="log", xlabel="workers N", ylabel="series over the run")
-    by_n.set_xticks([r.workers for r in results], [str(r.workers) for r in results])
+    by_n.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    by_n.set_xticks(sizes, [str(n) for n in sizes])
     by_recycles.set(yscale="log", xlabel="workers recycled so far", ylabel="series so far")
     for ax in (by_n, by_recycles):
         ax.grid(True, which="both", alpha=0.3)
@@ -284,7 +289,16 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true")
     parser.add_argument("--plot", action="store_true")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "sizing.json")
+    parser.add_argument("--plot-only", type=Path, help="draw the figure from a results file")
     args = parser.parse_args()
+    if args.plot_only is not None:
+        rows = json.loads(args.plot_only.read_text())
+        for row in rows:
+            row["series_by_recycles"] = [tuple(p) for p in row["series_by_recycles"]]
+        found = [Sizing(**row) for row in rows]
+        print(markdown(found))
+        plot(found, REPO / "docs" / "_static" / "benchmarks" / "sizing.png")
+        return
     sizes, seconds = ([2], 4.0) if args.smoke else (args.workers, args.seconds)
     results = []
     with tempfile.TemporaryDirectory(prefix="sizing-") as tmp:
