@@ -54,6 +54,7 @@ class Election:
     def __init__(self) -> None:
         global _users
         with _mutex:
+            _current_pid_users()
             _users += 1
         self._closed = False
 
@@ -97,22 +98,31 @@ class Election:
             return
         self._closed = True
         with _mutex:
-            _users -= 1
-            if _users <= 0 and _state is not None:
+            _users = max(0, _users - 1)
+            if _users == 0 and _state is not None:
                 if _state.file is not None and _state.pid == os.getpid():
                     _state.file.drop()
                 _state = None
 
 
+def _current_pid_users() -> None:
+    """Forget the state and users of a parent (a fork that skipped the at-fork hooks)."""
+    global _state, _users
+    state = _state
+    if state is not None and state.pid != os.getpid():
+        _state, _users = None, 0
+        if state.file is not None:
+            state.file.drop()  # a child's copy: the parent keeps its lock
+
+
 def _current() -> _Lock:
     """This process's lock state, opened on first use; inherited state is dropped."""
     global _state
+    _current_pid_users()
     state = _state
     pid = os.getpid()
-    if state is not None and state.pid == pid:
+    if state is not None:
         return state
-    if state is not None and state.file is not None:
-        state.file.drop()  # a child's copy: the parent keeps its lock
     _state = state = _open(pid)
     return state
 
@@ -132,8 +142,9 @@ def _open(pid: int) -> _Lock:
 
 
 def _forget_in_child() -> None:
-    global _state, _mutex
+    global _state, _mutex, _users
     _mutex = threading.Lock()
+    _users = 0  # the parent's elections are the parent's: a close here frees this one's lock
     state, _state = _state, None
     if state is not None and state.file is not None:
         state.file.drop()

@@ -30,12 +30,17 @@ def boot_id() -> str:
 
 
 def host_id() -> str:
-    """This host's id: ``/etc/machine-id`` where it is set, else the host name."""
+    """This host's id: ``/etc/machine-id`` (where set) and the host name.
+
+    Both: containers of one image may share a machine id, while their host
+    names (a pod's name) differ.
+    """
+    name = socket.gethostname()
     for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
         found = _read(path)
         if found:
-            return found
-    return socket.gethostname()
+            return f"{found}/{name}"
+    return name
 
 
 def start_time(pid: int) -> str:
@@ -52,8 +57,12 @@ def start_time(pid: int) -> str:
 
 
 def parent_key(ppid: int) -> str:
-    """``<boot id>-<parent pid>-<parent start time>``: one parent process, over all time."""
-    return f"{boot_id()}-{ppid}-{start_time(ppid)}"
+    """``<boot id>-<parent pid>-<parent start time>``: one parent process, over all time.
+
+    A parent pid of 0 (the process is pid 1 of a pid namespace: a container's
+    main process) has no ``/proc`` entry: its start time is 0.
+    """
+    return f"{boot_id()}-{ppid}-{start_time(ppid) if ppid > 0 else 0}"
 
 
 def group_key() -> str:

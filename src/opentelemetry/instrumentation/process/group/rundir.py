@@ -69,7 +69,8 @@ def runtime_dir() -> Path | None:
     """The private runtime directory, created if needed; ``None`` (and one warning) if unsafe."""
     path = default_dir()
     if fcntl is None:
-        warn_unusable(path, OSError(errno.ENOSYS, "no fcntl.flock on this platform"))
+        # Windows has no flock: every process reports, as documented; not a fault.
+        _logger.debug("process metrics: no flock here; no worker slots, no election")
         return None
     try:
         private_dir(path)
@@ -123,7 +124,8 @@ def open_private(path: Path, flags: int = os.O_RDWR) -> int:
 def warn_unusable(path: Path, exc: BaseException) -> None:
     """Say once (per fault period) that group files cannot be used, and what happens instead."""
     faults.warning(
-        ("rundir", str(path), type(exc).__name__),
+        # One key for every group file: one warning per period, whichever fails first.
+        ("rundir",),
         "process metrics: the runtime directory %s cannot be used safely (%s: %s); worker "
         "slots are off and every process reports the shared metrics (shared_metrics='every'). "
         "Set %s to a directory of this user with mode 0700.",

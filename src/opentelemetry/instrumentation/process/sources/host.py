@@ -166,11 +166,30 @@ def _connections(ctx: ReadContext) -> Reading:
     return {"count": counts}
 
 
+def _host_facts(ctx: ReadContext) -> Reading:
+    facts = ctx.facts
+    found = {
+        "logical_cpus": facts.logical_cpus,
+        "physical_cpus": facts.physical_cpus,
+        "cpu_freq_min": facts.cpu_freq_min_hz,
+        "cpu_freq_max": facts.cpu_freq_max_hz,
+    }
+    # Unknown is left out, never reported as 0.
+    return {k: v for k, v in found.items() if v}
+
+
 def _psutil_has(name: str) -> bool:
     return hasattr(psutil, name)
 
 
 SOURCES: tuple[Source, ...] = (
+    Source(
+        "system.static",
+        _host_facts,
+        frozenset({"logical_cpus", "physical_cpus", "cpu_freq_min", "cpu_freq_max"}),
+        "none: static facts of the host, read once",
+        shared=True,
+    ),
     Source(
         "system.cpu",
         _system_cpu,
