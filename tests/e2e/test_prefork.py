@@ -152,9 +152,10 @@ def _gunicorn(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path)
 
 
 def _http_load(child: Child) -> None:
+    # Spaced so that a worker lives a few export intervals: each one reports.
     for _ in range(REQUESTS):
         _get(child.port)  # type: ignore[attr-defined]
-        time.sleep(0.05)
+        time.sleep(0.15)
 
 
 def _uwsgi(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) -> Child:
