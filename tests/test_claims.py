@@ -504,3 +504,56 @@ def test_the_otlp_exporter_waits_10_s_by_default_and_2_s_when_told(
     assert grpc.OTLPMetricExporter(timeout=2)._timeout == 2
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "2")
     assert grpc.OTLPMetricExporter()._timeout == 2
+
+
+# -- the pre-fork recipes replace an inherited instrumentation (prefork) ------------------
+
+
+def test_an_instrumentation_inherited_from_the_master_is_refused_until_turned_off(
+    instrument: Callable[..., ProcessInstrumentor],
+    reader: InMemoryMetricReader,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """prefork: "otherwise instrument() is refused, and the worker goes on reporting through
+    the master's provider"; after uninstrument() "it has nothing to export, and exports
+    nothing"; the recipes "then say whether process metrics are on"."""
+    inherited = instrument()  # the master's, as opentelemetry-instrument leaves it
+    own_reader = InMemoryMetricReader()
+    own = MeterProvider(metric_readers=[own_reader])
+    try:
+        with caplog.at_level(logging.WARNING):
+            inherited.instrument(meter_provider=own)
+        assert "Attempting to instrument while already instrumented" in caplog.text
+        assert "process.memory.usage" in collect(reader), "the master's provider reports"
+        assert not collect(own_reader), "the worker's own provider got nothing"
+        # What the recipes do: turn the inherited one off, then instrument their own.
+        assert ProcessInstrumentor().is_instrumented_by_opentelemetry
+        ProcessInstrumentor().uninstrument()
+        ProcessInstrumentor().instrument(meter_provider=own)
+        assert ProcessInstrumentor().options is not None  # what "process metrics on" checks
+        assert "process.memory.usage" in collect(own_reader)
+        # The inherited provider has no points left: its reader collects nothing to export.
+        assert reader.get_metrics_data() is None
+    finally:
+        ProcessInstrumentor().uninstrument()
+        own.shutdown()
+    assert ProcessInstrumentor().options is None  # and "NOT on" is what it would say then
+
+
+def test_the_process_worker_detector_is_registered_and_leaves_out_the_pid() -> None:
+    """prefork: entry point ``process_worker`` under ``opentelemetry_resource_detector``;
+    it sets ``service.instance.id`` (a UUIDv5) and ``process_metrics.worker.slot``, no pid."""
+    import uuid
+
+    from opentelemetry.instrumentation.process.group import slots
+
+    (entry,) = importlib.metadata.entry_points(
+        group="opentelemetry_resource_detector", name="process_worker"
+    )
+    try:
+        detected = entry.load()().detect().attributes
+    finally:
+        slots.release()  # a worker holds its slot for life; this test process is none
+    assert set(detected) == {"service.instance.id", "process_metrics.worker.slot"}, detected
+    assert uuid.UUID(str(detected["service.instance.id"])).version == 5
+    assert isinstance(detected["process_metrics.worker.slot"], int)

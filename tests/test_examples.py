@@ -60,6 +60,7 @@ NEEDS_SERVERS = {
     "uwsgi/uwsgi.ini": "uWSGI + VictoriaMetrics",
     "celery-worker/tasks.py": "Celery + VictoriaMetrics",
     "multiprocessing-pool/pool.py": "VictoriaMetrics",
+    "uvicorn/app.py": "uvicorn + VictoriaMetrics",
 }
 SERVERS = Path(os.environ.get("SERVERS_CACHE_DIR") or ROOT / ".cache" / "servers") / "bin"
 NOT_CODE = {"README.md"}
@@ -330,7 +331,7 @@ def test_gunicorn_workers_report_their_own_identity() -> None:
             if line is None:
                 break
             report = json.loads(line)
-            by_pid.setdefault(report["process.pid"], []).append(report)
+            by_pid.setdefault(report["pid"], []).append(report)
         workers = {c.pid for c in psutil.Process(proc.pid).children()}
     finally:
         code = stop(proc)
@@ -341,12 +342,18 @@ def test_gunicorn_workers_report_their_own_identity() -> None:
     assert len(workers) == 2 and proc.pid not in by_pid
     instance_ids = {}
     for pid, reports in by_pid.items():
-        ids = {r["service.instance.id"] for r in reports}
+        ids = {(r["service.instance.id"], r["process_metrics.worker.slot"]) for r in reports}
         assert len(ids) == 1, f"worker {pid} changed identity: {ids}"
         instance_ids[pid] = ids.pop()
         assert all(r["metrics"]["process.memory.usage"][0] > 0 for r in reports)
         assert all(r["service.name"] == "gunicorn-example" for r in reports)
     assert len(set(instance_ids.values())) == 2, "workers share a service.instance.id"
+    assert {slot for _, slot in instance_ids.values()} == {0, 1}, instance_ids
+    # The host's memory comes from one of the two (the shared metrics are reported once).
+    sharing = {
+        p for p, reports in by_pid.items() for r in reports if "system.memory.usage" in r["shared"]
+    }
+    assert len(sharing) == 1, {pid: [r["shared"] for r in rs] for pid, rs in by_pid.items()}
 
 
 def test_cpu_frequency_opt_in() -> None:

@@ -4,9 +4,13 @@
 
 The worker's main process forks the pool processes that run the tasks. The
 ``worker_process_init`` signal fires in each of them after the fork: each gets
-its own MeterProvider, export thread and resource (its ``process.pid`` and a
-random ``service.instance.id``). ``worker_process_shutdown`` exports one last
-time before it goes. The main process reports nothing.
+its own MeterProvider, export thread and resource. The ``process_worker``
+resource detector gives it a slot (the lowest one free among the pool's live
+processes) and a ``service.instance.id`` derived from it: a pool process that
+replaces a recycled one (``--max-tasks-per-child``) takes its identity. One
+process of the group reports the host, container and pressure metrics
+(``shared_metrics``). ``worker_process_shutdown`` exports one last time before
+it goes. The main process reports nothing.
 
 The broker is ``CELERY_BROKER_URL``. The default, ``filesystem://``, keeps the
 queue in a local folder (``CELERY_BROKER_FOLDER``, default under the temporary
@@ -21,13 +25,13 @@ from __future__ import annotations
 
 import os
 import tempfile
-import uuid
 from typing import Any
 
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
 
 SERVICE_NAME = "celery-example"
+SLOT = "process_metrics.worker.slot"
 
 BROKER = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 app = Celery("tasks", broker=BROKER)
@@ -53,20 +57,28 @@ def setup_metrics(**_: Any) -> None:
     from opentelemetry.sdk.resources import Resource
 
     from opentelemetry.instrumentation.process import ProcessInstrumentor
+    from opentelemetry.instrumentation.process.resource import ProcessWorkerResourceDetector
 
     service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE_NAME
-    # Set here, in the pool process: its pid, and an instance id of its own
-    # (explicit, so that every SDK version gives one).
-    resource = Resource.create(
-        {
-            "service.name": service,
-            "process.pid": os.getpid(),
-            "service.instance.id": str(uuid.uuid4()),
-        }
+    # This pool process's slot and stable service.instance.id, on top of the SDK's defaults.
+    resource = Resource.create({"service.name": service}).merge(
+        ProcessWorkerResourceDetector().detect()
     )
     reader = PeriodicExportingMetricReader(OTLPMetricExporter())
     provider = MeterProvider(metric_readers=[reader], resource=resource)
-    ProcessInstrumentor().instrument(meter_provider=provider)
+    instrumentor = ProcessInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        # Inherited from the main process, instrumented there: it would report
+        # through the main process's provider.
+        instrumentor.uninstrument()
+    instrumentor.instrument(meter_provider=provider)
+    said = "on" if instrumentor.options is not None else "NOT on"
+    attrs = resource.attributes
+    print(
+        f"worker {os.getpid()}: process metrics {said}, slot {attrs.get(SLOT)},"
+        f" service.instance.id {attrs.get('service.instance.id')}",
+        flush=True,
+    )
     _providers.append(provider)
 
 

@@ -3,13 +3,21 @@
     python examples/multiprocessing-pool/pool.py
 
 The Pool's ``initializer`` runs in each worker when it starts: each worker gets
-its own MeterProvider, export thread and resource (its ``process.pid`` and a
-random ``service.instance.id``). The parent only hands out work and reports
-nothing here. ``ProcessPoolExecutor(initializer=setup_metrics)`` works the
-same way. Pool workers leave through ``os._exit``, so no ``atexit`` handler runs
-there: a multiprocessing finalizer exports one last time instead, when the
-pool is closed and joined (``terminate()``, which the ``with`` block calls,
-kills the workers before that).
+its own MeterProvider, export thread and resource. The ``process_worker``
+resource detector gives it a slot (the lowest one free among the pool's live
+workers) and a ``service.instance.id`` derived from it: a worker that replaces
+one (``maxtasksperchild``) takes its identity. One worker of the group reports
+the host, container and pressure metrics (``shared_metrics``). The parent only
+hands out work and reports nothing here. ``ProcessPoolExecutor(initializer=
+setup_metrics)`` works the same way. Pool workers leave through ``os._exit``,
+so no ``atexit`` handler runs there: a multiprocessing finalizer exports one
+last time instead, when the pool is closed and joined (``terminate()``, which
+the ``with`` block calls, kills the workers before that).
+
+``EXAMPLE_SECONDS`` is the CPU time the tasks burn in all (default 2),
+``EXAMPLE_WORKERS`` the pool's size (default 2), ``EXAMPLE_TASKS`` the number
+of tasks (default 4 per worker) and ``EXAMPLE_TASKS_PER_CHILD`` the
+``maxtasksperchild`` (default none: no worker is replaced).
 
 Metrics go over OTLP/HTTP to ``localhost:4318`` unless
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``)
@@ -23,10 +31,10 @@ import multiprocessing
 import multiprocessing.util
 import os
 import time
-import uuid
 
 SERVICE_NAME = "multiprocessing-example"
-WORKERS = 2
+SLOT = "process_metrics.worker.slot"
+WORKERS = int(os.environ.get("EXAMPLE_WORKERS", "2"))
 
 
 def setup_metrics() -> None:
@@ -37,23 +45,30 @@ def setup_metrics() -> None:
     from opentelemetry.sdk.resources import Resource
 
     from opentelemetry.instrumentation.process import ProcessInstrumentor
+    from opentelemetry.instrumentation.process.resource import ProcessWorkerResourceDetector
 
     service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE_NAME
-    # Set here, in the worker: its pid, and an instance id of its own
-    # (explicit, so that every SDK version gives one).
-    resource = Resource.create(
-        {
-            "service.name": service,
-            "process.pid": os.getpid(),
-            "service.instance.id": str(uuid.uuid4()),
-        }
+    # This worker's slot and stable service.instance.id, on top of the SDK's defaults.
+    resource = Resource.create({"service.name": service}).merge(
+        ProcessWorkerResourceDetector().detect()
     )
     reader = PeriodicExportingMetricReader(OTLPMetricExporter())
     provider = MeterProvider(metric_readers=[reader], resource=resource)
-    ProcessInstrumentor().instrument(meter_provider=provider)
+    instrumentor = ProcessInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        # Inherited from the parent, instrumented there: it would report
+        # through the parent's provider.
+        instrumentor.uninstrument()
+    instrumentor.instrument(meter_provider=provider)
     # One last export when the worker exits after close() and join().
     multiprocessing.util.Finalize(None, provider.shutdown, exitpriority=10)
-    print(f"worker {os.getpid()}: process metrics on", flush=True)
+    said = "on" if instrumentor.options is not None else "NOT on"
+    attrs = resource.attributes
+    print(
+        f"worker {os.getpid()}: process metrics {said}, slot {attrs.get(SLOT)},"
+        f" service.instance.id {attrs.get('service.instance.id')}",
+        flush=True,
+    )
 
 
 def work(cpu_seconds: float) -> int:
@@ -66,9 +81,10 @@ def work(cpu_seconds: float) -> int:
 
 def main() -> None:
     print(f"parent {os.getpid()}: starting {WORKERS} workers", flush=True)
-    tasks = 4 * WORKERS
+    tasks = int(os.environ.get("EXAMPLE_TASKS", str(4 * WORKERS)))
     each = float(os.environ.get("EXAMPLE_SECONDS", "2")) / tasks
-    pool = multiprocessing.Pool(WORKERS, initializer=setup_metrics)
+    per_child = int(os.environ.get("EXAMPLE_TASKS_PER_CHILD", "0")) or None
+    pool = multiprocessing.Pool(WORKERS, initializer=setup_metrics, maxtasksperchild=per_child)
     try:
         pids = pool.map(work, [each] * tasks, chunksize=1)
     finally:

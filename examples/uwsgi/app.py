@@ -4,8 +4,12 @@
 
 The uWSGI master imports this module, then forks the workers. The ``postfork``
 hook runs in each worker after the fork: each worker gets its own
-MeterProvider, export thread and resource (its ``process.pid`` and a random
-``service.instance.id``), and the master reports nothing. ``uwsgi.ini`` turns
+MeterProvider, export thread and resource, and the master reports nothing.
+The ``process_worker`` resource detector gives the worker a slot (the lowest
+one free among the master's live workers) and a ``service.instance.id``
+derived from it: a respawned worker takes the slot and the identity of the
+one it replaces. One worker of the group reports the host, container and
+pressure metrics (``shared_metrics``). ``uwsgi.ini`` turns
 on ``enable-threads``, without which older uWSGI releases never run the export
 thread (2.0.31 runs Python threads by itself).
 
@@ -17,13 +21,13 @@ says otherwise; ``OTEL_METRIC_EXPORT_INTERVAL`` and ``OTEL_SERVICE_NAME`` apply.
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from uwsgidecorators import postfork  # importable only inside uWSGI
 
 SERVICE_NAME = "uwsgi-example"
+SLOT = "process_metrics.worker.slot"
 
 
 @postfork
@@ -35,20 +39,28 @@ def setup_metrics() -> None:
     from opentelemetry.sdk.resources import Resource
 
     from opentelemetry.instrumentation.process import ProcessInstrumentor
+    from opentelemetry.instrumentation.process.resource import ProcessWorkerResourceDetector
 
     service = os.environ.get("OTEL_SERVICE_NAME") or SERVICE_NAME
-    # Set here, in the worker: this worker's pid, and an instance id of its own
-    # (explicit, so that every SDK version gives one).
-    resource = Resource.create(
-        {
-            "service.name": service,
-            "process.pid": os.getpid(),
-            "service.instance.id": str(uuid.uuid4()),
-        }
+    # This worker's slot and stable service.instance.id, on top of the SDK's defaults.
+    resource = Resource.create({"service.name": service}).merge(
+        ProcessWorkerResourceDetector().detect()
     )
     reader = PeriodicExportingMetricReader(OTLPMetricExporter())
     provider = MeterProvider(metric_readers=[reader], resource=resource)
-    ProcessInstrumentor().instrument(meter_provider=provider)
+    instrumentor = ProcessInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        # Inherited from the master, instrumented there: it would report
+        # through the master's provider.
+        instrumentor.uninstrument()
+    instrumentor.instrument(meter_provider=provider)
+    said = "on" if instrumentor.options is not None else "NOT on"
+    attrs = resource.attributes
+    print(
+        f"worker {os.getpid()}: process metrics {said}, slot {attrs.get(SLOT)},"
+        f" service.instance.id {attrs.get('service.instance.id')}",
+        flush=True,
+    )
 
 
 def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

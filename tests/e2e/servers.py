@@ -31,6 +31,7 @@ OTELCOL_UNAVAILABLE = CACHE / "otelcol.unavailable"
 HOW_TO_GET = "run `bash scripts/get-servers.sh` (or `make servers`)"
 VENV_BIN = Path(sys.executable).parent
 IN_CI = os.environ.get("CI", "").lower() == "true"
+RUNTIME_DIR_VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
 
 T = TypeVar("T")
 
@@ -110,15 +111,16 @@ def child_env(**extra: str) -> dict[str, str]:
 
     ``opentelemetry-instrument python`` resolves ``python`` on PATH, so this
     virtualenv comes first. Traces and logs are off: these tests are about metrics.
+    Each call names a runtime directory of its own: the processes started with
+    one environment are one group, which elects its own reporter of the shared
+    metrics (other test runs on this machine would otherwise take part).
     """
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
     env["OTEL_TRACES_EXPORTER"] = "none"
     env["OTEL_LOGS_EXPORTER"] = "none"
-    # Each app is a group of its own (its workers share it): apps run side by side, and
-    # other test runs on the machine, never take its election (shared_metrics="once").
-    env["OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="otel-run-")
+    env[RUNTIME_DIR_VAR] = tempfile.mkdtemp(prefix="otel-e2e-group-")  # mode 0700
     env.update(extra)
     return env
 

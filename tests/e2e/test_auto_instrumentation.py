@@ -133,3 +133,63 @@ def test_disabled_instrumentations_turns_the_package_off(
     ours_only = {m.name for m in default_metrics()} - peer
     assert "process_metrics.refresh.duration" in ours_only
     assert not ours_only & present, f"reported while disabled: {sorted(ours_only & present)}"
+
+
+# --- a pre-fork server under opentelemetry-instrument ----------------------------
+
+GUNICORN_EXAMPLE = REPO / "examples" / "gunicorn"
+AUTO_INTERVAL_MS = 2000
+"""Longer than the master takes to load gunicorn.conf.py (about 1 s here): the master's
+provider, set up by opentelemetry-instrument, never collects before ``on_starting``."""
+
+
+def test_gunicorn_under_opentelemetry_instrument_reports_each_worker_once(
+    vm_prom: VictoriaMetrics, children: Children, service: str
+) -> None:
+    """``opentelemetry-instrument gunicorn app:application --workers 2`` in examples/gunicorn,
+    as a new user types it: gunicorn loads the folder's gunicorn.conf.py by itself."""
+    import time
+
+    from .groups import announced, check_once_per_window, shared_samples
+    from .servers import VENV_BIN, child_env, free_port, wait_until
+
+    port = free_port()
+    start = time.time()
+    argv = [str(VENV_BIN / "opentelemetry-instrument"), "gunicorn", "app:application"]
+    env = child_env(
+        OTEL_SERVICE_NAME=service,
+        OTEL_METRICS_EXPORTER="otlp",
+        OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/protobuf",
+        OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=vm_prom.otlp_url,
+        OTEL_METRIC_EXPORT_INTERVAL=str(AUTO_INTERVAL_MS),
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="system_metrics",
+        GUNICORN_BIND=f"127.0.0.1:{port}",
+    )
+    server = children.start("auto-gunicorn", [*argv, "--workers", "2"], env, cwd=GUNICORN_EXAMPLE)
+    workers = wait_until(
+        lambda: len(announced(server.output())) == 2 and announced(server.output()),
+        30,
+        "two workers",
+    )
+    out = server.output()
+    assert f"master {server.pid}: process metrics off here" in out, out
+    assert "Attempting to instrument while already instrumented" not in out, out
+    assert {w.slot for w in workers} == {0, 1}, workers
+    ours = {w.instance for w in workers}
+
+    def reported() -> set[str]:
+        vm_prom.flush()
+        series = vm_prom.api(
+            "/api/v1/series",
+            [("match[]", f'{{service_name="{service}"}}'), ("start", f"{start:.3f}")],
+        )
+        found = {s.get("service_instance_id", "(none)") for s in series}
+        assert found == ours, f"instances in the backend {found}, the workers' {ours}"
+        return found
+
+    wait_until(reported, 30, "both workers, and only them, in the backend")
+    time.sleep(4 * AUTO_INTERVAL_MS / 1000)
+    reported()  # still only the workers: the master, and the providers they inherited, say nothing
+    check_once_per_window(shared_samples(vm_prom, service, start), AUTO_INTERVAL_MS, exits=0)
+    assert server.stop() == 0, server.describe()
+    reported()

@@ -1,33 +1,48 @@
-"""Scenario 5: pre-fork servers set up as docs/prefork.md recommends, 2 workers each.
+"""Scenario 5: pre-fork servers set up as docs/prefork.md recommends, as one group of workers.
 
 The servers are the examples as they are: gunicorn (``post_fork``), uWSGI
-(``@postfork``), Celery's prefork pool (``worker_process_init``) and a
-``multiprocessing`` Pool (``initializer``). Each gives every worker its own
-MeterProvider, resource and ``ProcessInstrumentor``. Every worker must report
-its own process, as its own series with its own ``process.pid`` and
-``service.instance.id``; the master (or parent) must not report.
+(``@postfork``), Celery's prefork pool (``worker_process_init``), uvicorn
+``--workers`` (spawned, set up at the ASGI lifespan's startup) and a
+``multiprocessing`` Pool (``initializer``). Each recipe gives every worker its
+own MeterProvider, ``ProcessInstrumentor`` and a resource from the
+``process_worker`` detector. Each server runs with 3 workers (uvicorn 2) that
+it recycles during the run, once per server for the whole module
+(``group``), and the tests then hold what VictoriaMetrics received to this:
+
+- at most one identity per worker slot, however many workers came and went,
+  and the same series whatever the number of recycles;
+- each value is the worker's own; the master (or parent) never reports;
+- the shared metrics (here ``system.memory.usage``) come from one worker at a
+  time, and after a SIGKILL of that worker another one reports them within
+  two export intervals;
+- a counter that starts again under a reused identity is a reset to
+  VictoriaMetrics (``increase()`` never negative, nothing lost).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import json
 import os
 import re
-import signal
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import pytest
 
-from . import procfs
-from .checks import PROMETHEUS, check_process_values, pushed_around
+from . import groups
+from .checks import PROMETHEUS, check_process_values
 from .servers import (
     IN_CI,
     REPO,
     VENV_BIN,
+    Child,
     Children,
     Uwsgi,
     VictoriaMetrics,
@@ -35,124 +50,23 @@ from .servers import (
     free_port,
     uwsgi_binary,
     wait_until,
-    worker_pids,
 )
 
 pytestmark = pytest.mark.e2e
 
 CONF = REPO / "examples" / "gunicorn" / "gunicorn.conf.py"
 WORKERS = 2
-# Each worker's values are checked, host ones included: every worker reports them.
-EVERY = {"OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS": "every"}
+"""Workers of the servers that test_uwsgi_forks.py starts."""
+SLOTS = 3
+INTERVAL_MS = 500
+REQUESTS = 40
+"""Requests (or tasks) sent: each worker is recycled after 4 of them."""
 
 
 def _series(vm: VictoriaMetrics, service: str) -> dict[str, dict[str, str]]:
     """The ``process_uptime_seconds`` series of ``service``, by ``process_pid``."""
     found = vm.series(f'process_uptime_seconds{{service_name="{service}"}}')
     return {s.get("process_pid", "(no process_pid)"): s for s in found}
-
-
-def test_each_worker_reports_its_own_process(
-    vm_prom: VictoriaMetrics, children: Children, service: str
-) -> None:
-    if not CONF.is_file():
-        pytest.skip(f"{CONF.relative_to(REPO)} is missing")
-    port = free_port()
-    server = children.start(
-        "gunicorn",
-        [str(VENV_BIN / "gunicorn"), "--config", str(CONF)],
-        child_env(
-            GUNICORN_BIND=f"127.0.0.1:{port}",
-            GUNICORN_WORKERS=str(WORKERS),
-            OTEL_SERVICE_NAME=service,
-            OTEL_METRICS_EXPORTER="otlp",
-            OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/protobuf",
-            OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=vm_prom.otlp_url,
-            OTEL_METRIC_EXPORT_INTERVAL="500",
-            **EVERY,
-        ),
-    )
-    master = psutil.Process(server.pid)
-
-    def workers() -> set[int]:
-        assert server.alive(), server.describe()
-        pids = {p.pid for p in master.children()}
-        assert len(pids) == WORKERS, f"workers: {pids}"
-        return pids
-
-    pids = wait_until(workers, 20, f"{WORKERS} gunicorn workers")
-
-    # It serves, from its workers.
-    def served() -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
-            return str(response.read().decode())
-
-    for _ in range(4):
-        body = wait_until(served, 10, "a response")
-        assert int(body.split()[-1]) in pids, body
-
-    # One series per worker, under the worker's own pid and instance id.
-    def reported() -> dict[str, dict[str, str]]:
-        found = _series(vm_prom, service)
-        assert set(found) == {str(p) for p in pids}, f"pids in backend {set(found)}, workers {pids}"
-        return found
-
-    series = wait_until(reported, 20, "one series per worker")
-    assert str(master.pid) not in series, "the master reports"
-    instances = {s["service_instance_id"] for s in series.values()}
-    assert len(instances) == WORKERS, f"workers share an identity: {instances}"
-    # The values are each worker's own, not the master's (nor a copy of its state).
-    for pid in pids:
-        selector = f'{{service_name="{service}", process_pid="{pid}"}}'
-        check_process_values(vm_prom, PROMETHEUS, selector, pid, writes=False)
-
-    # A worker that dies is replaced by a new fork, which reports as itself.
-    victim = min(pids)
-    killed_at = time.time()
-    os.kill(victim, signal.SIGKILL)
-
-    def replaced() -> set[int]:
-        now = workers()
-        assert victim not in now, "not replaced yet"
-        return now
-
-    pids = wait_until(replaced, 20, "a new worker")
-    (newcomer,) = {p for p in pids if str(p) not in series}
-
-    def newcomer_reports() -> dict[str, dict[str, str]]:
-        found = _series(vm_prom, service)
-        assert str(newcomer) in found, f"pids in backend: {set(found)}"
-        return found
-
-    series_after = wait_until(newcomer_reports, 20, "the new worker's series")
-    assert series_after[str(newcomer)]["service_instance_id"] not in instances
-    selector = f'{{service_name="{service}", process_pid="{newcomer}"}}'
-    check_process_values(vm_prom, PROMETHEUS, selector, newcomer, writes=False)
-    uptime = vm_prom.query(f"process_uptime_seconds{selector}")
-    assert float(uptime[0]["value"][1]) < time.time() - killed_at + 0.5
-    assert str(master.pid) not in _series(vm_prom, service)
-    # A graceful stop: every worker exports one last time and exits, and so does the master.
-    assert server.stop() == 0, server.describe()
-
-
-# --- uWSGI, Celery and multiprocessing: the other recipes of docs/prefork.md ------
-
-
-def _reports_one_identity_per_worker(
-    vm: VictoriaMetrics, service: str, pids: set[int], parent: int
-) -> dict[str, dict[str, str]]:
-    """One series per worker, under the worker's own pid and instance id; none for the parent."""
-
-    def reported() -> dict[str, dict[str, str]]:
-        found = _series(vm, service)
-        assert set(found) == {str(p) for p in pids}, f"pids in backend {set(found)}, workers {pids}"
-        return found
-
-    series = wait_until(reported, 30, "one series per worker")
-    assert str(parent) not in series, "the parent reports"
-    instances = {s.get("service_instance_id") for s in series.values()}
-    assert None not in instances and len(instances) == len(pids), f"shared identity: {instances}"
-    return series
 
 
 def _need(binary: Path | None, why: str) -> Path:
@@ -166,101 +80,451 @@ def _need(binary: Path | None, why: str) -> Path:
 def _otlp_env(vm: VictoriaMetrics, service: str, **extra: str) -> dict[str, str]:
     return child_env(
         OTEL_SERVICE_NAME=service,
+        OTEL_METRICS_EXPORTER="otlp",
+        OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/protobuf",
         OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=vm.otlp_url,
-        OTEL_METRIC_EXPORT_INTERVAL="500",
-        **{**EVERY, **extra},
+        OTEL_METRIC_EXPORT_INTERVAL=str(INTERVAL_MS),
+        **extra,
     )
 
 
-def test_uwsgi_workers_report_as_themselves(
-    vm_prom: VictoriaMetrics, children: Children, service: str
-) -> None:
-    """examples/uwsgi: the postfork hook gives each worker its own identity."""
+def _get(port: int) -> str:
+    def answer() -> str:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
+                return str(response.read().decode())
+        except OSError as exc:
+            raise AssertionError(f"no answer: {exc}") from exc
+
+    return wait_until(answer, 15, f"an answer on port {port}")
+
+
+# --- one run per server: start, recycle its workers, kill the reporting one ---
+
+
+@dataclass
+class Run:
+    """What one server did, and what the backend held at two moments of it."""
+
+    name: str
+    service: str
+    child: Child
+    start: float
+    slots: int
+    kill: bool
+    workers: list[groups.Worker] = field(default_factory=list)
+    series_early: int = 0
+    """Series of the service once every slot has reported, before most recycles."""
+    leader_series_early: int = 0
+    """Of those, the series of the reporter of the shared metrics (its own and the shared)."""
+    series_late: int = 0
+    """The same at the end of the run, after every recycle."""
+    shared_before_kill: list[tuple[int, str]] = field(default_factory=list)
+    killed_at: float = 0.0
+    next_shared_at: float = 0.0
+    killed: str = ""
+    successor: str = ""
+    exit_code: int | None = None
+
+    @property
+    def exits(self) -> int:
+        """Workers that went: those that announced themselves, minus one per slot still held."""
+        return len(self.workers) - self.slots
+
+
+@dataclass(frozen=True)
+class Server:
+    """How to start one recipe and make its workers go round."""
+
+    start: Callable[[Children, VictoriaMetrics, str, Path], Child]
+    load: Callable[[Child], None]
+    slots: int = SLOTS
+    kill: bool = True
+
+
+def _gunicorn(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) -> Child:
+    port = free_port()
+    argv = [str(VENV_BIN / "gunicorn"), "--config", str(CONF), "--max-requests", "4"]
+    env = _otlp_env(vm, service, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_WORKERS=str(SLOTS))
+    child = children.start("gunicorn", argv, env)
+    child.port = port  # type: ignore[attr-defined]
+    return child
+
+
+def _http_load(child: Child) -> None:
+    # Spaced so that a worker lives a few export intervals: each one reports.
+    for _ in range(REQUESTS):
+        _get(child.port)  # type: ignore[attr-defined]
+        time.sleep(0.15)
+
+
+def _uwsgi(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) -> Child:
     binary = _need(*uwsgi_binary())
     ini = REPO / "examples" / "uwsgi" / "uwsgi.ini"
-    server = Uwsgi(children, binary, ini, _otlp_env(vm_prom, service))
-    pids = server.workers(WORKERS)
-    for _ in range(4):
-        body = server.get()
-        assert int(body.split()[-1]) in pids, body
-    _reports_one_identity_per_worker(vm_prom, service, pids, server.pid)
-    for pid in pids:
-        selector = f'{{service_name="{service}", process_pid="{pid}"}}'
-        check_process_values(vm_prom, PROMETHEUS, selector, pid, writes=False)
-        # Its own /proc, read by this test around one of its collections.
-        got, before, after = pushed_around(vm_prom, selector, pid)
-        procfs.check_own(got, before, after, fds_open=1)
-        procfs.differs(got, procfs.read(server.pid), after)
-        assert got.threads == 2, got  # main thread and its provider's export thread
-    assert server.child.stop() == 0, server.child.describe()
+    # uWSGI 2.0.31 recycles no worker younger than min-worker-lifetime (10 s by default).
+    options = ["--processes", str(SLOTS), "--max-requests", "4", "--min-worker-lifetime", "0"]
+    server = Uwsgi(children, binary, ini, _otlp_env(vm, service), options=options)
+    server.child.port = server.port  # type: ignore[attr-defined]
+    return server.child
 
 
-def test_celery_pool_processes_report_as_themselves(
-    vm_prom: VictoriaMetrics, children: Children, service: str, tmp_path: Path
-) -> None:
-    """examples/celery-worker: worker_process_init gives each pool process its own identity."""
+CELERY = REPO / "examples" / "celery-worker"
+
+
+def _celery(children: Children, vm: VictoriaMetrics, service: str, tmp: Path) -> Child:
     celery = VENV_BIN / "celery"
     _need(celery if celery.is_file() else None, "celery is not installed (pip install celery)")
-    folder = REPO / "examples" / "celery-worker"
-    env = _otlp_env(vm_prom, service, CELERY_BROKER_FOLDER=str(tmp_path / "broker"))
-    worker = children.start(
-        "celery",
-        [
-            str(celery),
-            "--app=tasks",
-            "worker",
-            "--pool=prefork",
-            f"--concurrency={WORKERS}",
-            "--loglevel=INFO",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ],
-        env,
-        cwd=folder,
-    )
-    pids = worker_pids(worker, WORKERS)
-    # A task sent through the broker runs in a pool process.
-    send = "import tasks; tasks.pid.delay()"
-    sender = children.start("send", [sys.executable, "-c", send], env, cwd=folder)
+    env = _otlp_env(vm, service, CELERY_BROKER_FOLDER=str(tmp / "broker"))
+    argv = [str(celery), "--app=tasks", "worker", "--pool=prefork", f"--concurrency={SLOTS}"]
+    argv += ["--max-tasks-per-child=4", "--loglevel=INFO"]
+    argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
+    child = children.start("celery", argv, env, cwd=CELERY)
+    child.env = env  # type: ignore[attr-defined]
+    child.children = children  # type: ignore[attr-defined]
+    return child
+
+
+def _celery_load(child: Child) -> None:
+    send = f"import tasks\nfor _ in range({REQUESTS}): tasks.pid.delay()"
+    env = child.env  # type: ignore[attr-defined]
+    sender = child.children.start("send", [sys.executable, "-c", send], env, cwd=CELERY)  # type: ignore[attr-defined]
     assert sender.wait(60) == 0, sender.describe()
 
     def ran() -> int:
-        found = re.search(r"Task tasks\.pid\[[^]]+\] succeeded in [^:]+: (\d+)", worker.output())
-        assert found, "the task has not run yet"
-        return int(found.group(1))
+        done = len(re.findall(r"Task tasks\.pid\[[^]]+\] succeeded", child.output()))
+        assert done >= REQUESTS, f"{done} tasks ran"
+        return done
 
-    assert wait_until(ran, 30, "the task to run") in pids
-    _reports_one_identity_per_worker(vm_prom, service, pids, worker.pid)
-    for pid in pids:
-        selector = f'{{service_name="{service}", process_pid="{pid}"}}'
-        check_process_values(vm_prom, PROMETHEUS, selector, pid, writes=False)
-    # Warm shutdown: each pool process exports one last time, then exits.
-    assert worker.stop(timeout=30) == 0, worker.describe()
+    wait_until(ran, 60, "every task to run")
 
 
-def test_multiprocessing_pool_workers_report_as_themselves(
+UVICORN = REPO / "examples" / "uvicorn"
+
+
+def _uvicorn(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) -> Child:
+    pytest.importorskip("uvicorn")
+    port = free_port()
+    argv = [str(VENV_BIN / "uvicorn"), "app:app", "--workers", "2", "--port", str(port)]
+    argv += ["--limit-max-requests", "4", "--no-access-log"]
+    child = children.start("uvicorn", argv, _otlp_env(vm, service), cwd=UVICORN)
+    child.port = port  # type: ignore[attr-defined]
+    return child
+
+
+POOL = REPO / "examples" / "multiprocessing-pool" / "pool.py"
+
+
+def _pool(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) -> Child:
+    env = _otlp_env(
+        vm,
+        service,
+        EXAMPLE_WORKERS=str(SLOTS),
+        EXAMPLE_TASKS="24",
+        EXAMPLE_TASKS_PER_CHILD="3",
+        EXAMPLE_SECONDS="6",
+    )
+    return children.start("pool", [sys.executable, str(POOL)], env)
+
+
+def _pool_load(child: Child) -> None:
+    assert child.wait(120) == 0, child.describe()
+
+
+SERVERS = {
+    "gunicorn": Server(_gunicorn, _http_load),
+    "uwsgi": Server(_uwsgi, _http_load),
+    "celery": Server(_celery, _celery_load),
+    "uvicorn": Server(_uvicorn, _http_load, slots=2),
+    # A pool's workers are not replaced at any time, only after their tasks: no kill.
+    "multiprocessing": Server(_pool, _pool_load, kill=False),
+}
+
+
+def _scenario(name: str, vm: VictoriaMetrics, children: Children, tmp: Path, service: str) -> Run:
+    spec = SERVERS[name]
+    started = time.time()
+    child = spec.start(children, vm, service, tmp)
+    run = Run(name, service, child, started, spec.slots, spec.kill)
+
+    def all_slots() -> list[groups.Worker]:
+        assert child.alive() or name == "multiprocessing", child.describe()
+        found = groups.announced(child.output())
+        assert len({w.slot for w in found}) >= spec.slots, f"workers so far: {found}"
+        return found
+
+    wait_until(all_slots, 60, f"{spec.slots} workers of {name}")
+    if name != "multiprocessing":
+        # Every slot in the backend, then its series count before the recycles.
+        def reported() -> int:
+            assert len(groups.identities(vm, service, started)) == spec.slots
+            return groups.series_count(vm, service, started)
+
+        run.series_early = wait_until(reported, 30, "every slot in the backend")
+        first = groups.leader(vm, service, started)
+        run.leader_series_early = len(vm.series(f'{{service_instance_id="{first}"}}'))
+    spec.load(child)
+    time.sleep(3 * INTERVAL_MS / 1000)  # the replacements report
+    run.series_late = groups.series_count(vm, service, started)
+    run.workers = groups.announced(child.output())
+    if spec.kill:
+        run.shared_before_kill = groups.shared_samples(vm, service, started)
+        run.killed_at, run.next_shared_at, run.killed, run.successor = (
+            groups.kill_the_leader_and_wait(vm, service, child.output, INTERVAL_MS / 1000, started)
+        )
+        wait_until(
+            lambda: len(groups.announced(child.output())) > len(run.workers),
+            30,
+            "the killed worker's replacement",
+        )
+        time.sleep(2 * INTERVAL_MS / 1000)
+        run.workers = groups.announced(child.output())
+    if name != "multiprocessing":
+        run.exit_code = child.stop(timeout=30)
+    else:
+        run.exit_code = child.proc.returncode
+    return run
+
+
+@pytest.fixture(scope="module", params=sorted(SERVERS))
+def group(
+    request: pytest.FixtureRequest,
+    vm_prom: VictoriaMetrics,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Run]:
+    name: str = request.param
+    tmp = tmp_path_factory.mktemp(f"group-{name}")
+    children = Children(tmp)
+    service = f"e2e-group-{name}-{os.urandom(4).hex()}"
+    try:
+        yield _scenario(name, vm_prom, children, tmp, service)
+    finally:
+        children.stop_all()
+
+
+def test_at_most_one_identity_per_slot_however_many_recycles(
+    group: Run, vm_prom: VictoriaMetrics
+) -> None:
+    workers = group.workers
+    assert group.exits >= 4, f"{group.name}: too few recycles to tell: {workers}"
+    assert {w.slot for w in workers} == set(range(group.slots)), workers
+    by_slot = {w.slot: {x.instance for x in workers if x.slot == w.slot} for w in workers}
+    assert all(len(ids) == 1 for ids in by_slot.values()), f"a slot changed identity: {by_slot}"
+    held = groups.identities(vm_prom, group.service, group.start)
+    assert set(held) == {ids.pop() for ids in by_slot.values()}, held
+    assert all(len(slots) == 1 for slots in held.values()), held
+    # The same series, whatever the recycles: none per pid, none per incarnation. The
+    # shared metrics carry their reporter's identity: at most one set per slot.
+    if group.series_early:
+        assert group.series_late <= group.slots * group.leader_series_early, group
+    if group.name in {"gunicorn", "uvicorn", "multiprocessing"}:
+        assert group.exit_code == 0, group.child.describe()
+
+
+def test_the_parent_does_not_report(group: Run) -> None:
+    assert group.child.pid not in {w.pid for w in group.workers}
+    for worker in group.workers:
+        try:
+            parent = psutil.Process(worker.pid).ppid()
+        except psutil.NoSuchProcess:
+            continue
+        assert parent == group.child.pid, f"{worker} is not a child of {group.child.pid}"
+
+
+def test_shared_metrics_come_from_one_instance_at_a_time(
+    group: Run, vm_prom: VictoriaMetrics
+) -> None:
+    samples = group.shared_before_kill or groups.shared_samples(vm_prom, group.service, group.start)
+    groups.check_once_per_window(samples, INTERVAL_MS, group.exits)
+
+
+def test_after_a_sigkill_of_the_reporter_another_reports_within_two_intervals(
+    group: Run, vm_prom: VictoriaMetrics
+) -> None:
+    if not group.kill:
+        pytest.skip(f"{group.name}: no worker is killed in this run")
+    delay = group.next_shared_at - group.killed_at
+    assert delay <= 2 * INTERVAL_MS / 1000, f"{group.name}: {delay:.2f} s after the kill"
+    # The killed worker reports nothing more; its slot's new holder reports as it did.
+    after = groups.shared_samples(vm_prom, group.service, group.killed_at)
+    assert after and after[0][1] == group.successor
+    replaced = [w for w in group.workers if w.instance == group.killed]
+    assert len(replaced) >= 2, f"the slot of {group.killed} was not taken again: {group.workers}"
+
+
+def _victoria_increase(values: list[float]) -> float:
+    """The increase VictoriaMetrics computes over ``values``, by its own rule for resets.
+
+    A drop of less than 1/8 of the previous value is taken for jitter (the value
+    is held), a larger one for a reset (counted from 0): ``removeCounterResets``
+    in VictoriaMetrics' ``app/vmselect/promql/rollup.go``.
+    """
+    fixed, correction, previous = [], 0.0, values[0]
+    for value in values:
+        held = value
+        if value < previous:
+            if (previous - value) * 8 < previous:
+                held = previous
+            else:
+                correction += previous
+        previous = value
+        fixed.append(held + correction)
+    return fixed[-1] - fixed[0]
+
+
+def test_a_counter_restarted_under_a_reused_identity_is_a_reset(
+    group: Run, vm_prom: VictoriaMetrics
+) -> None:
+    """A new worker in a slot starts its CPU time again: a drop in the raw samples, which
+    VictoriaMetrics takes for a reset: increase() is never negative and loses nothing
+    but what its jitter rule holds back (a drop of less than 1/8)."""
+    if group.name != "gunicorn":
+        pytest.skip("one server is enough for the backend's handling of resets")
+    selector = f'process_cpu_time_seconds_total{{service_name="{group.service}", cpu_mode="user"}}'
+    rows = vm_prom.export(selector, start=group.start)
+    drops, expected = 0, {}
+    for row in rows:
+        values = [float(v) for _, v in sorted(zip(row["timestamps"], row["values"], strict=True))]
+        drops += sum(1 for a, b in itertools.pairwise(values) if b < a)
+        expected[row["metric"]["service_instance_id"]] = _victoria_increase(values)
+    assert drops >= 2, f"no counter restarted under a reused identity: {rows}"
+    end = time.time()
+    span = int(end - group.start) + 2
+    grow = vm_prom.query(f"increase({selector}[{span}s])", at=end)
+    got = {s["metric"]["service_instance_id"]: float(s["value"][1]) for s in grow}
+    for instance, want in expected.items():
+        # VictoriaMetrics may count the first sample from 0 or not: one sample's worth of slack.
+        assert want * 0.95 - 0.01 <= got[instance] <= want * 1.05 + 0.2, (instance, got, want)
+    windows = vm_prom.query_range(f"increase({selector}[2s])", group.start, end, 0.5)
+    lowest = min(float(v) for s in windows for _, v in s["values"])
+    assert lowest >= 0, f"increase() went negative: {lowest}"
+
+
+# --- each worker's values are its own --------------------------------------------
+
+
+def test_gunicorn_workers_values_are_their_own(
     vm_prom: VictoriaMetrics, children: Children, service: str
 ) -> None:
-    """examples/multiprocessing-pool: the Pool initializer gives each worker its own identity,
-    and its last export, at exit, carries the CPU time that worker burned."""
-    script = REPO / "examples" / "multiprocessing-pool" / "pool.py"
-    # No periodic export in a worker's life of about a second: what reaches the
-    # backend is the last export, at the worker's exit.
+    """Each worker's process values are its own (not the master's), and only one has host values."""
+    child = _gunicorn(children, vm_prom, service, Path())
+    found = wait_until(
+        lambda: len(groups.announced(child.output())) >= SLOTS and groups.announced(child.output()),
+        30,
+        "three workers",
+    )
+    for _ in range(4):
+        body = _get(child.port)  # type: ignore[attr-defined]
+        assert int(body.split()[-1]) in {w.pid for w in found}, body
+    leader = groups.leader(vm_prom, service, time.time() - 30)
+    for worker in found:
+        selector = f'{{service_name="{service}", service_instance_id="{worker.instance}"}}'
+        shared = worker.instance == leader
+        check_process_values(vm_prom, PROMETHEUS, selector, worker.pid, writes=False, shared=shared)
+    assert child.stop() == 0, child.describe()
+
+
+def test_multiprocessing_pool_workers_last_export_has_their_cpu(
+    vm_prom: VictoriaMetrics, children: Children, service: str
+) -> None:
+    """examples/multiprocessing-pool: each worker's last export, at its exit, carries
+    the CPU time that worker burned (no periodic export in a life of about a second)."""
     env = _otlp_env(vm_prom, service, EXAMPLE_SECONDS="2")
     env["OTEL_METRIC_EXPORT_INTERVAL"] = "60000"
-    run = children.start("pool", [sys.executable, str(script)], env)
+    run = children.start("pool", [sys.executable, str(POOL)], env)
     assert run.wait(120) == 0, run.describe()
     out = run.output()
-    (parent,) = {int(m) for m in re.findall(r"^parent (\d+):", out, re.MULTILINE)}
-    # Not anchored: two workers' lines may interleave on the shared stdout.
-    ready = {int(m) for m in re.findall(r"worker (\d+): process metrics on", out)}
-    assert len(ready) == WORKERS, out
-    burned = json.loads(re.search(r"burned by each worker (\{.*\})", out).group(1))  # type: ignore[union-attr]
-    _reports_one_identity_per_worker(vm_prom, service, ready, parent)
+    workers = {w.pid: w for w in groups.announced(out)}
+    assert len(workers) == WORKERS, out
+    found = re.search(r"burned by each worker (\{.*\})", out)
+    assert found, out
+    burned = json.loads(found.group(1))
     for pid, seconds in burned.items():
-        selector = f'{{service_name="{service}", process_pid="{pid}"}}'
+        instance = workers[int(pid)].instance
+        selector = f'{{service_name="{service}", service_instance_id="{instance}"}}'
         (sample,) = vm_prom.query(f"sum(process_cpu_time_seconds_total{selector})")
         cpu = float(sample["value"][1])
-        # The worker's own CPU time (not the parent's): at least what it burned for its tasks.
         assert seconds <= cpu < seconds + 2, f"worker {pid}: {cpu} s reported, {seconds} s burned"
+
+
+def _dashboard_queries(service: str) -> list[tuple[str, str]]:
+    path = REPO / "examples" / "grafana" / "queries.py"
+    spec = importlib.util.spec_from_file_location("dashboard_queries_server", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    found = module.queries(variables={"service": service}, interval="2s")
+    return [(q.source, q.expr) for q in found if q.row == SERVER_ROW]
+
+
+SERVER_ROW = "Server (all workers of a service)"
+
+
+def _source(queries: dict[str, str], title: str) -> str:
+    (found,) = [s for s in queries if s.startswith(f"panel {title}")]
+    return found
+
+
+def test_the_dashboards_server_view_sums_over_workers_without_double_counting(
+    group: Run, vm_prom: VictoriaMetrics
+) -> None:
+    """Process metrics summed by service count each worker once; the shared ones come once."""
+    if group.name != "gunicorn":
+        pytest.skip("one server is enough for the dashboard's queries")
+    at = group.killed_at - 0.2  # every slot live, before the kill
+    queries = dict(_dashboard_queries(group.service))
+    assert len(queries) == 4, queries
+    results = {source: vm_prom.query(expr, at=at) for source, expr in queries.items()}
+    assert all(results.values()), {s: e for s, e in queries.items() if not results[s]}
+    by_title = {source.split(" / ")[0].removeprefix("panel "): r for source, r in results.items()}
+    (workers,) = by_title["Workers reporting"]
+    assert float(workers["value"][1]) == group.slots
+    # The sum is the sum of the slots' own values at that moment, each once.
+    selector = f'process_memory_usage_bytes{{service_name="{group.service}"}}'
+    each = vm_prom.query(selector, at=at)
+    assert len(each) == group.slots, each
+    (total,) = by_title["Server resident memory (sum over workers)"]
+    assert float(total["value"][1]) == pytest.approx(sum(float(s["value"][1]) for s in each))
+    # One value per memory state: the reporter's.
+    host = by_title["Host memory (reported once per group)"]
+    states = [s["metric"]["system_memory_state"] for s in host]
+    assert len(states) == len(set(states)) and "used" in states, host
+    # Right after the role passed, earlier reporters' series are still in the look-back
+    # window: a sum would count the host several times, the panel's max once.
+    after = group.next_shared_at + 0.05
+    used = (
+        f'system_memory_usage_bytes{{service_name="{group.service}", system_memory_state="used"}}'
+    )
+    both = [float(s["value"][1]) for s in vm_prom.query(used, at=after)]
+    assert len(both) >= 2, both  # the new reporter's and earlier ones'
+    (panel,) = [
+        s
+        for s in vm_prom.query(queries[_source(queries, "Host memory")], at=after)
+        if s["metric"]["system_memory_state"] == "used"
+    ]
+    assert float(panel["value"][1]) == max(both)
+
+
+def test_with_shared_metrics_every_the_one_reporter_check_fails(
+    vm_prom: VictoriaMetrics, children: Children, service: str
+) -> None:
+    """The check above can fail: with the old behaviour every worker reports the shared metrics."""
+    port = free_port()
+    env = _otlp_env(
+        vm_prom,
+        service,
+        GUNICORN_BIND=f"127.0.0.1:{port}",
+        GUNICORN_WORKERS=str(SLOTS),
+        OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS="every",
+    )
+    start = time.time()
+    every = children.start(
+        "gunicorn-every", [str(VENV_BIN / "gunicorn"), "--config", str(CONF)], env
+    )
+    wait_until(lambda: len(groups.announced(every.output())) == SLOTS, 30, "three workers")
+    time.sleep(6 * INTERVAL_MS / 1000)
+    samples = groups.shared_samples(vm_prom, service, start)
+    with pytest.raises(AssertionError, match="terms with 0 exits"):
+        groups.check_once_per_window(samples, INTERVAL_MS, exits=0)
+    assert len({who for _, who in samples}) == SLOTS, samples
+    assert every.stop() == 0, every.describe()
