@@ -25,6 +25,7 @@ from .environment import resolve
 from .instruments import SCOPE_NAME, ProcessMetrics
 from .options import ProcessMetricsOptions
 from .package import _instruments
+from .runtime.loops.monitor import watch_loop
 from .version import __version__
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "ProcessMetrics",
     "ProcessMetricsOptions",
     "__version__",
+    "watch_loop",
 ]
 
 # Generic keyword arguments that callers pass to every instrumentor.

@@ -1,4 +1,4 @@
-"""Sources about the Python runtime: garbage collections, their pauses, event-loop lag."""
+"""Sources about the Python runtime: garbage collections, their pauses, event-loop delays."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from itertools import accumulate
 
 from ..runtime.gc_pauses import BOUNDS, GcPauses
-from ..runtime.loop_lag import LoopLagMonitor
+from ..runtime.loops.monitor import DELAYS, UTILIZATION, LoopMonitor
 from .base import Key, ReadContext, Reading, Source
 
 _LE = (*(f"{bound:g}" for bound in BOUNDS), "+Inf")
@@ -54,32 +54,55 @@ def _pauses(ctx: ReadContext) -> Reading:
     return reading
 
 
-def _open_loops(ctx: ReadContext) -> bool:
-    monitor = LoopLagMonitor()
-    ctx.state["asyncio.loops"] = monitor
+def _monitor(ctx: ReadContext) -> LoopMonitor:
+    """The one monitor of both loop sources, made by whichever opens first."""
+    monitor: LoopMonitor | None = ctx.state.get("asyncio.loops")
+    if monitor is None:
+        monitor = ctx.state["asyncio.loops"] = LoopMonitor(delays=False, utilization=False)
+    return monitor
+
+
+def _open_delays(ctx: ReadContext) -> bool:
+    monitor = _monitor(ctx)
+    monitor.measure(DELAYS)
+    monitor.start()
+    return True
+
+
+def _open_utilization(ctx: ReadContext) -> bool:
+    # Only opened when the utilisation metric is selected: select is timed only then.
+    monitor = _monitor(ctx)
+    monitor.measure(UTILIZATION)
     monitor.start()
     return True
 
 
 def _close_loops(ctx: ReadContext) -> None:
-    monitor: LoopLagMonitor | None = ctx.state.pop("asyncio.loops", None)
+    monitor: LoopMonitor | None = ctx.state.pop("asyncio.loops", None)
     if monitor is not None:
         monitor.reset()  # in a forked child: the parent's loops are not ours to stop
         monitor.stop()
 
 
-_LAG_FIELDS = ("max", "mean", "p50", "p99", "utilization")
+_DELAY_FIELDS = ("max", "mean", "p50", "p99")
 
 
-def _loops(ctx: ReadContext) -> Reading:
-    monitor: LoopLagMonitor = ctx.state["asyncio.loops"]
-    reading: dict[str, dict[Key, float]] = {name: {} for name in _LAG_FIELDS}
-    for label, lag in monitor.read().items():  # one window per loop since the last refresh
-        for name in _LAG_FIELDS:
-            value = getattr(lag, name)
-            if value is not None:  # no sample, or not measured here: left out, never 0
+def _delays(ctx: ReadContext) -> Reading:
+    monitor: LoopMonitor = ctx.state["asyncio.loops"]
+    reading: dict[str, dict[Key, float]] = {name: {} for name in _DELAY_FIELDS}
+    for label, delays in monitor.read_delays().items():  # one window per loop since the last
+        for name in _DELAY_FIELDS:
+            value = getattr(delays, name)
+            if value is not None:  # no sample: left out, never 0
                 reading[name][(label,)] = value
     return reading
+
+
+def _utilization(ctx: ReadContext) -> Reading:
+    monitor: LoopMonitor = ctx.state["asyncio.loops"]
+    busy = monitor.read_utilization()  # one window per loop since the last refresh
+    # Not measured here (uvloop, or the loop did not run): left out, never 0.
+    return {"utilization": {(label,): u for label, u in busy.items() if u is not None}}
 
 
 SOURCES: tuple[Source, ...] = (
@@ -101,12 +124,20 @@ SOURCES: tuple[Source, ...] = (
     ),
     Source(
         "asyncio.loops",
-        _loops,
-        frozenset(_LAG_FIELDS),
+        _delays,
+        frozenset(_DELAY_FIELDS),
         "none at collection: one timer per event loop every 20 ms (about 50 µs of CPU per "
-        "tick when the loop is idle), and about 0.3 µs per loop iteration on asyncio to time "
-        "its select for the utilisation",
-        open=_open_loops,
+        "tick when the loop is idle)",
+        open=_open_delays,
+        close=_close_loops,
+    ),
+    Source(
+        "asyncio.select_timing",
+        _utilization,
+        frozenset({"utilization"}),
+        "none at collection: two clock reads around each select of an asyncio loop (about "
+        "0.3 µs per loop iteration)",
+        open=_open_utilization,
         close=_close_loops,
     ),
 )
