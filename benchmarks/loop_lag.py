@@ -1,10 +1,12 @@
 """Overhead of the event-loop lag probe.
 
 Public API only: the package runs as an application would have it, with
-``ProcessMetrics`` on an SDK ``MeterProvider``, once with ``event_loop=False``
-(the baseline: everything but the probe) and once with ``event_loop=True``.
+``ProcessMetrics`` on an SDK ``MeterProvider``, with ``event_loop=False``
+(the baseline: everything but the probe), with ``event_loop=True``, and with
+``event_loop=True`` but the utilisation metric excluded (the delays alone).
 Nothing collects during a measurement: what differs is the probe alone (one
-timer per loop, every 20 ms, and the timing of the loop's ``select``).
+timer per loop, every 20 ms, and, for the utilisation, the timing of the
+loop's ``select``).
 
 (a) Idle: a loop that only sleeps; process CPU time (getrusage) per second of
     loop time. The difference, divided by the ticks in a second, is the CPU
@@ -15,7 +17,7 @@ timer per loop, every 20 ms, and the timing of the loop's ``select``).
     CPU second of the loop's thread (``time.thread_time``: other jobs on a
     shared machine do not count).
 
-Rounds interleave the two configurations in a new random order each time, so
+Rounds interleave the three configurations in a new random order each time, so
 drift on a shared machine lands on both. Usage::
 
     python benchmarks/loop_lag.py [--loop asyncio|uvloop] [--seconds 2] [--rounds 5]
@@ -41,7 +43,8 @@ from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetrics
 PROBE_INTERVAL = 0.02
 """Seconds between two ticks of the probe, as docs/runtime.md gives it (not configurable)."""
 
-CONFIGS = ("event_loop=False", "event_loop=True")
+UTILIZATION = "process_metrics.eventloop.utilization"
+CONFIGS = ("event_loop=False", "event_loop=True", "event_loop=True, utilization excluded")
 LOOPS = ("asyncio", "uvloop")
 
 
@@ -55,13 +58,23 @@ class Workload:
     """Median without the probe (``event_loop=False``)."""
     probe: float
     """Median with the probe (``event_loop=True``)."""
+    delays_only: float
+    """Median with the probe, the utilisation metric excluded (``select`` not timed)."""
     spread: float
-    """(max - min) / median over the rounds, the larger of the two configurations."""
+    """(max - min) / median over the rounds, the largest of the three configurations."""
 
     @property
     def change(self) -> float:
         """Relative change with the probe (negative: slower or costlier for throughput)."""
-        return (self.probe - self.baseline) / self.baseline if self.baseline else 0.0
+        return self._relative(self.probe)
+
+    @property
+    def delays_only_change(self) -> float:
+        """Relative change with the probe, the utilisation excluded."""
+        return self._relative(self.delays_only)
+
+    def _relative(self, value: float) -> float:
+        return (value - self.baseline) / self.baseline if self.baseline else 0.0
 
 
 @dataclass(frozen=True)
@@ -98,7 +111,10 @@ def run_loop(main: Coroutine[Any, Any, float], loop: str) -> float:
 
 def with_package(config: str, body: Callable[[], float]) -> float:
     provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
-    options = ProcessMetricsOptions(event_loop=config == "event_loop=True")
+    options = ProcessMetricsOptions(
+        event_loop=config != CONFIGS[0],
+        exclude=(UTILIZATION,) if config == CONFIGS[2] else (),
+    )
     metrics = ProcessMetrics(options, meter_provider=provider)
     try:
         return body()
@@ -168,7 +184,7 @@ def measure(
             values[config].append(with_package(config, lambda: run_loop(workload(seconds), loop)))
     medians = {c: statistics.median(v) for c, v in values.items()}
     spread = max((max(v) - min(v)) / medians[c] if medians[c] else 0.0 for c, v in values.items())
-    return Workload(name, unit, medians[CONFIGS[0]], medians[CONFIGS[1]], spread)
+    return Workload(name, unit, *(medians[c] for c in CONFIGS), spread=spread)
 
 
 def benchmark(*, loop: str = "asyncio", seconds: float = 2.0, rounds: int = 5) -> LoopProbeCost:
@@ -204,18 +220,21 @@ def table(result: LoopProbeCost) -> str:
         f"loop={result.loop} seconds={result.seconds} rounds={result.rounds}, "
         f"probe every {PROBE_INTERVAL * 1000:g} ms",
         "",
-        "| workload | event_loop=False | event_loop=True | change | spread |",
-        "|---|---:|---:|---:|---:|",
+        "| workload | event_loop=False | event_loop=True | change "
+        "| utilisation excluded | change | spread |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     idle = result.idle
     lines.append(
         f"| {idle.name} | {idle.baseline * 1e6:.0f} µs/s | {idle.probe * 1e6:.0f} µs/s "
-        f"| {result.idle_cpu_share:+.2%} of a core | {idle.spread:.0%} |"
+        f"| {result.idle_cpu_share:+.2%} of a core | {idle.delays_only * 1e6:.0f} µs/s "
+        f"| {idle.delays_only - idle.baseline:+.2%} of a core | {idle.spread:.0%} |"
     )
     for w in (result.callbacks, result.tasks):
         lines.append(
             f"| {w.name} | {w.baseline / 1e3:.1f} k | {w.probe / 1e3:.1f} k "
-            f"| {w.change:+.1%} | {w.spread:.0%} |"
+            f"| {w.change:+.1%} | {w.delays_only / 1e3:.1f} k | {w.delays_only_change:+.1%} "
+            f"| {w.spread:.0%} |"
         )
     lines += ["", f"idle: {result.idle_us_per_tick:.0f} µs of CPU per tick"]
     return "\n".join(lines)

@@ -80,7 +80,7 @@ def test_loop_benchmark_returns_its_result_and_prints_nothing(
     assert capsys.readouterr() == ("", "")
     assert isinstance(result, bench.LoopProbeCost) and result.loop == loop
     for workload in (result.idle, result.callbacks, result.tasks):
-        assert workload.baseline > 0 and workload.probe > 0
+        assert workload.baseline > 0 and workload.probe > 0 and workload.delays_only > 0
     assert result.idle_us_per_tick == pytest.approx(
         result.idle_cpu_share * bench.PROBE_INTERVAL * 1e6
     )
