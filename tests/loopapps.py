@@ -32,6 +32,21 @@ UVLOOP_CLOCK = 0.002  # uvloop's clock and timers have 1 ms resolution, each end
 RUNNERS = ["asyncio", "uvloop"]
 
 
+class Payload:
+    """An object the test watches with a weak reference."""
+
+
+class Closing:
+    """A loop's ``call_soon_threadsafe`` as it fails once the loop closed meanwhile."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        raise RuntimeError("Event loop is closed")
+
+
 def monitor_fixture(interval: float) -> Any:
     """A fixture: a started monitor ticking every ``interval``; no hook left afterwards."""
 

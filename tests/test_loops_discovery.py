@@ -29,6 +29,8 @@ from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMoni
 
 from .loopapps import (
     UVLOOP_CLOCK,
+    Closing,
+    Payload,
     blocking_app,
     in_thread,
     live_timers,
@@ -48,10 +50,6 @@ monitor = monitor_fixture(INTERVAL)
 def assert_blocked_max(top: float | None, blocks: list[float]) -> None:
     assert top is not None
     assert max(blocks) - INTERVAL - UVLOOP_CLOCK <= top <= max(blocks) + SLACK, (top, blocks)
-
-
-class _Payload:
-    """An object the test watches with a weak reference."""
 
 
 # --- the hook
@@ -494,7 +492,7 @@ def test_a_watched_loop_is_held_weakly() -> None:
 
 
 def test_a_watched_loop_begins_without_the_watchers_context() -> None:
-    var: contextvars.ContextVar[_Payload] = contextvars.ContextVar("var")
+    var: contextvars.ContextVar[Payload] = contextvars.ContextVar("var")
     running, release = threading.Event(), threading.Event()
     holder: dict[str, Any] = {}
 
@@ -510,7 +508,7 @@ def test_a_watched_loop_begins_without_the_watchers_context() -> None:
     found = LoopMonitor(interval=INTERVAL)
     thread = in_thread("elsewhere", lambda: asyncio.run(app()))
     assert running.wait(10)
-    payload = _Payload()
+    payload = Payload()
     ref = weakref.ref(payload)
     token = var.set(payload)
     try:
@@ -561,17 +559,6 @@ def test_stopped_before_its_queued_begin_ran_a_probe_leaves_nothing_on_the_loop(
     assert holder == {"select": False, "timers": 0}
 
 
-class _Closing:
-    """A loop's ``call_soon_threadsafe`` as it fails once the loop closed meanwhile."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.calls += 1
-        raise RuntimeError("Event loop is closed")
-
-
 def test_a_loop_closed_between_the_watch_and_the_begin_is_passed_over() -> None:
     running, release = threading.Event(), threading.Event()
     holder: dict[str, Any] = {}
@@ -583,7 +570,7 @@ def test_a_loop_closed_between_the_watch_and_the_begin_is_passed_over() -> None:
 
     thread = in_thread("closing", lambda: asyncio.run(app()))
     assert running.wait(10)
-    closing = _Closing()
+    closing = Closing()
     holder["loop"].call_soon_threadsafe = closing  # the close, injected
     monitor = LoopMonitor(interval=INTERVAL)
     try:

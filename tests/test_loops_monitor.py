@@ -42,6 +42,8 @@ from opentelemetry.instrumentation.process.runtime.loops.window import Window
 
 from .loopapps import (
     UVLOOP_CLOCK,
+    Closing,
+    Payload,
     blocking_app,
     in_thread,
     live_timers,
@@ -357,10 +359,6 @@ def test_bad_options_name_the_option() -> None:
         LoopMonitor(max_loops=0)
 
 
-class _Payload:
-    """An object the test watches with a weak reference."""
-
-
 class _CoarseClock(asyncio.SelectorEventLoop):
     """A loop on a 16 ms clock (Windows' monotonic clock had that resolution).
 
@@ -501,13 +499,13 @@ def test_a_bad_value_is_quoted_whole_up_to_40_characters_then_cut() -> None:
 
 def test_stop_from_another_thread_keeps_nothing_of_the_callers_context() -> None:
     """The pause queued on a stopped loop runs in the probe's empty context."""
-    var: contextvars.ContextVar[_Payload] = contextvars.ContextVar("var")
+    var: contextvars.ContextVar[Payload] = contextvars.ContextVar("var")
     monitor = LoopMonitor(interval=INTERVAL)
     monitor.start()
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(asyncio.sleep(0.05))  # probed, then stopped
-        payload = _Payload()
+        payload = Payload()
         ref = weakref.ref(payload)
         token = var.set(payload)
         monitor.stop()  # not the loop's thread: the pause waits in the loop's queue
@@ -576,12 +574,12 @@ def test_stop_after_a_probe_failed_leaves_its_loop_clean() -> None:
 
 
 def test_ticks_keep_nothing_of_the_context_that_started_the_loop() -> None:
-    var: contextvars.ContextVar[_Payload] = contextvars.ContextVar("var")
+    var: contextvars.ContextVar[Payload] = contextvars.ContextVar("var")
     monitor = LoopMonitor(interval=INTERVAL)
     monitor.start()
     loop = asyncio.new_event_loop()
     try:
-        payload = _Payload()
+        payload = Payload()
         ref = weakref.ref(payload)
         token = var.set(payload)
         loop.run_until_complete(asyncio.sleep(0.1))  # started here, ticked many times
@@ -594,22 +592,11 @@ def test_ticks_keep_nothing_of_the_context_that_started_the_loop() -> None:
         monitor.stop()
 
 
-class _Closing:
-    """A loop's ``call_soon_threadsafe`` as it fails once the loop closed meanwhile."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.calls += 1
-        raise RuntimeError("Event loop is closed")
-
-
 def test_stop_on_a_loop_closed_meanwhile_does_not_raise() -> None:
     monitor = LoopMonitor(interval=INTERVAL)
     monitor.start()
     loop = asyncio.new_event_loop()
-    closing = _Closing()
+    closing = Closing()
     try:
         loop.run_until_complete(asyncio.sleep(0.05))
         loop.call_soon_threadsafe = closing  # type: ignore[method-assign,assignment]

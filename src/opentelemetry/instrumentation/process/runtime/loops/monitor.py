@@ -118,7 +118,8 @@ class LoopMonitor:
         self.parts = self.parts | {part}
         for probe in self._probes:
             loop = probe.loop_ref()
-            if probe.label is not None and loop is not None and not probe.closed():
+            # A loop that does not run now gets every part when it starts again.
+            if probe.label is not None and loop is not None and loop.is_running():
                 self._begin_in_its_thread(loop, probe)
 
     def reset(self) -> None:
