@@ -7,10 +7,13 @@ around a block, and the loop's own selector.
 from __future__ import annotations
 
 import asyncio
+import functools
 import selectors
 import threading
 import time
 from typing import Any
+
+import pytest
 
 from opentelemetry.instrumentation.process.runtime.loops import select_timing
 from opentelemetry.instrumentation.process.runtime.loops.monitor import (
@@ -248,7 +251,8 @@ def test_a_select_wrapped_by_someone_else_first_is_left_alone(monitor: LoopMonit
     assert lag.utilization is None  # not measured rather than measured through theirs
 
 
-def test_stop_leaves_a_select_wrapped_by_someone_else_in_place() -> None:
+@pytest.mark.parametrize("wraps", [False, True], ids=["plain", "functools.wraps"])
+def test_stop_leaves_a_select_wrapped_by_someone_else_in_place(wraps: bool) -> None:
     monitor = LoopMonitor(interval=INTERVAL)
     monitor.start()
     loop = asyncio.new_event_loop()
@@ -261,6 +265,8 @@ def test_stop_leaves_a_select_wrapped_by_someone_else_in_place() -> None:
         def theirs(timeout: float | None = None) -> Any:
             return ours(timeout)
 
+        if wraps:  # theirs has a __wrapped__ too: only ours is ours
+            theirs = functools.wraps(ours)(theirs)
         selector.select = theirs
         monitor.stop()
         assert vars(selector)["select"] is theirs

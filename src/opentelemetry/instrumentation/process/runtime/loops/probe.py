@@ -39,7 +39,8 @@ class Probe:
         # Ticks run in an empty context: no copy per tick, and no reference
         # to whatever context values the code starting the loop had.
         self.context = contextvars.Context()
-        self.selector: Any = None
+        self.timing: tuple[Any, Any] | None = None
+        """(selector, wrapper) while the loop's ``select`` is timed."""
 
     def closed(self) -> bool:
         """Whether its loop is closed or gone, or the probe stopped for good."""
@@ -56,8 +57,8 @@ class Probe:
         if self.dead:
             return
         self.busy.started(time.monotonic())
-        if timed and self.selector is None:
-            self.selector = time_select(loop, self.busy)
+        if timed and self.timing is None:
+            self.timing = time_select(loop, self.busy)
         if tick and self.handle is None:
             self.schedule(loop, loop.time())
 
@@ -95,9 +96,9 @@ class Probe:
         return window
 
     def untime(self) -> None:
-        selector, self.selector = self.selector, None
-        if selector is not None:
-            untime_select(selector)
+        timing, self.timing = self.timing, None
+        if timing is not None:
+            untime_select(*timing)
 
     def detach(self) -> None:
         """Stop for good; the pending tick is cancelled in the loop's thread."""

@@ -59,8 +59,8 @@ def utilization(d_run: float, d_idle: float) -> float | None:
     return min(1.0, max(0.0, 1.0 - d_idle / d_run))
 
 
-def time_select(loop: Any, busy: Busy) -> Any:
-    """Time the ``select`` of ``loop``'s selector into ``busy``; the selector, or ``None``.
+def time_select(loop: Any, busy: Busy) -> tuple[Any, Any] | None:
+    """Time the ``select`` of ``loop``'s selector into ``busy``; (selector, wrapper), or ``None``.
 
     ``None`` when there is no Python selector, or its ``select`` is wrapped by
     someone else already (left alone rather than measured through theirs).
@@ -83,11 +83,10 @@ def time_select(loop: Any, busy: Busy) -> Any:
     timed_select.__wrapped__ = select  # type: ignore[attr-defined]
     selector.select = timed_select
     busy.timed = True
-    return selector
+    return selector, timed_select
 
 
-def untime_select(selector: Any) -> None:
-    """Remove the timed ``select`` of ``time_select``, unless someone wrapped it since."""
-    wrapper = getattr(selector, "__dict__", {}).get("select")
-    if wrapper is not None and hasattr(wrapper, "__wrapped__"):
+def untime_select(selector: Any, wrapper: Any) -> None:
+    """Remove ``wrapper``, set by ``time_select``, unless someone wrapped it since."""
+    if getattr(selector, "__dict__", {}).get("select") is wrapper:
         del selector.select
