@@ -32,7 +32,7 @@ from opentelemetry.instrumentation.process.linux import smaps as linux_smaps
 from opentelemetry.instrumentation.process.linux import threads as linux_threads
 from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauses
-from opentelemetry.instrumentation.process.runtime.loop_lag import LoopLagMonitor
+from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
 from opentelemetry.instrumentation.process.sources import process as process_sources
@@ -66,7 +66,8 @@ TARGETS: dict[str, tuple[Any, str]] = {
     "system.connections": (psutil, "net_connections"),
     "cpython.gc": (gc, "get_stats"),
     "cpython.gc_pauses": (GcPauses, "read"),
-    "asyncio.loops": (LoopLagMonitor, "read"),
+    "asyncio.loops": (LoopMonitor, "read_delays"),
+    "asyncio.select_timing": (LoopMonitor, "read_utilization"),
     # Each file's own faults (vanished, unreadable, garbage) are in test_cgroup.py.
     "cgroup.cpu": (saturation_sources, "read_all"),
     "cgroup.memory": (saturation_sources, "read_all"),

@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 import opentelemetry.instrumentation.process as package
-from opentelemetry.instrumentation.process.runtime.loop_lag import DEFAULT_INTERVAL
+from opentelemetry.instrumentation.process.runtime.loops.monitor import DEFAULT_INTERVAL
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 PACKAGE = "opentelemetry.instrumentation.process"
@@ -80,10 +80,17 @@ def test_loop_benchmark_returns_its_result_and_prints_nothing(
     assert capsys.readouterr() == ("", "")
     assert isinstance(result, bench.LoopProbeCost) and result.loop == loop
     for workload in (result.idle, result.callbacks, result.tasks):
-        assert workload.baseline > 0 and workload.probe > 0
+        assert workload.baseline > 0 and workload.probe > 0 and workload.delays_only > 0
     assert result.idle_us_per_tick == pytest.approx(
         result.idle_cpu_share * bench.PROBE_INTERVAL * 1e6
     )
+    calls = result.calls_per_iteration
+    assert list(calls) == list(bench.CONFIGS)
+    added = {config: n - calls[bench.CONFIGS[0]] for config, n in calls.items()}
+    # A tick every 20 ms adds a few calls, spread over 20000 iterations.
+    assert 0 <= added[bench.CONFIGS[2]] < 0.1  # the utilisation excluded: select not timed
+    # Timing select: the wrapper and its two clock reads, on asyncio's selector only.
+    assert added[bench.CONFIGS[1]] == pytest.approx(3 if loop == "asyncio" else 0, abs=0.1)
     assert dataclasses.asdict(result)
     with pytest.raises(ValueError, match="loop must be one of asyncio, uvloop; got 'trio'"):
         bench.benchmark(loop="trio")

@@ -27,6 +27,7 @@ from .excerpt import excerpt
 from .instruments import SCOPE_NAME, ProcessMetrics
 from .options import ProcessMetricsOptions
 from .package import _instruments
+from .runtime.loops.monitor import watch_loop
 from .version import __version__
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "ProcessMetrics",
     "ProcessMetricsOptions",
     "__version__",
+    "watch_loop",
 ]
 
 # Generic keyword arguments that callers pass to every instrumentor.

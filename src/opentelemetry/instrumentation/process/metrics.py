@@ -208,7 +208,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("process_metrics.eventloop.utilization", G, "1",
            "Share of its running time an asyncio event loop spent busy, not waiting for I/O, "
            "since the previous collection; not measured on uvloop (extension).",
-           group="eventloop", source="asyncio.loops", field="utilization",
+           group="eventloop", source="asyncio.select_timing", field="utilization",
            attributes=("thread.name",), value_type=float, option="event_loop", note=_LOOP),
     # --- host CPU and memory, on by default (cheap: one file each)
     Metric("system.cpu.time", C, "s", "CPU seconds of the host, by mode.",

@@ -1,4 +1,4 @@
-"""Sources about the Python runtime: garbage collections, their pauses, event-loop lag."""
+"""Sources about the Python runtime: garbage collections, their pauses, event-loop delays."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from itertools import accumulate
 
 from ..runtime.gc_pauses import BOUNDS, GcPauses
-from ..runtime.loop_lag import LoopLagMonitor
+from ..runtime.loops.monitor import DELAYS, UTILIZATION, LoopMonitor
 from .base import Key, ReadContext, Reading, Source, State, attributes
 
 _GENERATION = attributes("cpython.gc.generation")
@@ -63,11 +63,22 @@ def _pauses(ctx: ReadContext) -> Reading:
     return reading
 
 
-_LOOPS = State("asyncio.loops", lambda _ctx: LoopLagMonitor())
+# One monitor for both loop sources: whichever opens first makes it.
+_LOOPS = State("asyncio.loops", lambda _ctx: LoopMonitor(delays=False, utilization=False))
 
 
-def _open_loops(ctx: ReadContext) -> bool:
-    ctx.state_of(_LOOPS).start()
+def _open_delays(ctx: ReadContext) -> bool:
+    monitor = ctx.state_of(_LOOPS)
+    monitor.measure(DELAYS)
+    monitor.start()
+    return True
+
+
+def _open_utilization(ctx: ReadContext) -> bool:
+    # Only opened when the utilisation metric is selected: select is timed only then.
+    monitor = ctx.state_of(_LOOPS)
+    monitor.measure(UTILIZATION)
+    monitor.start()
     return True
 
 
@@ -78,18 +89,24 @@ def _close_loops(ctx: ReadContext) -> None:
         monitor.stop()
 
 
-_LAG_FIELDS = ("max", "mean", "p50", "p99", "utilization")
+_DELAY_FIELDS = ("max", "mean", "p50", "p99")
 
 
-def _loops(ctx: ReadContext) -> Reading:
+def _delays(ctx: ReadContext) -> Reading:
     monitor = ctx.state_of(_LOOPS)
-    reading: dict[str, dict[Key, float]] = {name: {} for name in _LAG_FIELDS}
-    for label, lag in monitor.read().items():  # one window per loop since the last refresh
-        for name in _LAG_FIELDS:
-            value = getattr(lag, name)
-            if value is not None:  # no sample, or not measured here: left out, never 0
+    reading: dict[str, dict[Key, float]] = {name: {} for name in _DELAY_FIELDS}
+    for label, delays in monitor.read_delays().items():  # one window per loop since the last
+        for name in _DELAY_FIELDS:
+            value = getattr(delays, name)
+            if value is not None:  # no sample: left out, never 0
                 reading[name][_LOOP((label,))] = value
     return reading
+
+
+def _utilization(ctx: ReadContext) -> Reading:
+    busy = ctx.state_of(_LOOPS).read_utilization()  # one window per loop since the last refresh
+    # Not measured here (uvloop, or the loop did not run): left out, never 0.
+    return {"utilization": {_LOOP((label,)): u for label, u in busy.items() if u is not None}}
 
 
 SOURCES: tuple[Source, ...] = (
@@ -111,12 +128,20 @@ SOURCES: tuple[Source, ...] = (
     ),
     Source(
         "asyncio.loops",
-        _loops,
-        dict.fromkeys(_LAG_FIELDS, _LOOP),
+        _delays,
+        dict.fromkeys(_DELAY_FIELDS, _LOOP),
         "none at collection: one timer per event loop every 20 ms (about 50 µs of CPU per "
-        "tick when the loop is idle), and about 0.3 µs per loop iteration on asyncio to time "
-        "its select for the utilisation",
-        open=_open_loops,
+        "tick when the loop is idle)",
+        open=_open_delays,
+        close=_close_loops,
+    ),
+    Source(
+        "asyncio.select_timing",
+        _utilization,
+        {"utilization": _LOOP},
+        "none at collection: two clock reads around each select of an asyncio loop (about "
+        "0.3 µs per loop iteration)",
+        open=_open_utilization,
         close=_close_loops,
     ),
 )

@@ -1,0 +1,314 @@
+"""The probes of every event loop: one per loop, named after its thread, read per window.
+
+Reads give each loop's delays (seconds) and utilisation (0 to 1) since the
+previous read, by label: the thread's name (``Thread-7 (serve)`` becomes
+``Thread (serve)``), ``#2``, ``#3`` for loops alive at once under one name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.events
+import contextlib
+import os
+import re
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+
+from ...excerpt import excerpt
+from .discovery import hooks
+from .probe import Probe
+from .select_timing import utilization
+from .window import NO_DELAYS, Delays, Window
+
+DEFAULT_INTERVAL = 0.02
+"""Seconds between two ticks of a probe (the cost and resolution trade: docs/runtime.md)."""
+
+MAX_LOOPS = 32
+"""Loops probed at once by one monitor; further loops are not probed (counted)."""
+
+DELAYS = "delays"
+UTILIZATION = "utilization"
+
+_DEFAULT_THREAD_NAME = re.compile(r"^Thread-\d+")
+
+
+@dataclass(frozen=True)
+class LoopLag:
+    """One loop's delays (seconds) and utilisation over one window; ``None`` when unknown."""
+
+    max: float | None
+    mean: float | None
+    p50: float | None
+    p99: float | None
+    utilization: float | None
+    """Busy share of the time the loop ran (0 to 1); ``None`` if not measured."""
+
+
+class LoopMonitor:
+    """Probes every asyncio event loop of the process, and reads them per window.
+
+    ``delays`` ticks a timer on each loop; ``utilization`` times its ``select``.
+    Either can be turned on later with :meth:`measure`.
+    """
+
+    def __init__(
+        self,
+        *,
+        interval: float = DEFAULT_INTERVAL,
+        max_loops: int = MAX_LOOPS,
+        delays: bool = True,
+        utilization: bool = True,
+    ) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)):
+            raise ValueError(f"interval must be a number of seconds; got {excerpt(interval, 40)}")
+        if not 0.001 <= interval <= 10.0:
+            raise ValueError(f"interval must be 0.001 to 10 seconds; got {excerpt(interval, 40)}")
+        if isinstance(max_loops, bool) or not isinstance(max_loops, int) or max_loops < 1:
+            raise ValueError(f"max_loops must be an int >= 1; got {excerpt(max_loops, 40)}")
+        self.interval = float(interval)
+        self.max_loops = max_loops
+        self.parts = frozenset(
+            part for part, on in ((DELAYS, delays), (UTILIZATION, utilization)) if on
+        )
+        """What is measured: ``"delays"``, ``"utilization"``."""
+        self._skipped: weakref.WeakSet[asyncio.AbstractEventLoop] = weakref.WeakSet()
+        """Loops not probed because ``max_loops`` were probed already."""
+        self._lock = threading.Lock()
+        # Replaced, never changed in place: the hooks read it without the lock.
+        self._probes: tuple[Probe, ...] = ()
+        self._pid = os.getpid()
+        self._started = False
+
+    @property
+    def skipped(self) -> int:
+        """Live loops not probed because ``max_loops`` loops were probed already."""
+        return len(self._skipped)
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def start(self) -> None:
+        """Probe the caller's running loop, watched loops, and every loop that starts later."""
+        if self._started:
+            return
+        self._started = True
+        self._pid = os.getpid()
+        hooks.add(self)
+
+    def stop(self) -> None:
+        """Stop every probe and remove the hooks (when no other monitor runs)."""
+        if not self._started:
+            return
+        self._started = False
+        hooks.discard(self)
+        with self._lock:
+            probes, self._probes = self._probes, ()
+        for probe in probes:
+            probe.detach()
+
+    def measure(self, part: str) -> None:
+        """Measure ``part`` (``"delays"`` or ``"utilization"``) too, on loops probed already."""
+        if part not in (DELAYS, UTILIZATION):
+            raise ValueError(f"part must be 'delays' or 'utilization'; got {excerpt(part, 40)}")
+        if part in self.parts:
+            return
+        self.parts = self.parts | {part}
+        for probe in self._probes:
+            loop = probe.loop_ref()
+            # A loop that does not run now gets every part when it starts again.
+            if probe.label is not None and loop is not None and loop.is_running():
+                self._begin_in_its_thread(loop, probe)
+
+    def reset(self) -> None:
+        """In a forked child: forget the parent's loops; a no-op in the same process."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._lock = threading.Lock()  # may have been held by a parent thread
+        probes, self._probes = self._probes, ()
+        for probe in probes:
+            # Not detached: their loops belong to threads that do not exist here.
+            probe.dead = True
+            probe.untime()
+
+    # --- reads, in any thread
+
+    def read(self) -> dict[str, LoopLag]:
+        """Delays and utilisation of each loop since the previous read, by label."""
+        delays = self.read_delays()
+        busy = self.read_utilization()
+        return {
+            label: LoopLag(**vars(delays.get(label, NO_DELAYS)), utilization=busy.get(label))
+            for label in {**delays, **busy}
+        }
+
+    def read_delays(self) -> dict[str, Delays]:
+        """Delays of each loop since the previous call, by label; drops closed loops."""
+        windows: dict[str, Window] = {}
+        for probe, label in self._drain(DELAYS):
+            window = probe.take()
+            prior = windows.get(label)
+            if prior is not None:
+                window.merge(prior)
+            windows[label] = window
+        return {label: window.summary() for label, window in windows.items()}
+
+    def read_utilization(self) -> dict[str, float | None]:
+        """Utilisation of each loop since the previous call, by label; drops closed loops.
+
+        ``None`` for a loop whose ``select`` is not timed, or that did not run.
+        """
+        now = time.monotonic()
+        totals: dict[str, tuple[float, float, bool]] = {}
+        for probe, label in self._drain(UTILIZATION):
+            d_run, d_idle = probe.busy.window(now)
+            run, idle, timed = totals.get(label, (0.0, 0.0, False))
+            totals[label] = (run + d_run, idle + d_idle, timed or probe.busy.timed)
+        return {
+            label: utilization(run, idle) if timed else None
+            for label, (run, idle, timed) in totals.items()
+        }
+
+    def _drain(self, part: str) -> list[tuple[Probe, str]]:
+        """The probes begun, with their labels, for a read of ``part``.
+
+        A probe whose loop closed is read once by each part measured, then forgotten.
+        """
+        begun: list[tuple[Probe, str]] = []
+        gone: list[Probe] = []
+        for probe in self._probes:
+            closed = probe.closed()
+            if probe.label is None:  # not begun yet
+                if closed:
+                    gone.append(probe)
+                continue
+            begun.append((probe, probe.label))
+            if closed:
+                probe.drained.add(part)
+                if self.parts <= probe.drained:
+                    gone.append(probe)
+        if gone:
+            with self._lock:
+                self._probes = tuple(p for p in self._probes if p not in gone)
+        return begun
+
+    # --- the hooks' calls (discovery.Watcher)
+
+    def loop_started(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In the loop's thread: probe it from now."""
+        probe = self._attach(loop)
+        if probe is not None:
+            self._label(probe)
+            self._begin(loop, probe)
+
+    def loop_stopped(self, loop: asyncio.AbstractEventLoop) -> None:
+        """In the loop's thread: its probe waits until it runs again."""
+        if self._pid != os.getpid():
+            return  # a forked child before reset()
+        probe = self._find(loop)
+        if probe is not None:
+            probe.pause()
+
+    def loop_running(self, loop: asyncio.AbstractEventLoop) -> None:
+        """A loop running in another thread: its probe begins there."""
+        probe = self._attach(loop)
+        if probe is not None:
+            self._begin_in_its_thread(loop, probe)
+
+    def forked(self) -> None:
+        self.reset()
+
+    # --- probes
+
+    def _begin(self, loop: asyncio.AbstractEventLoop, probe: Probe) -> None:
+        parts = self.parts
+        probe.begin(loop, tick=DELAYS in parts, timed=UTILIZATION in parts)
+
+    def _begin_in_its_thread(self, loop: asyncio.AbstractEventLoop, probe: Probe) -> None:
+        if asyncio.events._get_running_loop() is loop:
+            self._label(probe)
+            self._begin(loop, probe)
+            return
+
+        def begin() -> None:
+            if asyncio.events._get_running_loop() is loop:
+                self._label(probe)
+                self._begin(loop, probe)
+
+        with contextlib.suppress(RuntimeError):  # closed meanwhile
+            loop.call_soon_threadsafe(begin, context=probe.context)
+
+    def _find(self, loop: asyncio.AbstractEventLoop) -> Probe | None:
+        for probe in self._probes:
+            if probe.loop_ref() is loop and not probe.dead:
+                return probe
+        return None
+
+    def _attach(self, loop: asyncio.AbstractEventLoop) -> Probe | None:
+        """The loop's probe, created if needed; None past ``max_loops``."""
+        if self._pid != os.getpid():
+            return None  # a forked child before reset(): nothing of ours is valid
+        with self._lock:
+            probe = self._find(loop)
+            if probe is not None:
+                return probe
+            if len(self._probes) >= self.max_loops:
+                self._evict_closed()
+            if len(self._probes) >= self.max_loops:
+                with contextlib.suppress(TypeError):  # not weakly referenceable
+                    self._skipped.add(loop)
+                return None
+            try:
+                probe = Probe(loop, self.interval)
+            except TypeError:
+                return None  # not weakly referenceable: cannot probe without keeping it alive
+            self._probes = (*self._probes, probe)
+            return probe
+
+    def _evict_closed(self) -> None:
+        """Forget closed loops whose last window was not read yet (at ``max_loops`` only)."""
+        self._probes = tuple(p for p in self._probes if not p.closed())
+
+    def _label(self, probe: Probe) -> None:
+        """Name the probe after its thread, unique among loops that are not closed.
+
+        A closed loop of the same name hands over its last window of delays instead.
+        """
+        if probe.label is not None:
+            return
+        base = _DEFAULT_THREAD_NAME.sub("Thread", threading.current_thread().name)
+        with self._lock:
+            taken: set[str] = set()
+            handed_over: list[Probe] = []
+            for other in self._probes:
+                if other.label is None:  # not begun yet (this probe among them)
+                    continue
+                if other.closed():
+                    if other.label == base:
+                        probe.window.merge(other.take())
+                        handed_over.append(other)
+                    continue
+                taken.add(other.label)
+            if handed_over:
+                self._probes = tuple(p for p in self._probes if p not in handed_over)
+            label, n = base, 1
+            while label in taken:
+                n += 1
+                label = f"{base}#{n}"
+            probe.label = label
+
+
+def watch_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Probe ``loop``, an event loop that was already running when reporting started.
+
+    A loop that starts (or starts again) while reporting runs is found without
+    this call. The loop is remembered, weakly, for every later ``instrument()``.
+    Raises ``ValueError`` if ``loop`` is not an asyncio event loop.
+    """
+    if not isinstance(loop, asyncio.AbstractEventLoop):
+        raise ValueError(f"loop must be an asyncio event loop; got {excerpt(loop, 40)}")
+    hooks.watch(loop)

@@ -1,0 +1,92 @@
+"""How busy a selector loop is: its running time and its time waiting in ``select``.
+
+The loop's selector gets a timed ``select`` (``time.monotonic()`` before and
+after); utilisation is ``1 - idle / running`` over a window, from 0 to 1.
+Loops without a Python selector (uvloop) are not timed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+
+class Busy:
+    """Running and idle (in ``select``) seconds of one loop, written by its thread only.
+
+    Each state is one ``(total, since)`` tuple, replaced in one assignment, so
+    the reader sees a consistent pair without a lock. ``since`` is the start of
+    the current period, 0.0 outside one.
+    """
+
+    __slots__ = ("idle", "prev", "run", "timed")
+
+    def __init__(self) -> None:
+        self.run = (0.0, 0.0)
+        self.idle = (0.0, 0.0)
+        self.timed = False
+        """Whether ``select`` is timed (selector loops only)."""
+        self.prev = (0.0, 0.0)  # (run, idle) totals at the previous window
+
+    def started(self, now: float) -> None:
+        total, since = self.run
+        if not since:
+            self.run = (total, now)
+
+    def stopped(self, now: float) -> None:
+        total, since = self.run
+        if since:
+            self.run = (total + now - since, 0.0)
+
+    def window(self, now: float) -> tuple[float, float]:
+        """(running, idle) seconds since the previous call."""
+        run = _total(self.run, now)
+        idle = _total(self.idle, now)
+        d_run, d_idle = run - self.prev[0], idle - self.prev[1]
+        self.prev = (run, idle)
+        return d_run, d_idle
+
+
+def _total(state: tuple[float, float], now: float) -> float:
+    total, since = state
+    return total + (now - since if since else 0.0)
+
+
+def utilization(d_run: float, d_idle: float) -> float | None:
+    """Busy share of ``d_run`` running seconds with ``d_idle`` idle; ``None`` if it did not run."""
+    if d_run <= 0.0:
+        return None
+    return min(1.0, max(0.0, 1.0 - d_idle / d_run))
+
+
+def time_select(loop: Any, busy: Busy) -> tuple[Any, Any] | None:
+    """Time the ``select`` of ``loop``'s selector into ``busy``; (selector, wrapper), or ``None``.
+
+    ``None`` when there is no Python selector, or its ``select`` is wrapped by
+    someone else already (left alone rather than measured through theirs).
+    """
+    selector: Any = getattr(loop, "_selector", None)
+    select = getattr(selector, "select", None)
+    # Without a __dict__ there is nowhere to put the wrapper: as if wrapped already.
+    if select is None or "select" in getattr(selector, "__dict__", ("select",)):
+        return None
+    monotonic = time.monotonic
+
+    def timed_select(timeout: float | None = None) -> Any:
+        t0 = monotonic()
+        busy.idle = (busy.idle[0], t0)
+        try:
+            return select(timeout)
+        finally:
+            busy.idle = (busy.idle[0] + monotonic() - t0, 0.0)
+
+    timed_select.__wrapped__ = select  # type: ignore[attr-defined]
+    selector.select = timed_select
+    busy.timed = True
+    return selector, timed_select
+
+
+def untime_select(selector: Any, wrapper: Any) -> None:
+    """Remove ``wrapper``, set by ``time_select``, unless someone wrapped it since."""
+    if getattr(selector, "__dict__", {}).get("select") is wrapper:
+        del selector.select
