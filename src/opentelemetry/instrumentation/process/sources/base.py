@@ -86,7 +86,8 @@ _T = TypeVar("_T")
 class ReadContext:
     """What a source may use: this process, its facts, the options, and state between reads.
 
-    One context lives per process: a fork (or a pid change) gets a new one.
+    One context lives per process: a forked child gets a copy, with its own
+    process handle and facts, and the sources' ``after_fork`` applied.
     """
 
     process: psutil.Process
@@ -179,7 +180,14 @@ class Source:
     has nothing is not read, and its metrics are not registered.
     """
     close: Callable[[ReadContext], None] | None = None
-    """Called when reporting stops (``uninstrument()``) or before re-binding after a fork."""
+    """Called when reporting stops (``uninstrument()``)."""
+    after_fork: Callable[[ReadContext, float | None], None] | None = None
+    """Called in a forked child, before its first read: drops the parent's state.
+
+    It gets the time of the fork on the ``time.monotonic()`` clock (``None``
+    if unknown). State that a fork does not change (the host's counters,
+    paths the open hook found) stays.
+    """
 
     def supported(self, platform: str | None = None, field: str | None = None) -> bool:
         """Whether this source (or its ``field``) can be read on ``platform`` (default: here)."""

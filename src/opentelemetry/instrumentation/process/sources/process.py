@@ -60,6 +60,15 @@ def _rusage(ctx: ReadContext) -> Reading:
     return {"cpu_time": times, "cpu_utilization": util or {}, **extra}
 
 
+def _rusage_after_fork(ctx: ReadContext, forked_at: float | None) -> None:
+    # A child's CPU times start at 0 at the fork (fork(2)): that is its
+    # baseline, so its first collection already has a utilisation.
+    ctx.deltas.pop("process.cpu", None)
+    if forked_at is not None:
+        zero: dict[Key, float] = {("user",): 0.0, ("system",): 0.0}
+        ctx.delta("process.cpu").step(forked_at, zero, lambda _d, _e: {})
+
+
 def _memory(ctx: ReadContext) -> Reading:
     mem = ctx.process.memory_info()
     limit = ctx.facts.memory_limit
@@ -229,6 +238,12 @@ def _thread_groups(ctx: ReadContext) -> Reading:
     return {"cpu_time": times}
 
 
+def _threads_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    # The parent's threads are not the child's (only the forking one goes on,
+    # its CPU clock from 0): none of their times may count in the child's.
+    ctx.state.pop(_GROUPS, None)
+
+
 def _signals_pending(ctx: ReadContext) -> Reading:
     pending, threads_in_status = procfs.status_counts()
     ctx.state[_STATUS] = (ctx.now, threads_in_status)
@@ -276,6 +291,7 @@ SOURCES: tuple[Source, ...] = (
         field_platforms={"paging_faults": POSIX},
         in_process=True,
         stateful=True,
+        after_fork=_rusage_after_fork,
     ),
     Source(
         "process.memory",
@@ -300,6 +316,7 @@ SOURCES: tuple[Source, ...] = (
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
         "(elsewhere: psutil reads every thread)",
         in_process=True,
+        after_fork=_threads_after_fork,
     ),
     # Before the thread count, which takes its number from status when it is read.
     Source(

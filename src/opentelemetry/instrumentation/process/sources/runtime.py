@@ -68,6 +68,14 @@ def _close_loops(ctx: ReadContext) -> None:
         monitor.stop()
 
 
+def _loops_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    # The parent's loops run in threads the child does not have. Python's
+    # at-fork hook forgets them already; a fork from C runs no hook.
+    monitor: LoopLagMonitor | None = ctx.state.get("asyncio.loops")
+    if monitor is not None:
+        monitor.reset()
+
+
 _LAG_FIELDS = ("max", "mean", "p50", "p99", "utilization")
 
 
@@ -108,5 +116,6 @@ SOURCES: tuple[Source, ...] = (
         "its select for the utilisation",
         open=_open_loops,
         close=_close_loops,
+        after_fork=_loops_after_fork,
     ),
 )
