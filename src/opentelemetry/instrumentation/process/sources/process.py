@@ -14,11 +14,14 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..linux import procfs, threads
+from ..linux import procfs
 from ..platforms import LINUX, POSIX, WINDOWS
 from .base import Key, ReadContext, Reading, Source, Value
+
+if TYPE_CHECKING:  # imported by the per-thread read: most processes never make it
+    from ..linux import threads
 
 try:
     import resource as _resource
@@ -147,6 +150,8 @@ def _busiest(ctx: ReadContext, limit: int) -> list[threads.ThreadTimes]:
     psutil reads every thread's stat file to keep a few; the direct read ranks
     all threads without opening a file and reads only the kept threads' files.
     """
+    from ..linux import threads
+
     found = ctx.direct_read(
         "threads", lambda: threads.busiest_threads(limit, tids=_listed(ctx, procfs.thread_ids()))
     )

@@ -5,10 +5,13 @@ from __future__ import annotations
 import gc
 import sys
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 from ..runtime.gc_pauses import BOUNDS, GcPauses
-from ..runtime.loop_lag import LoopLagMonitor
 from .base import Key, ReadContext, Reading, Source
+
+if TYPE_CHECKING:  # imported when the source opens: most processes never use it
+    from ..runtime.loop_lag import LoopLagMonitor
 
 _LE = (*(f"{bound:g}" for bound in BOUNDS), "+Inf")
 """Bucket labels, as Prometheus writes them: a histogram_quantile() over them works."""
@@ -55,6 +58,8 @@ def _pauses(ctx: ReadContext) -> Reading:
 
 
 def _open_loops(ctx: ReadContext) -> bool:
+    from ..runtime.loop_lag import LoopLagMonitor
+
     monitor = LoopLagMonitor()
     ctx.state["asyncio.loops"] = monitor
     monitor.start()
