@@ -22,6 +22,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process import sdk_fork_guard as forks
+from opentelemetry.instrumentation.process.linux import threads as linux_threads
 from opentelemetry.instrumentation.process.options import show
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
@@ -127,7 +128,7 @@ def test_a_failing_direct_thread_read_is_tried_once_then_psutil_serves(
         calls.append(limit)
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(process_source.threads, "busiest_threads", refused)
+    monkeypatch.setattr(linux_threads, "busiest_threads", refused)
     job = Job("burner", user=0.05, system=0.03)
     jobs.append(job)
     instrument(per_thread=True, direct_reads=True, max_thread_series=200)
