@@ -13,6 +13,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import psutil
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -190,6 +191,36 @@ def test_a_child_that_does_not_collect_re_binds_nothing(
     assert got["before"] == {"pid": parent, "handle": True}, got
     assert got["after"] == got["pid"] != parent, got
     assert cache.facts.pid == parent and cache._ctx.process is handle
+
+
+@pytest.mark.parametrize("fork", ["os.fork", "C fork"])
+def test_a_child_reads_again_only_the_facts_a_fork_changes(
+    fork: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    if fork == "C fork" and sys.platform != "linux":
+        pytest.skip("forks from C through glibc")
+    inst = instrument()
+    collect(reader)
+    live = inst._metrics._live
+    assert live is not None
+    parent = live.cache.facts
+
+    def child() -> dict[str, Any]:
+        collect(reader)
+        own = psutil.Process()
+        return {"facts": live.cache.facts._asdict(), "created": own.create_time()}
+
+    got = _in_child(child, fork=os.fork if fork == "os.fork" else forkapps.c_fork)
+    facts = got["facts"]
+    changed = {"pid", "create_time", "start_boottime"}
+    # The host's and the inherited facts (affinity, cgroup limits, rlimits) stay.
+    assert {k: v for k, v in facts.items() if k not in changed} == {
+        k: v for k, v in parent._asdict().items() if k not in changed
+    }
+    assert facts["pid"] != parent.pid
+    assert facts["create_time"] == got["created"] >= parent.create_time
+    if parent.start_boottime is not None:
+        assert facts["start_boottime"] > parent.start_boottime
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
