@@ -305,6 +305,7 @@ class SnapshotCache:
 
 
 _live_caches: weakref.WeakSet[SnapshotCache] = weakref.WeakSet()
+"""Every cache not yet closed or collected: what a leak check counts."""
 
 _fork_time: tuple[int, float] = (0, 0.0)
 """(pid, ``time.monotonic()``) of the last fork that ran Python's at-fork hooks."""
