@@ -29,6 +29,8 @@ COMPONENTS = {
     "direct_reads": "The direct Linux readers against the psutil calls they replace",
     "cgroup_readers": "The cgroup and pressure readers against bare reads of the same files",
     "saturation": "What the saturation group adds, in a real limited cgroup",
+    "forks": "What a fork costs, instrumented and not",
+    "startup": "What a process pays to start reporting, beside the peer",
 }
 
 

@@ -232,6 +232,23 @@ def render(values: dict[str, str]) -> None:
     log("wrote docs/benchmarks.md")
 
 
+def update_components(names: list[str], path: Path) -> int:
+    """Measure only the components ``names`` (full), put them in ``path`` and re-render."""
+    data = json.loads(path.read_text())
+    rows = [Component(**c) for c in data["results"]["components"]]
+    for name in names:
+        log(f"component {name}")
+        fresh = components.measure_one(name, quick=False)
+        rows = [c for c in rows if c.name != name] + [fresh]
+    order = list(components.COMPONENTS)
+    rows.sort(key=lambda c: order.index(c.name) if c.name in order else len(order))
+    data["results"]["components"] = [asdict(c) for c in rows]
+    data["placeholders"]["components"] = report.components(rows)
+    data["placeholders"].update(report.own_sections(rows))
+    path.write_text(json.dumps(data, indent=1, default=str))
+    return render_only(path)
+
+
 def render_only(path: Path) -> int:
     data = json.loads(path.read_text())
     values = data["placeholders"] | sweep_tables(data["results"])
@@ -311,6 +328,13 @@ def arguments() -> argparse.Namespace:
         metavar="RESULTS_JSON",
         help="count again (exact, untimed) and rewrite the counts in a results.json and the page",
     )
+    parser.add_argument(
+        "--component",
+        action="append",
+        metavar="NAME",
+        choices=list(components.COMPONENTS),
+        help="measure only this component (repeatable), update results.json and the docs page",
+    )
     return parser.parse_args()
 
 
@@ -320,6 +344,8 @@ def main() -> int:
         return render_only(args.render_only)
     if args.counts_only:
         return counts_only(args.counts_only)
+    if args.component:
+        return update_components(args.component, (args.out or HERE / "results") / "results.json")
     global QUIET
     QUIET = args.smoke
     plan = replace(

@@ -13,6 +13,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+import psutil
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -163,6 +164,158 @@ def test_parent_is_unaffected_by_the_child(
     rss = value(collect(reader)["process.memory.usage"])
     with open("/proc/self/statm") as f:
         assert abs(rss - int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")) < (8 << 20)
+
+
+# -- the one re-bind: at the child's first snapshot, under the child's own lock ---------
+
+
+def test_a_child_that_does_not_collect_re_binds_nothing(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    inst = instrument()
+    collect(reader)
+    live = inst._metrics._live
+    assert live is not None
+    cache = live.cache
+    parent = os.getpid()
+    handle = cache._ctx.process
+
+    def child() -> dict[str, Any]:
+        before = {"pid": cache.facts.pid, "handle": cache._ctx.process is handle}
+        collect(reader)
+        return {"before": before, "after": cache.facts.pid, "pid": os.getpid()}
+
+    got = _in_child(child)
+    # Nothing ran at the fork but noting its time: the cache is the parent's
+    # until the child's first collection, which re-binds it.
+    assert got["before"] == {"pid": parent, "handle": True}, got
+    assert got["after"] == got["pid"] != parent, got
+    assert cache.facts.pid == parent and cache._ctx.process is handle
+
+
+@pytest.mark.parametrize("fork", ["os.fork", "C fork"])
+def test_a_child_reads_again_only_the_facts_a_fork_changes(
+    fork: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    if fork == "C fork" and sys.platform != "linux":
+        pytest.skip("forks from C through glibc")
+    inst = instrument()
+    collect(reader)
+    live = inst._metrics._live
+    assert live is not None
+    parent = live.cache.facts
+
+    def child() -> dict[str, Any]:
+        collect(reader)
+        own = psutil.Process()
+        return {"facts": live.cache.facts._asdict(), "created": own.create_time()}
+
+    got = _in_child(child, fork=os.fork if fork == "os.fork" else forkapps.c_fork)
+    facts = got["facts"]
+    changed = {"pid", "create_time", "start_boottime"}
+    # The host's and the inherited facts (affinity, cgroup limits, rlimits) stay.
+    assert {k: v for k, v in facts.items() if k not in changed} == {
+        k: v for k, v in parent._asdict().items() if k not in changed
+    }
+    assert facts["pid"] != parent.pid
+    assert facts["create_time"] == got["created"] >= parent.create_time
+    if parent.start_boottime is not None:
+        assert facts["start_boottime"] > parent.start_boottime
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_bind(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    inst = instrument()
+    collect(reader)
+    live = inst._metrics._live
+    assert live is not None
+    cache = live.cache
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # a refresh in flight in the parent: its lock is held at the fork
+        with cache._lock:
+            held.set()
+            release.wait(10)
+
+    def child() -> dict[str, Any]:
+        sys.setswitchinterval(1e-6)  # threads switch as often as they can
+        rebinds: list[int] = []
+        rebind = cache._rebind
+
+        def counted(pid: int) -> bool:
+            rebinds.append(pid)
+            time.sleep(0.01)  # a slow re-bind: the other threads arrive meanwhile
+            return rebind(pid)
+
+        cache._rebind = counted  # type: ignore[method-assign]
+        start = threading.Barrier(8)
+        seen: list[tuple[int, int]] = []
+
+        def first() -> None:
+            start.wait(5)
+            snap = cache.snapshot()
+            seen.append((snap.generation, snap.pid))
+
+        workers = [threading.Thread(target=first) for _ in range(8)]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join(5)
+        return {
+            "rebinds": rebinds,
+            "seen": sorted(set(seen)),
+            "n": len(seen),
+            "locks": list(cache._locks),
+            "pid": os.getpid(),
+        }
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    try:
+        got = _in_child(child, timeout=10, fork=forkapps.c_fork)
+    finally:
+        release.set()
+        holder.join()
+    # The parent's lock, held by a thread the child does not have, is not the
+    # child's: every thread got through, one re-bound, all share its refresh.
+    assert got["n"] == 8, got
+    assert got["rebinds"] == [got["pid"]], got
+    assert len(got["seen"]) == 1 and got["seen"][0][1] == got["pid"], got
+    assert got["locks"] == [got["pid"]], got
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="times the child with CLOCK_BOOTTIME (Linux)")
+def test_an_unhooked_childs_first_utilisation_is_its_own_since_it_started(
+    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    instrument()
+    collect(reader)
+    time.sleep(0.2)
+    forked = time.monotonic()
+
+    def child() -> dict[str, Any]:
+        started, cpu_start = time.monotonic(), _cpu_seconds()
+        end = time.thread_time() + 0.4
+        while time.thread_time() < end:
+            sum(range(2_000))
+        t_b0, cpu_b0 = time.monotonic(), _cpu_seconds()
+        got = collect(reader)
+        t_b1, cpu_b1 = time.monotonic(), _cpu_seconds()
+        available = cgroups.available_cpus()
+        return {
+            "cpu": sum(points(got["process.cpu.utilization"]).values()),
+            # No at-fork hook noted the fork: its baseline is the start tick,
+            # up to one clock tick before the fork.
+            "lo": (cpu_b0 - cpu_start) / (t_b1 - forked + 0.011) / available,
+            "hi": cpu_b1 / (t_b0 - started) / available,
+        }
+
+    got = _in_child(child, fork=forkapps.c_fork)
+    assert got["lo"] * 0.97 <= got["cpu"] <= got["hi"] * 1.03, got
 
 
 # -- the SDK fork guard, on whichever SDK is installed ------------------------------------

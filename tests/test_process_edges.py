@@ -23,9 +23,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 from opentelemetry.instrumentation.process.excerpt import excerpt
+from opentelemetry.instrumentation.process.linux import threads as linux_threads
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
-from opentelemetry.instrumentation.process.sources import process as process_source
 from opentelemetry.instrumentation.process.sources.base import psutil_has
 
 from . import forkapps
@@ -128,7 +128,7 @@ def test_a_failing_direct_thread_read_is_tried_once_then_psutil_serves(
         calls.append(limit)
         raise PermissionError(1, "Operation not permitted")
 
-    monkeypatch.setattr(process_source.threads, "busiest_threads", refused)
+    monkeypatch.setattr(linux_threads, "busiest_threads", refused)
     job = Job("burner", user=0.05, system=0.03)
     jobs.append(job)
     instrument(per_thread=True, direct_reads=True, max_thread_series=200)
@@ -246,29 +246,55 @@ def test_each_source_whose_hook_fails_is_said(
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
-def test_a_hook_failing_otherwise_after_a_fork_is_said_again(
+def test_after_a_fork_an_open_hook_is_not_run_again_and_a_failing_reset_is_said(
     monkeypatch: pytest.MonkeyPatch, logged: _Lines
 ) -> None:
     parent = os.getpid()
+    opened: list[int] = []
 
-    def broken(_ctx: ReadContext) -> bool:  # a fault injected: another one in the child
-        raise (RuntimeError if os.getpid() == parent else KeyError)("no hook")
+    def counted(_ctx: ReadContext) -> bool:
+        opened.append(os.getpid())
+        return True
 
-    _failing_open(monkeypatch, "cpython.gc_pauses", broken)
-    cache = SnapshotCache(ProcessMetricsOptions(), ["cpython.gc_pauses"])
+    def reset(_ctx: ReadContext, _forked_at: float | None) -> None:
+        if os.getpid() != parent:  # a fault injected: only in the child
+            raise KeyError("no hook")
+
+    _failing_open(monkeypatch, "cpython.gc_pauses", broken_open)
+    monkeypatch.setitem(
+        SOURCES, "process.memory", dataclasses.replace(SOURCES["process.memory"], open=counted)
+    )
+    monkeypatch.setitem(
+        SOURCES, "cpython.gc", dataclasses.replace(SOURCES["cpython.gc"], after_fork=reset)
+    )
+    names = ["cpython.gc_pauses", "process.memory", "cpython.gc"]
+    cache = SnapshotCache(ProcessMetricsOptions(), names)
     try:
         assert len([line for line in logged.lines if "could not" in line]) == 1
 
         def child() -> dict[str, Any]:
-            return {"log": [line for line in logged.lines if "could not" in line]}
+            read = sorted(cache.snapshot().readings)
+            return {
+                "log": [line for line in logged.lines if "could not" in line],
+                "read": read,
+                "opened": opened,
+            }
 
         got = in_child(child)
     finally:
         cache.close()
+    # What the open hooks found is inherited: they ran once, in the parent.
+    assert got["opened"] == [parent], got
+    # The source that failed to open stays out; the one whose reset failed joins it.
+    assert got["read"] == ["process.memory"], got
     assert got["log"][1:] == [
-        "WARNING process metrics: could not open source 'cpython.gc_pauses' "
+        "WARNING process metrics: could not reset source 'cpython.gc' "
         "(KeyError: 'no hook'); the metrics it feeds are left out."
     ], got
+
+
+def broken_open(_ctx: ReadContext) -> bool:  # a fault injected: the runtime refuses a hook
+    raise RuntimeError("no hook")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")

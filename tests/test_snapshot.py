@@ -378,3 +378,59 @@ def test_each_file_is_opened_once_per_collection(
     assert twice <= allowed, sorted(seen)
     # One listing of the threads serves the thread count and the per-thread read.
     assert value_of(got["process.thread.count"]) == threads
+
+
+# -- a reader is imported only by a source that is enabled ------------------------------
+
+_READERS = ("runtime.loop_lag", "linux.sock_diag", "linux.threads")
+_PACKAGE = "opentelemetry.instrumentation.process"
+_LOADED = """
+import json, sys
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+import opentelemetry.instrumentation.process as package
+loaded = {"import": sorted(m for m in sys.modules if m.startswith(package.__name__ + "."))}
+reader = InMemoryMetricReader()
+package.ProcessInstrumentor().instrument(
+    meter_provider=MeterProvider(metric_readers=[reader]), **json.loads(sys.argv[1])
+)
+reader.get_metrics_data()
+loaded["collected"] = sorted(m for m in sys.modules if m.startswith(package.__name__ + "."))
+print(json.dumps(loaded))
+"""
+
+
+def _loaded(**options: Any) -> dict[str, list[str]]:
+    """The package's modules a fresh python has loaded after the import, and after a collection."""
+    import json
+    import subprocess
+
+    from .forked import python_env
+
+    env = {k: v for k, v in python_env().items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED, json.dumps(options)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        env=env,
+    )
+    found: dict[str, list[str]] = json.loads(done.stdout)
+    return {k: [m.removeprefix(_PACKAGE + ".") for m in v] for k, v in found.items()}
+
+
+def test_the_import_loads_no_source_and_the_defaults_load_no_optional_reader() -> None:
+    got = _loaded()
+    # The import: the instrumentor only (its package metadata and version).
+    assert got["import"] == ["package", "version"], got
+    assert "snapshot" in got["collected"], got
+    assert not set(_READERS) & set(got["collected"]), got
+
+
+@linux_only
+def test_each_optional_reader_is_loaded_by_the_option_that_needs_it() -> None:
+    got = _loaded(event_loop=True, per_thread=True, include=["system.network.connection.count"])[
+        "collected"
+    ]
+    assert set(_READERS) <= set(got), got

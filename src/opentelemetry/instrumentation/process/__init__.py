@@ -14,21 +14,32 @@ here are the public API; every module is internal.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined]
     BaseInstrumentor,
 )
 
-from .environment import resolve
 from .excerpt import excerpt
-from .instruments import SCOPE_NAME, ProcessMetrics
-from .options import ProcessMetricsOptions
 from .package import _instruments
-from .runtime.loops.monitor import watch_loop
 from .version import __version__
+
+if TYPE_CHECKING:
+    from .instruments import SCOPE_NAME, ProcessMetrics
+    from .options import ProcessMetricsOptions
+    from .runtime.loops.monitor import watch_loop
+
+# Imported when first used (instrument() uses them): importing the package
+# alone, as the auto-instrumentation's entry point does, costs little.
+_LAZY = {
+    "SCOPE_NAME": "instruments",
+    "ProcessMetrics": "instruments",
+    "ProcessMetricsOptions": "options",
+    "watch_loop": "runtime.loops.monitor",
+}
 
 __all__ = [
     "SCOPE_NAME",
@@ -74,6 +85,9 @@ class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return super().instrument(**kwargs)
 
     def _instrument(self, **kwargs: Any) -> None:
+        from .environment import resolve
+        from .instruments import ProcessMetrics
+
         meter_provider = kwargs.pop("meter_provider", None)
         for name in _IGNORED_KWARGS:
             kwargs.pop(name, None)
@@ -89,3 +103,16 @@ class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def options(self) -> ProcessMetricsOptions | None:
         """The options in force, or ``None`` while not instrumented."""
         return self._metrics.options if self._metrics is not None else None
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

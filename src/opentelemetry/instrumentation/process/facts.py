@@ -1,7 +1,8 @@
-"""Static facts about the process and its host, read once per process.
+"""Static facts about the process and its host, read once.
 
-They are read at ``instrument()`` and again in a forked child, never per
-collection. Nothing here knows about OpenTelemetry.
+They are read at ``instrument()``, never per collection; a forked child
+reads again only those a fork changes (:func:`after_fork`). Nothing here
+knows about OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -10,9 +11,8 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import psutil
 
@@ -28,12 +28,12 @@ _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
-class Facts:
+class Facts(NamedTuple):
     """What does not change while a process lives.
 
     Times are seconds since the epoch, sizes are bytes, frequencies are Hz.
-    ``None`` means the platform does not say.
+    ``None`` means the platform does not say. A fork changes the first three
+    only; each other fact says why a fork keeps it.
     """
 
     pid: int
@@ -41,14 +41,23 @@ class Facts:
     start_boottime: float | None
     """Seconds after boot at which the process started (Linux), for a precise uptime."""
     logical_cpus: int | None
+    """Of the host: a fork does not change the host."""
     physical_cpus: int | None
+    """Of the host."""
     available_cpus: float | None
-    """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota."""
+    """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota.
+
+    A child inherits both, the mask (sched_setaffinity(2)) and its parent's
+    cgroup (cgroups(7)); a later change is not seen, as in the parent.
+    """
     memory_limit: int | None
-    """Bytes this process may use: host memory, capped by a cgroup memory limit."""
+    """Bytes this process may use: host memory, capped by a cgroup memory limit (inherited)."""
     fd_limit: int | None
+    """The soft RLIMIT_NOFILE: a child inherits its parent's limits (getrlimit(2))."""
     cpu_freq_min_hz: int | None
+    """Of the host's CPUs."""
     cpu_freq_max_hz: int | None
+    """Of the host's CPUs."""
 
 
 def this_process() -> psutil.Process:
@@ -97,18 +106,7 @@ def read_facts(
     log = faults if faults is not None else FaultLog()
 
     def get(what: str, read: Callable[[], _T]) -> _T | None:
-        try:
-            return read()
-        except Exception as exc:  # noqa: BLE001 - a fact must never break instrument()
-            log.warning(
-                ("fact", what, type(exc).__name__),
-                "process metrics: could not read %s (%s: %s); the metrics that need it "
-                "are left out.",
-                what,
-                type(exc).__name__,
-                exc,
-            )
-            return None
+        return _get(log, what, read)
 
     logical = get("the logical CPU count", lambda: psutil.cpu_count(logical=True))
     host_memory = get("the host memory size", lambda: int(psutil.virtual_memory().total))
@@ -132,6 +130,50 @@ def read_facts(
         cpu_freq_min_hz=fmin,
         cpu_freq_max_hz=fmax,
     )
+
+
+def after_fork(facts: Facts, process: psutil.Process, *, faults: FaultLog | None = None) -> Facts:
+    """``facts`` in a forked child (``process``, this process): its pid and start read again.
+
+    The others are the host's, or inherited across a fork (see :class:`Facts`).
+    Never raises, as :func:`read_facts`.
+    """
+    log = faults if faults is not None else FaultLog()
+    return facts._replace(
+        pid=process.pid,
+        create_time=_get(log, "the process start time", lambda: float(process.create_time())),
+        start_boottime=_get(log, "the process start tick", lambda: _start_boottime(process.pid)),
+    )
+
+
+def started_monotonic(facts: Facts) -> float | None:
+    """When the process started, on the ``time.monotonic()`` clock; ``None`` if unknown.
+
+    From the start tick (to a clock tick, and right unless the host was
+    suspended since), else from the start time (right unless the wall clock
+    was set since).
+    """
+    if facts.start_boottime is not None:
+        boot = time.clock_gettime(time.CLOCK_BOOTTIME)
+        return time.monotonic() - (boot - facts.start_boottime)
+    if facts.create_time is not None:
+        return time.monotonic() - (time.time() - facts.create_time)
+    return None
+
+
+def _get(log: FaultLog, what: str, read: Callable[[], _T]) -> _T | None:
+    """``read()``, or ``None`` (logged through ``log``) if it raises."""
+    try:
+        return read()
+    except Exception as exc:  # noqa: BLE001 - a fact must never break instrument()
+        log.warning(
+            ("fact", what, type(exc).__name__),
+            "process metrics: could not read %s (%s: %s); the metrics that need it are left out.",
+            what,
+            type(exc).__name__,
+            exc,
+        )
+        return None
 
 
 def _memory_limit(host: int | None, cgroup: int | None) -> int | None:

@@ -4,14 +4,17 @@ A refresh reads each enabled source once (the process ones inside one
 ``Process.oneshot()``) and publishes an immutable :class:`Snapshot`. Readers
 never see a half-built one. Nothing here knows about OpenTelemetry.
 
-The cache is bound to one process. It notices by itself when it runs in
-another one (a fork, with or without Python's at-fork hooks) and re-binds
-before it reads anything: new lock, psutil handle, facts, baselines and hooks.
+The cache is bound to one process. In a forked child (with or without
+Python's at-fork hooks) its first snapshot re-binds, under the child's own
+lock: a psutil handle, the facts and baselines a fork changes; a child that
+never collects pays nothing. The one at-fork hook here notes when the fork
+happened.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import logging
 import os
@@ -19,9 +22,9 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from .facts import Facts, read_facts, this_process
+from .facts import Facts, after_fork, read_facts, started_monotonic, this_process
 from .faultlog import FaultLog
 from .group.shared import SharedGate
 from .platforms import ON_LINUX
@@ -36,8 +39,7 @@ _logger = logging.getLogger(__name__)
 _generations = itertools.count(1)
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(NamedTuple):
     """Readings of one refresh, in process ``pid``. A failed source is absent."""
 
     generation: int
@@ -67,16 +69,10 @@ class SnapshotCache:
         """Called once in a process forked without Python's at-fork hooks, after the re-bind."""
         self._shared = SharedGate(options.shared_metrics)
         """Leaves out the shared sources where this process does not lead its group."""
-        self._bind()
-        _live_caches.add(self)
-
-    def _bind(self) -> None:
-        """Bind to the current process: new lock, facts, baselines and hooks."""
-        # The lock first: after a fork the old one may be held by a thread
-        # that does not exist in the child.
-        self._lock = threading.Lock()
-        self._snapshot: Snapshot | None = None
         self._pid = os.getpid()
+        """The process this cache is bound to; another one re-binds at its first snapshot."""
+        self._locks: dict[int, threading.Lock] = {}
+        self._snapshot: Snapshot | None = None
         process = this_process()
         facts = read_facts(process, cpu_frequency=self.options.cpu_frequency, faults=self.faults)
         self._ctx = ReadContext(
@@ -87,13 +83,37 @@ class SnapshotCache:
             direct=ON_LINUX and self.options.direct_reads,
         )
         self.idle = frozenset(s.name for s in self.sources if not self._open(s))
-        """Sources with nothing to read in this process (their open hook said so)."""
+        """Sources with nothing to read (their open hook said so); a fork does not change it."""
         self._read(self._shared.sources(tuple(s for s in self.sources if s.stateful)))
+        _live_caches.add(self)
 
     @property
     def facts(self) -> Facts:
         """The static facts of the process this cache is bound to."""
         return self._ctx.facts
+
+    @property
+    def _lock(self) -> threading.Lock:
+        """The lock of refreshes in this process."""
+        return self._lock_for(os.getpid())
+
+    def _lock_for(self, pid: int) -> threading.Lock:
+        """The lock of process ``pid``, made in that process: never one a fork copied.
+
+        A fork copies a lock as it is: held by a thread of the parent (a
+        refresh in flight), it is never released in the child, where that
+        thread does not exist. At-fork hooks could renew it, but a fork from C
+        (uWSGI's default) runs none. So the pid is checked before any lock is
+        taken, and each process makes its own lock. ``setdefault`` on a dict
+        of int keys is atomic (under the GIL, or the dict's own lock without
+        one), so threads of a new process that race here all get the same
+        lock. A lock is never replaced in the process it belongs to: no thread
+        can wait on a lock that another one swapped out.
+        """
+        lock = self._locks.get(pid)
+        if lock is None:
+            lock = self._locks.setdefault(pid, threading.Lock())
+        return lock
 
     def snapshot(self, seen_generation: int = 0) -> Snapshot:
         """The snapshot of the current collection.
@@ -105,17 +125,19 @@ class SnapshotCache:
         pid = os.getpid()
         if snap is not None and snap.generation != seen_generation and snap.pid == pid:
             return snap
-        if pid != self._pid:
-            # A fork that skipped Python's at-fork hooks (uWSGI does by default).
-            self._rebind()
-            self._unhooked_fork()
-        with self._lock:
+        unhooked = False
+        with self._lock_for(pid):
+            if self._pid != pid:
+                # The first snapshot in a forked child: the one place that re-binds.
+                unhooked = self._rebind(pid)
             snap = self._snapshot
             # Another thread may have refreshed while we waited for the lock.
             if snap is None or snap.generation == seen_generation:
                 snap = self._refresh()
                 self._snapshot = snap
-            return snap
+        if unhooked:
+            self._unhooked_fork()
+        return snap
 
     def _refresh(self) -> Snapshot:
         wall, cpu = time.perf_counter(), time.thread_time()
@@ -186,6 +208,17 @@ class SnapshotCache:
             self._hook_failed(source, "open", exc)
             return False
 
+    def _after_fork(self, source: Source, ctx: ReadContext, forked_at: float | None) -> bool:
+        """Run ``source``'s after-fork hook; whether the source can still be read here."""
+        if source.after_fork is None:
+            return True
+        try:
+            source.after_fork(ctx, forked_at)
+        except Exception as exc:  # noqa: BLE001 - a hook must never break the host
+            self._hook_failed(source, "reset", exc)
+            return False
+        return True
+
     def _close(self, source: Source) -> None:
         if source.close is None:
             return
@@ -234,17 +267,30 @@ class SnapshotCache:
                 exc_info=True,
             )
 
-    def _rebind(self) -> None:
-        """Re-bind in a new process; if that fails, report nothing rather than the parent."""
+    def _rebind(self, pid: int) -> bool:
+        """Re-bind to process ``pid`` (a fork); whether that fork skipped Python's hooks.
+
+        Called under ``pid``'s lock. Only what a fork changes is read again:
+        the psutil handle (bound to a pid), the facts of the process itself
+        (:func:`~.facts.after_fork`), and each source's state that belongs to
+        the parent (its ``after_fork`` hook: this process's own CPU baseline,
+        its threads, its event loops). Open hooks do not run again: what they
+        found (cgroup folders, pressure files, a ``gc.callbacks`` hook) is
+        inherited with the memory and the cgroup membership. If re-binding
+        fails, the child reports nothing rather than its parent's values.
+        """
+        hooked = _fork_time[0] == pid
         try:
-            for source in self.sources:
-                self._close(source)
-            self._bind()
+            process = this_process()
+            facts = after_fork(self._ctx.facts, process, faults=self.faults)
+            # A fork zeroes the child's CPU times: the baseline is then, at 0.
+            at = _fork_time[1] if hooked else started_monotonic(facts)
+            ctx = self._ctx = dataclasses.replace(self._ctx, process=process, facts=facts)
+            failed = [s for s in self.sources if not self._after_fork(s, ctx, at)]
+            if failed:
+                self.idle |= {s.name for s in failed}
         except Exception as exc:  # noqa: BLE001 - never break the forking program
             self.sources = ()
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            self._snapshot = None
             self.faults.warning(
                 (
                     "fork",  # pragma: no mutate - a fault key is only compared with itself
@@ -256,16 +302,26 @@ class SnapshotCache:
                 exc,
                 exc_info=True,
             )
+        self._pid = pid
+        self._snapshot = None
+        # The parent's locks: no thread of this process holds or waits on them.
+        self._locks = {pid: self._locks[pid]}
+        return not hooked
 
 
 _live_caches: weakref.WeakSet[SnapshotCache] = weakref.WeakSet()
+"""Every cache not yet closed or collected: what a leak check counts."""
+
+_fork_time: tuple[int, float] = (0, 0.0)
+"""(pid, ``time.monotonic()``) of the last fork that ran Python's at-fork hooks."""
 
 
-def _rebind_after_fork() -> None:
-    for cache in list(_live_caches):
-        if cache._pid != os.getpid():
-            cache._rebind()
+def _note_fork() -> None:
+    # All that must happen at the fork itself: when it happened. The child's
+    # CPU baseline is (this moment, 0); re-binding waits for a collection.
+    global _fork_time
+    _fork_time = (os.getpid(), time.monotonic())
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_rebind_after_fork)
+    os.register_at_fork(after_in_child=_note_fork)

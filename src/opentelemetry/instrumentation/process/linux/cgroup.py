@@ -21,7 +21,7 @@ the folders found at discovery: the values are those of the cgroup it was in
 then, as long as that cgroup exists. Once that cgroup is removed its files
 vanish (FileNotFoundError), and the metrics they feed are left out. Nothing
 follows the process to its new cgroup until the next discovery
-(``instrument()`` again, or a fork); calling :func:`discover` again, for
+(``instrument()`` again); calling :func:`discover` again, for
 instance when a file vanishes, costs one read of ``/proc/self/cgroup`` and a
 few ``stat`` calls.
 

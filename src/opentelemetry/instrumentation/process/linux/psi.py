@@ -44,7 +44,7 @@ class PressureFiles:
 
 
 def discover_pressure(paths: CgroupPaths, proc_pressure: Path = PROC_PRESSURE) -> PressureFiles:
-    """Find the PSI files, once (at ``instrument()`` and after a fork). Never raises."""
+    """Find the PSI files, once (at ``instrument()``; a fork keeps them). Never raises."""
     try:
         own = _own_v2_cgroup(paths)
     except OSError:

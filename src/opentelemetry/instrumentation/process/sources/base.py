@@ -112,7 +112,8 @@ class State(Generic[_S]):
 class ReadContext:
     """What a source may use: this process, its facts, the options, and state between reads.
 
-    One context lives per process: a fork (or a pid change) gets a new one.
+    One context lives per process: a forked child gets a copy, with its own
+    process handle and facts, and the sources' ``after_fork`` applied.
     """
 
     process: psutil.Process
@@ -235,12 +236,19 @@ class Source:
     has nothing is not read, and its metrics are not registered.
     """
     close: Callable[[ReadContext], None] | None = None
-    """Called when reporting stops (``uninstrument()``) or before re-binding after a fork."""
+    """Called when reporting stops (``uninstrument()``)."""
     needs: tuple[str, ...] = ()
     """Sources whose readings of the same refresh it reads (``ReadContext.readings``).
 
     Each comes earlier in ``SOURCES``, and is read in the oneshot if this one is;
     one that is not enabled, or failed, is simply absent.
+    """
+    after_fork: Callable[[ReadContext, float | None], None] | None = None
+    """Called in a forked child, before its first read: drops the parent's state.
+
+    It gets the time of the fork on the ``time.monotonic()`` clock (``None``
+    if unknown). State that a fork does not change (the host's counters,
+    paths the open hook found) stays.
     """
 
     def supported(self, platform: str | None = None, field: str | None = None) -> bool:

@@ -8,7 +8,7 @@ from typing import Any
 
 import psutil
 
-from ..linux import procfs, sock_diag
+from ..linux import procfs
 from ..platforms import LINUX
 from .base import Key, ReadContext, Reading, Source, attributes, psutil_has
 
@@ -182,6 +182,8 @@ def _filesystem(ctx: ReadContext) -> Reading:
 def _connections(ctx: ReadContext) -> Reading:
     # psutil walks every process's descriptors to tie sockets to pids, which
     # this count never uses; a netlink sock_diag dump counts them directly.
+    from ..linux import sock_diag  # only where the count is asked for
+
     found = ctx.direct_read("connections", sock_diag.connection_counts)
     if found is not None:
         return {"count": {_CONNECTION(k): v for k, v in found.items()}}

@@ -14,8 +14,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..linux import procfs, smaps, threads
+from ..linux import procfs
 from ..platforms import LINUX, ON_LINUX, POSIX, WINDOWS
 from .base import (
     Key,
@@ -28,6 +29,9 @@ from .base import (
     numbers,
     psutil_has,
 )
+
+if TYPE_CHECKING:  # imported by the per-thread read: most processes never make it
+    from ..linux import threads
 
 try:
     import resource as _resource
@@ -74,6 +78,15 @@ def _rusage(ctx: ReadContext) -> Reading:
     # Without a CPU count the utilisation is unknown: left out, not 0.
     util = ctx.delta("process.cpu").step(ctx.now, times, share) if cpus else None
     return {"cpu_time": times, "cpu_utilization": util or {}, **extra}
+
+
+def _rusage_after_fork(ctx: ReadContext, forked_at: float | None) -> None:
+    # A child's CPU times start at 0 at the fork (fork(2)): that is its
+    # baseline, so its first collection already has a utilisation.
+    ctx.deltas.pop("process.cpu", None)
+    if forked_at is not None:
+        zero: dict[Key, float] = {_USER: 0.0, _SYSTEM: 0.0}
+        ctx.delta("process.cpu").step(forked_at, zero, lambda _d, _e: {})
 
 
 def _memory(ctx: ReadContext) -> Reading:
@@ -140,6 +153,7 @@ def _busiest(ctx: ReadContext, limit: int) -> tuple[int, list[threads.ThreadTime
     stat file to keep a few; the direct read ranks all threads without opening
     a file and reads only the kept threads' files.
     """
+    from ..linux import threads
 
     def direct() -> tuple[int, list[threads.ThreadTimes]]:
         tids = procfs.thread_ids()
@@ -231,12 +245,20 @@ def _thread_groups(ctx: ReadContext) -> Reading:
     return {"cpu_time": times, THREAD_COUNT: len(every)}
 
 
+def _threads_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    # The parent's threads are not the child's (only the forking one goes on,
+    # its CPU clock from 0): none of their times may count in the child's.
+    ctx.drop(_GROUPS)
+
+
 def _signals_pending(ctx: ReadContext) -> Reading:
     pending, threads_in_status = procfs.status_counts()
     return {"count": pending, THREAD_COUNT: threads_in_status}
 
 
 def _smaps(ctx: ReadContext) -> Reading:
+    from ..linux import smaps  # only where PSS or USS is selected
+
     found = ctx.direct_read("smaps", smaps.pss_uss)
     if found is not None:
         return {"pss": found[0], "uss": found[1]}
@@ -281,6 +303,7 @@ SOURCES: tuple[Source, ...] = (
         field_platforms={"paging_faults": POSIX},
         in_process=True,
         stateful=True,
+        after_fork=_rusage_after_fork,
     ),
     Source(
         "process.memory",
@@ -316,6 +339,7 @@ SOURCES: tuple[Source, ...] = (
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
         "(elsewhere: psutil reads every thread)",
         in_process=True,
+        after_fork=_threads_after_fork,
     ),
     Source(
         "process.signals",

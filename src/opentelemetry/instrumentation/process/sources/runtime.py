@@ -5,10 +5,13 @@ from __future__ import annotations
 import gc
 import sys
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
 from ..runtime.gc_pauses import BOUNDS, GcPauses
-from ..runtime.loops.monitor import DELAYS, UTILIZATION, LoopMonitor
 from .base import Key, ReadContext, Reading, Source, State, attributes
+
+if TYPE_CHECKING:  # imported when a loop source opens: most processes never use one
+    from ..runtime.loops.monitor import LoopMonitor
 
 _GENERATION = attributes("cpython.gc.generation")
 _GENERATIONS = tuple(_GENERATION((gen,)) for gen in range(3))
@@ -63,11 +66,19 @@ def _pauses(ctx: ReadContext) -> Reading:
     return reading
 
 
+def _new_monitor(_ctx: ReadContext) -> LoopMonitor:
+    from ..runtime.loops.monitor import LoopMonitor
+
+    return LoopMonitor(delays=False, utilization=False)
+
+
 # One monitor for both loop sources: whichever opens first makes it.
-_LOOPS = State("asyncio.loops", lambda _ctx: LoopMonitor(delays=False, utilization=False))
+_LOOPS = State("asyncio.loops", _new_monitor)
 
 
 def _open_delays(ctx: ReadContext) -> bool:
+    from ..runtime.loops.monitor import DELAYS
+
     monitor = ctx.state_of(_LOOPS)
     monitor.measure(DELAYS)
     monitor.start()
@@ -75,6 +86,8 @@ def _open_delays(ctx: ReadContext) -> bool:
 
 
 def _open_utilization(ctx: ReadContext) -> bool:
+    from ..runtime.loops.monitor import UTILIZATION
+
     # Only opened when the utilisation metric is selected: select is timed only then.
     monitor = ctx.state_of(_LOOPS)
     monitor.measure(UTILIZATION)
@@ -87,6 +100,14 @@ def _close_loops(ctx: ReadContext) -> None:
     if monitor is not None:
         monitor.reset()  # in a forked child: the parent's loops are not ours to stop
         monitor.stop()
+
+
+def _loops_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    # The parent's loops run in threads the child does not have. Python's
+    # at-fork hook forgets them already; a fork from C runs no hook.
+    monitor: LoopMonitor | None = ctx.state.get(_LOOPS.name)
+    if monitor is not None:
+        monitor.reset()  # idempotent: both loop sources call it
 
 
 _DELAY_FIELDS = ("max", "mean", "p50", "p99")
@@ -134,6 +155,7 @@ SOURCES: tuple[Source, ...] = (
         "tick when the loop is idle)",
         open=_open_delays,
         close=_close_loops,
+        after_fork=_loops_after_fork,
     ),
     Source(
         "asyncio.select_timing",
@@ -143,5 +165,6 @@ SOURCES: tuple[Source, ...] = (
         "0.3 µs per loop iteration)",
         open=_open_utilization,
         close=_close_loops,
+        after_fork=_loops_after_fork,
     ),
 )
