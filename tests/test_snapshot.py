@@ -382,7 +382,7 @@ def test_each_file_is_opened_once_per_collection(
 
 # -- a reader is imported only by a source that is enabled ------------------------------
 
-_READERS = ("runtime.loop_lag", "linux.sock_diag", "linux.threads")
+_READERS = ("runtime.loops", "linux.sock_diag", "linux.threads", "linux.smaps")
 _PACKAGE = "opentelemetry.instrumentation.process"
 _LOADED = """
 import json, sys
@@ -430,7 +430,6 @@ def test_the_import_loads_no_source_and_the_defaults_load_no_optional_reader() -
 
 @linux_only
 def test_each_optional_reader_is_loaded_by_the_option_that_needs_it() -> None:
-    got = _loaded(event_loop=True, per_thread=True, include=["system.network.connection.count"])[
-        "collected"
-    ]
+    wanted = ["system.network.connection.count", "process_metrics.memory.pss"]
+    got = _loaded(event_loop=True, per_thread=True, include=wanted)["collected"]
     assert set(_READERS) <= set(got), got

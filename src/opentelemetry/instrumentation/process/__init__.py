@@ -23,7 +23,6 @@ from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-de
     BaseInstrumentor,
 )
 
-from .excerpt import excerpt
 from .package import _instruments
 from .version import __version__
 
@@ -76,6 +75,8 @@ class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         """Start reporting; a no-op while instrumented, with a warning naming what it ignored."""
         asked = [k for k in kwargs if k not in _IGNORED_KWARGS + _BASE_KWARGS]
         if self._is_instrumented_by_opentelemetry and asked:
+            from .excerpt import excerpt
+
             # BaseInstrumentor returns before _instrument(): these would vanish in silence.
             _logger.warning(
                 "instrument(%s) ignored: already instrumented, the options in force stay. "
