@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
 import analysis
 import configs
@@ -19,14 +20,29 @@ from scaling import Sweep
 from subjects import Shape
 from timing import Stat
 
-if TYPE_CHECKING:
-    from run import Results
-
 THREAD_COLUMNS = ["per_thread_off", "per_thread_cap10", "per_thread", "peer_default"]
 THREAD_COLUMNS += ["psutil_threads"]
 SOCKET_COLUMNS = ["connections", "connections_psutil", "peer_default_set", "peer_default"]
 SOCKET_COLUMNS += ["net_connections"]
 CPU_COLUMNS = ("cpu_total", "cpu_per_cpu", "cpu_frequency", "peer_cpu")
+
+
+@dataclass
+class Results:
+    info: dict[str, Any]
+    main: MainRun
+    threads: Sweep
+    sockets: Sweep
+    cpus: Sweep
+    latency: list[Lateness]
+    counts: list[Count]
+    rss: list[Rss]
+    leaks: list[Leak]
+    components: list[Component]
+    goals: list[Goal] = field(default_factory=list)
+    checks: list[Check] = field(default_factory=list)
+    breakdowns: list[Breakdown] = field(default_factory=list)
+    plots: list[str] = field(default_factory=list)
 
 
 def us(seconds: float | None) -> str:

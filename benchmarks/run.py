@@ -15,7 +15,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +38,10 @@ import percpu  # noqa: E402
 import report  # noqa: E402
 import scaling  # noqa: E402
 import timing  # noqa: E402
-from analysis import Check, Goal  # noqa: E402
-from breakdown import Breakdown  # noqa: E402
+from analysis import Check  # noqa: E402
 from components import Component  # noqa: E402
-from counts import Count  # noqa: E402
 from latency import Lateness  # noqa: E402
-from memory import Leak, Rss  # noqa: E402
+from report import Results  # noqa: E402
 from subjects import Shape  # noqa: E402
 
 
@@ -96,24 +94,6 @@ SMOKE = Plan(
     count_collections=1,
     quick_components=True,
 )
-
-
-@dataclass
-class Results:
-    info: dict[str, Any]
-    main: analysis.MainRun
-    threads: scaling.Sweep
-    sockets: scaling.Sweep
-    cpus: scaling.Sweep
-    latency: list[Lateness]
-    counts: list[Count]
-    rss: list[Rss]
-    leaks: list[Leak]
-    components: list[Component]
-    goals: list[Goal] = field(default_factory=list)
-    checks: list[Check] = field(default_factory=list)
-    breakdowns: list[Breakdown] = field(default_factory=list)
-    plots: list[str] = field(default_factory=list)
 
 
 QUIET = False  # the smoke run prints its report only
