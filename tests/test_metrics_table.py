@@ -476,15 +476,20 @@ def test_a_table_row_that_does_not_resolve_is_refused_at_import(
     change: dict[str, Any], error: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from opentelemetry.instrumentation.process import metrics as table
+    from opentelemetry.instrumentation.process import selection
 
-    table._check_table()  # the real table resolves
+    def check() -> None:
+        table._check_table()
+        selection.check_gates(table.METRICS)
+
+    check()  # the real table resolves
     for option in (None, "cpu_frequency"):  # no option, and a gating one, are fine
         good = dataclasses.replace(METRICS[0], name="test.good", option=option)
         monkeypatch.setattr(table, "METRICS", (*METRICS, good))
         monkeypatch.setattr(table, "METRICS_BY_NAME", {m.name: m for m in table.METRICS})
-        table._check_table()
+        check()
     bad = dataclasses.replace(METRICS[0], **change)
     monkeypatch.setattr(table, "METRICS", (*METRICS, bad))
     monkeypatch.setattr(table, "METRICS_BY_NAME", {m.name: m for m in table.METRICS})
     with pytest.raises(RuntimeError, match=f"^{re.escape(error)}$"):
-        table._check_table()
+        check()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import enum
 from dataclasses import KW_ONLY, dataclass
 
-from .options import GATING_OPTIONS
 from .sources import SOURCES
 
 EXTENSION_PREFIX = "process_metrics."
@@ -368,7 +367,10 @@ METRICS_BY_NAME = {m.name: m for m in METRICS}
 
 
 def _check_table() -> None:
-    """Every join of the table resolves: source, field, attribute names, option; names unique."""
+    """Every join of the table resolves: source, field, attribute names; names unique.
+
+    The options that rows name are checked where both are known (``selection.py``).
+    """
     if len(METRICS_BY_NAME) != len(METRICS):
         raise RuntimeError("metric table: a name is declared twice")
     for m in METRICS:
@@ -387,8 +389,6 @@ def _check_table() -> None:
                 f"metric table: {m.name} has the attributes {m.attributes}, but field "
                 f"{m.field!r} of source {m.source!r} names {names}"
             )
-        if m.option is not None and m.option not in GATING_OPTIONS:
-            raise RuntimeError(f"metric table: {m.name} names an unknown option {m.option!r}")
 
 
 _check_table()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 
 from .metrics import METRICS, Metric
-from .options import ProcessMetricsOptions, is_glob
+from .options import GATING_OPTIONS, ProcessMetricsOptions, is_glob
 
 
 def enabled_metrics(
@@ -34,3 +34,13 @@ def is_enabled(metric: Metric, options: ProcessMetricsOptions) -> bool:
         or (is_glob(p) and not metric.exact_only and fnmatch.fnmatchcase(metric.name, p))
         for p in options.include
     )
+
+
+def check_gates(metrics: tuple[Metric, ...] = METRICS) -> None:
+    """Every row's ``option`` is an option declared with ``gates=True``."""
+    for m in metrics:
+        if m.option is not None and m.option not in GATING_OPTIONS:
+            raise RuntimeError(f"metric table: {m.name} names an unknown option {m.option!r}")
+
+
+check_gates()

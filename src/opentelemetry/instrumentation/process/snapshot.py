@@ -22,15 +22,17 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from .facts import Facts, after_fork, read_facts, started_monotonic, this_process
 from .faultlog import FaultLog
 from .group.shared import SharedGate
 from .platforms import ON_LINUX
 from .sources import SOURCES, ReadContext, Reading, Source
-from .sources.base import ReadOptions
 from .sources.process import REFRESH
+
+if TYPE_CHECKING:
+    from .options import ProcessMetricsOptions
 
 _logger = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ class SnapshotCache:
     of that collection then finds a generation it has not seen and shares it.
     """
 
-    def __init__(self, options: ReadOptions, source_names: Iterable[str]) -> None:
+    def __init__(self, options: ProcessMetricsOptions, source_names: Iterable[str]) -> None:
         names = set(source_names)
         self.options = options
         self.sources: tuple[Source, ...] = tuple(s for s in SOURCES.values() if s.name in names)

@@ -11,13 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, TypeAlias, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 import psutil
 
 from ..facts import Facts
 from ..faultlog import FaultLog
-from ..options import ProcessMetricsOptions
 from ..platforms import ALL, current_platform
 
 
@@ -88,8 +87,8 @@ class Delta:
         return self._last
 
 
-ReadOptions: TypeAlias = ProcessMetricsOptions
-"""The options this side reads: the dataclass itself, which imports nothing of OpenTelemetry."""
+if TYPE_CHECKING:  # annotations only: options.py imports the table, which imports this
+    from ..options import ProcessMetricsOptions
 
 
 _T = TypeVar("_T")
