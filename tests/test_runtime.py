@@ -32,7 +32,14 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor
 
 from .conftest import collect, points
 from .forkapps import c_fork
-from .test_gc_pauses import collections, cyclic_garbage, gc_off, minus, timed_collect
+from .test_gc_pauses import (
+    FREE_THREADED,
+    collections,
+    cyclic_garbage,
+    gc_off,
+    minus,
+    timed_collect,
+)
 
 try:
     import uvloop
@@ -396,6 +403,19 @@ def test_a_forked_child_starts_its_own_totals_and_probes_its_own_loops(
         parent = collect(reader)
         assert by_generation(parent[TIME])[2] > 0
         assert "parent-loop" in by_loop(parent, DELAY_MAX)
+        if fork == "C fork, no Python hooks" and FREE_THREADED:
+            # CPython's limit, with or without this package: the free-threaded
+            # collector stops the world, and waits for the parent's threads,
+            # whose states only PyOS_AfterFork_Child() clears (it aborts when
+            # called late, from the child's Python code). Such a server must
+            # call it at fork (uWSGI: --py-call-osafterfork); docs/pythons.md.
+            def collects() -> dict[str, Any]:
+                gc.collect()
+                return {}
+
+            with pytest.raises(AssertionError, match="did not answer"):
+                _in_child(collects, fork=_c_fork, timeout=5)
+            return
 
         def child() -> dict[str, Any]:
             with gc_off():
@@ -895,3 +915,35 @@ def test_a_failing_loop_read_drops_only_the_loop_points_and_recovers(
     ours = [r.getMessage() for r in caplog.records if "asyncio.loops" in r.getMessage()]
     assert len(ours) == 2 and "failed" in ours[0] and "works again" in ours[1], ours
     assert "app-loop" in by_loop(back, DELAY_MAX)
+
+
+_GIL_PROBE = textwrap.dedent(
+    """
+    import asyncio, gc, sys
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    ProcessInstrumentor().instrument(meter_provider=provider, event_loop=True, per_thread=True)
+    for _ in range(3):
+        gc.collect()
+        reader.get_metrics_data()
+    asyncio.run(asyncio.sleep(0.05))
+    reader.get_metrics_data()
+    print(sys._is_gil_enabled())
+    """
+)
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded build")
+def test_instrumenting_and_collecting_keep_the_gil_off() -> None:
+    # A fresh interpreter: pytest and earlier tests have imported other modules.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    done = subprocess.run(
+        [sys.executable, "-c", _GIL_PROBE], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False"], (done.stdout, done.stderr[-2000:])
+    assert "GIL" not in done.stderr, done.stderr[-2000:]
