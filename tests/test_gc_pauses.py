@@ -659,12 +659,12 @@ def test_many_collections_leave_no_memory_behind_in_this_module(histogram: bool)
     assert blocks <= slots and grown <= slots * 32, (grown, blocks)
 
 
-def _peaks(callback: Any, runs: int = 200 if FREE_THREADED else 2000) -> collections_.Counter[int]:
+def _peaks(callback: Any, runs: int = 100 if FREE_THREADED else 2000) -> collections_.Counter[int]:
     """Bytes allocated above the start, at the peak of each of ``runs`` collections."""
     found: collections_.Counter[int] = collections_.Counter()
     with callbacks_kept():
         gc.callbacks[:] = [callback]
-        for _ in range(100):
+        for _ in range(10 if FREE_THREADED else 100):
             gc.collect(0)
         for _ in range(runs):
             start = tracemalloc.get_traced_memory()[0]
