@@ -755,6 +755,8 @@ GC_READERS = 2
 GC_SECONDS = seconds(2, 10)
 BUCKETS = "process_metrics.cpython.gc.pause.bucket"
 PAUSE_TIME = "process_metrics.cpython.gc.pause.time"
+REFRESH_CPU = "process_metrics.refresh.cpu_time"
+REFRESH_WALL = "process_metrics.refresh.duration"
 
 
 def _gc_counts() -> tuple[int, ...]:
@@ -774,6 +776,7 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
     stop = threading.Event()
     turn = threading.Lock()
     reads = [0]
+    refresh: list[tuple[float, float]] = []
     problems = Problems()
     was = gc.isenabled()
     gc.disable()
@@ -803,8 +806,14 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
             try:
                 while not stop.is_set():
                     with turn:
-                        assert reader.get_metrics_data() is not None
+                        got = ours(reader.get_metrics_data())
                         reads[0] += 1
+                    refresh.append(
+                        tuple(
+                            got[name].data.data_points[0].value
+                            for name in (REFRESH_CPU, REFRESH_WALL)
+                        )
+                    )
             except Exception as exc:  # noqa: BLE001 - reported by the main thread
                 problems.add(f"reader: {type(exc).__name__}: {exc}")
 
@@ -839,3 +848,6 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
     assert refreshes == reads[0], f"{refreshes} refreshes for {reads[0]} collections"
     assert reads[0] >= 2 and collected[0] >= GC_THREADS
     assert getattr(sys, "_is_gil_enabled", lambda: True)() == gil
+    # The refresh's CPU time is its own thread's, with or without the GIL: never
+    # above its wall time, though 8 other threads burn CPU in parallel.
+    assert refresh and all(0 <= cpu <= wall + 1e-6 for cpu, wall in refresh), refresh[:5]
