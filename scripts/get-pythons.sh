@@ -47,7 +47,7 @@ SID_STAMP="$CACHE/sid.stamp"
 FT="$CACHE/3.13t"
 FT_STAMP="$CACHE/3.13t.stamp"
 # Bump when a recipe below changes in a way that needs a reinstall.
-SID_RECIPE=3
+SID_RECIPE=4
 FT_RECIPE=1
 
 REFRESH="${GET_PYTHONS_REFRESH:-0}"
@@ -250,6 +250,12 @@ install_sid() {
             { fail "patchelf (sid)" "python$v" "$LOGS/sid.log"; return 1; }
         # ensurepip takes pip's wheel from WHEEL_PKG_DIR, an absolute
         # /usr/share/python-wheels: the one of this root, not the machine's.
+        # Debian's pyconfig.h includes <x86_64-linux-gnu/python3.N/pyconfig.h>
+        # from the system's include path, which is not this root: the real one
+        # takes its place, for the extensions that pip builds from source.
+        if [[ -f "$SID.new/usr/include/x86_64-linux-gnu/python$v/pyconfig.h" ]]; then
+            cp -f "$SID.new/usr/include/x86_64-linux-gnu/python$v/pyconfig.h" "$SID.new/usr/include/python$v/pyconfig.h"
+        fi
         wheels="$SID/usr/share/python-wheels"
         for sysconfigdata in "$SID.new/usr/lib/python$v"/_sysconfig*_*; do
             sed -i "s|/usr/share/python-wheels/|$wheels/|g" "$sysconfigdata"
