@@ -799,6 +799,11 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
                         keep.append(a)
                     del keep
                     gc.collect(0)
+                    # Without the GIL every collection stops the world (hundreds
+                    # of ms in this process): back to back, from 8 threads, they
+                    # would leave the readers no time to run within the SDK's
+                    # 10 s collection timeout.
+                    time.sleep(0.01)
             except Exception as exc:  # noqa: BLE001 - reported by the main thread
                 problems.add(f"churn: {type(exc).__name__}: {exc}")
 
@@ -841,6 +846,10 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
     assert not thread_errors, str(thread_errors)
     assert not problems, str(problems)
     collected = [b - a for a, b in zip(stats0, stats1, strict=True)]
+    print(
+        f"\nstress gc: {collected} collections by generation, {reads[0]} collections of "
+        f"metrics, {refreshes} refreshes, GIL {'on' if gil else 'off'}"
+    )
     buckets = points(last[BUCKETS])
     assert buckets[frozenset({("le", "+Inf")})] == sum(collected), (buckets, collected)
     spent = {dict(k)["cpython.gc.generation"]: v for k, v in points(last[PAUSE_TIME]).items()}
