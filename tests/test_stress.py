@@ -858,5 +858,7 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
     assert reads[0] >= 2 and collected[0] >= GC_THREADS
     assert getattr(sys, "_is_gil_enabled", lambda: True)() == gil
     # The refresh's CPU time is its own thread's, with or without the GIL: never
-    # above its wall time, though 8 other threads burn CPU in parallel.
-    assert refresh and all(0 <= cpu <= wall + 1e-6 for cpu, wall in refresh), refresh[:5]
+    # above its wall time (but for the clock reads at its ends, microseconds),
+    # though 8 other threads burn CPU in parallel.
+    over = [(cpu, wall) for cpu, wall in refresh if not 0 <= cpu <= wall + 1e-4]
+    assert refresh and not over, over[:5]
