@@ -248,14 +248,14 @@ install_sid() {
         { patchelf_ --force-rpath --set-rpath "$rpath" "$py" &&
             patchelf_ --set-interpreter "$SID/$loader" "$py"; } >>"$LOGS/sid.log" 2>&1 ||
             { fail "patchelf (sid)" "python$v" "$LOGS/sid.log"; return 1; }
-        # ensurepip takes pip's wheel from WHEEL_PKG_DIR, an absolute
-        # /usr/share/python-wheels: the one of this root, not the machine's.
         # Debian's pyconfig.h includes <x86_64-linux-gnu/python3.N/pyconfig.h>
         # from the system's include path, which is not this root: the real one
         # takes its place, for the extensions that pip builds from source.
         if [[ -f "$SID.new/usr/include/x86_64-linux-gnu/python$v/pyconfig.h" ]]; then
             cp -f "$SID.new/usr/include/x86_64-linux-gnu/python$v/pyconfig.h" "$SID.new/usr/include/python$v/pyconfig.h"
         fi
+        # ensurepip takes pip's wheel from WHEEL_PKG_DIR, an absolute
+        # /usr/share/python-wheels: the one of this root, not the machine's.
         wheels="$SID/usr/share/python-wheels"
         for sysconfigdata in "$SID.new/usr/lib/python$v"/_sysconfig*_*; do
             sed -i "s|/usr/share/python-wheels/|$wheels/|g" "$sysconfigdata"
