@@ -40,8 +40,8 @@ Without the GIL
     a maximum stored between read()'s load and its zeroing would be lost. A new
     maximum is therefore stored under a guard (an RLock) that read() holds for
     its take-and-zero. The callback takes it only when a pause beats the
-    maximum so far, which is rare once an interval has begun, so a collection
-    costs the same as before in the common case.
+    maximum so far, which is rare once an interval has begun: the common case
+    takes no lock.
 
 The histogram
     OpenTelemetry has no asynchronous histogram, and the callback must never
