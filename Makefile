@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine with Python 3:
 #   make demo   instruments a small workload and prints its metrics (console exporter)
-#   make test   sets up, then runs lint, types, every test, two cells of the version
+#   make test   sets up, then runs lint, types, every test, three cells of the version
 #               matrix, a benchmark smoke run, the docs build and a check of the
 #               built docs in a headless browser
 #   make matrix every cell of the version matrix (noxfile.py)
@@ -18,8 +18,8 @@ export PROCESS_TESTS_LOG_DIR := $(TEST_LOGS)
 ,      := ,
 say     = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: demo test setup servers browser lint typecheck unit lowest-oldest latest-newest \
-	matrix stress bench bench-smoke docs docs-render clean \
+.PHONY: demo test setup servers pythons browser lint typecheck unit lowest-oldest latest-newest \
+	free-threaded matrix stress bench bench-smoke docs docs-render clean \
 	mutants mutants-score
 
 $(STAMP): pyproject.toml
@@ -51,6 +51,13 @@ servers:
 	$(call say,real servers for the end-to-end tests (scripts/get-servers.sh))
 	bash scripts/get-servers.sh
 
+# Pythons that pyenv lacks (scripts/get-pythons.sh): 3.14 and 3.15 from Debian sid, and a
+# free-threaded 3.13t built from source. One `VERSION PATH` line each; cached in
+# .cache/pythons (PYTHONS_CACHE_DIR), where noxfile.py finds them.
+pythons:
+	$(call say,Pythons 3.14$(,) 3.15 and a free-threaded 3.13t (scripts/get-pythons.sh))
+	bash scripts/get-pythons.sh
+
 browser:
 	$(call say,headless browser for the docs check (scripts/get-browser.sh))
 	bash scripts/get-browser.sh
@@ -72,21 +79,26 @@ unit: $(STAMP)
 
 # The version matrix (noxfile.py): the unit tests with the dependencies at their
 # lowest allowed versions (constraints/lowest.txt) and at the latest, on Python
-# 3.10-3.13 (pyenv's are found; a Python that is missing is skipped, except
-# under CI). Venvs are kept in .nox and reinstalled only when pyproject.toml or
-# the constraints change. `make test` runs two cells: the lowest versions on the
-# oldest Python, with the Linux-only direct reads off so that psutil's portable
-# path runs everywhere, and the latest versions on the newest Python.
+# 3.10-3.15 and the free-threaded 3.13t (pyenv's and `make pythons`' are found;
+# a Python that is missing is skipped, except under CI). Venvs are kept in .nox
+# and reinstalled only when pyproject.toml or the constraints change. `make test`
+# runs three cells: the lowest versions on the oldest Python, with the Linux-only
+# direct reads off so that psutil's portable path runs everywhere, the latest
+# versions on the newest Python, and the latest on the free-threaded build.
 lowest-oldest: $(STAMP)
 	$(call say,unit tests: lowest allowed versions$(,) Python 3.10$(,) direct reads off (psutil's portable path))
 	OTEL_PYTHON_PROCESS_METRICS_DIRECT_READS=false $(BIN)/nox -s "unit-3.10(lowest)"
 
-latest-newest: $(STAMP)
-	$(call say,unit tests: latest versions$(,) Python 3.13)
-	$(BIN)/nox -s "unit-3.13(latest)"
+latest-newest: $(STAMP) pythons
+	$(call say,unit tests: latest versions$(,) Python 3.15)
+	$(BIN)/nox -s "unit-3.15(latest)"
 
-matrix: $(STAMP)
-	$(call say,unit tests: every cell of the version matrix (lowest and latest$(,) Python 3.10-3.13))
+free-threaded: $(STAMP) pythons
+	$(call say,unit tests: latest versions$(,) free-threaded Python 3.13t)
+	$(BIN)/nox -s "unit-3.13t(latest)"
+
+matrix: $(STAMP) pythons
+	$(call say,unit tests: every cell of the version matrix (lowest and latest$(,) Python 3.10-3.15 and 3.13t))
 	$(BIN)/nox -s unit
 
 # The hardening tests at the sizes of the issue (minutes); `make test` runs short variants.
@@ -128,8 +140,8 @@ docs-render: $(STAMP) docs
 	$(call say,docs in a browser (headless Chromium$(,) 1280 and 390 px))
 	DOCS_HTML=docs/_build/html $(BIN)/python -m pytest -q tests/test_docs_render.py
 
-test: setup servers browser lint typecheck unit lowest-oldest latest-newest bench-smoke docs \
-	docs-render
+test: setup servers pythons browser lint typecheck unit lowest-oldest latest-newest free-threaded \
+	bench-smoke docs docs-render
 	@printf '\n==> make test passed; skip reasons and expected failures: %s/\n' "$(TEST_LOGS)"
 
 clean:

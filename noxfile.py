@@ -15,7 +15,11 @@ The unit tests are every test but ``tests/e2e``, the docs build and the stress
 tests. ``OTEL_PYTHON_PROCESS_METRICS_DIRECT_READS=false`` in the environment
 runs them on psutil's portable path (the test suite keeps that variable).
 
-pyenv's Pythons are found with no setup: their folders go first on PATH.
+pyenv's Pythons are found with no setup: their folders go first on PATH, then
+the interpreters that ``make pythons`` (scripts/get-pythons.sh) caches in
+``$PYTHONS_CACHE_DIR`` (default ``.cache/pythons``): 3.14 and 3.15 from Debian
+sid, and the free-threaded 3.13t. 3.14t is on PATH where CI's setup-python
+provides it; elsewhere its cells are skipped.
 A cell's venv is kept between runs and reinstalled only when
 ``pyproject.toml`` or the constraints change; a ``latest`` cell also looks for
 new releases once a day.
@@ -36,7 +40,12 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-PYTHONS = ["3.10", "3.11", "3.12", "3.13"]
+PYTHONS = ["3.10", "3.11", "3.12", "3.13", "3.14", "3.15", "3.13t", "3.14t"]
+# Builds without the GIL: no `lowest` cell (the lowest versions predate
+# free-threading wheels) and the `unit-free-threaded` extra, which exports OTLP
+# over HTTP only: grpcio has no free-threaded wheel, and importing it turns the
+# GIL back on (docs/pythons.md).
+FREE_THREADED = {"3.13t", "3.14t"}
 PACKAGE = "opentelemetry-instrumentation-process"
 ROOT = Path(__file__).resolve().parent
 LOWEST = ROOT / "constraints" / "lowest.txt"
@@ -55,14 +64,14 @@ nox.options.sessions = ["unit"]
 nox.options.reuse_venv = "yes"
 
 
-def _pyenv_first_on_path() -> None:
-    """Put pyenv's newest X.Y.Z of each of PYTHONS first on PATH.
+def _interpreters_first_on_path() -> None:
+    """Put pyenv's newest X.Y.Z of each of PYTHONS, then the cached ones, first on PATH.
 
     pyenv's shims are on PATH too, but fail for a version that is not selected.
     """
     root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
     found = []
-    for xy in PYTHONS:
+    for xy in (p for p in PYTHONS if p not in FREE_THREADED):
         versions = []
         for folder in glob.glob(os.path.join(root, "versions", f"{xy}.*", "bin")):
             try:
@@ -71,11 +80,14 @@ def _pyenv_first_on_path() -> None:
                 continue
         if versions:
             found.append(max(versions)[1])
+    cache = Path(os.environ.get("PYTHONS_CACHE_DIR") or ROOT / ".cache" / "pythons")
+    if (cache / "bin").is_dir():
+        found.append(str((cache / "bin").resolve()))
     if found:
         os.environ["PATH"] = os.pathsep.join([*found, os.environ.get("PATH", "")])
 
 
-_pyenv_first_on_path()
+_interpreters_first_on_path()
 
 
 def pins(path: Path = LOWEST) -> dict[str, Version]:
@@ -145,10 +157,15 @@ def install(session: nox.Session, deps: str) -> None:
     if stamp.exists() and stamp.read_text() == key.hexdigest():
         return
     stamp.unlink(missing_ok=True)
+    extra, binary = "unit", []
+    if session.python in FREE_THREADED:
+        # hypothesis' newest releases are compiled and lack free-threaded
+        # wheels (their source build needs Rust): the newest with a wheel wins.
+        extra, binary = "unit-free-threaded", ["--only-binary=hypothesis"]
     if deps == "lowest":
-        session.install("-c", str(LOWEST), "-e", ".[unit]")
+        session.install("-c", str(LOWEST), "-e", f".[{extra}]")
     else:
-        session.install("--upgrade", "--upgrade-strategy=eager", "-e", ".[unit]")
+        session.install("--upgrade", "--upgrade-strategy=eager", *binary, "-e", f".[{extra}]")
     stamp.write_text(key.hexdigest())
 
 
@@ -156,11 +173,13 @@ def install(session: nox.Session, deps: str) -> None:
 @nox.parametrize("deps", [nox.param("lowest", id="lowest"), nox.param("latest", id="latest")])
 def unit(session: nox.Session, deps: str) -> None:
     """The unit tests, with the dependencies at their lowest allowed or latest versions."""
+    if deps == "lowest" and session.python in FREE_THREADED:
+        session.skip("no lowest cell without the GIL: the lowest versions predate its wheels")
     install(session, deps)
     requires, installed = metadata(session)
     if deps == "lowest":
         check_lowest(session, requires, installed)
-    shown = ("opentelemetry-sdk", "opentelemetry-instrumentation", "psutil", "pytest")
+    shown = ("opentelemetry-sdk", "opentelemetry-instrumentation", "psutil", "pytest", "hypothesis")
     direct = os.environ.get("OTEL_PYTHON_PROCESS_METRICS_DIRECT_READS", "").strip() or "default"
     session.log(", ".join(f"{n} {installed.get(n)}" for n in shown) + f"; direct reads: {direct}")
     session.run(

@@ -15,7 +15,9 @@ import asyncio.events
 import gc
 import json
 import os
+import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,7 +42,14 @@ from .loopapps import (
     periodic_app,
     uvloop,
 )
-from .test_gc_pauses import collections, cyclic_garbage, gc_off, minus, timed_collect
+from .test_gc_pauses import (
+    FREE_THREADED,
+    collections,
+    cyclic_garbage,
+    gc_off,
+    minus,
+    timed_collect,
+)
 
 TIME = "process_metrics.cpython.gc.pause.time"
 MAX = "process_metrics.cpython.gc.pause.max"
@@ -322,6 +331,19 @@ def test_a_forked_child_starts_its_own_totals_and_probes_its_own_loops(
         parent = collect(reader)
         assert by_generation(parent[TIME])[2] > 0
         assert "parent-loop" in by_loop(parent, DELAY_MAX)
+        if fork == "C fork, no Python hooks" and FREE_THREADED:
+            # CPython's limit, with or without this package: the free-threaded
+            # collector stops the world, and waits for the parent's threads,
+            # whose states only PyOS_AfterFork_Child() clears (it aborts when
+            # called late, from the child's Python code). Such a server must
+            # call it at fork (uWSGI: --py-call-osafterfork); docs/pythons.md.
+            def collects() -> dict[str, Any]:
+                gc.collect()
+                return {}
+
+            with pytest.raises(AssertionError, match="did not answer"):
+                _in_child(collects, fork=_c_fork, timeout=5)
+            return
 
         def child() -> dict[str, Any]:
             with gc_off():
@@ -553,3 +575,35 @@ def test_the_runtime_page_gives_the_code_figures() -> None:
     assert f"less than {TOLERANCE * 1000:g} ms" in page
     for command in ("python benchmarks/gc_pauses.py", "python benchmarks/loop_lag.py"):
         assert command in page
+
+
+_GIL_PROBE = textwrap.dedent(
+    """
+    import asyncio, gc, sys
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    ProcessInstrumentor().instrument(meter_provider=provider, event_loop=True, per_thread=True)
+    for _ in range(3):
+        gc.collect()
+        reader.get_metrics_data()
+    asyncio.run(asyncio.sleep(0.05))
+    reader.get_metrics_data()
+    print(sys._is_gil_enabled())
+    """
+)
+
+
+@pytest.mark.skipif(not FREE_THREADED, reason="needs a free-threaded build")
+def test_instrumenting_and_collecting_keep_the_gil_off() -> None:
+    # A fresh interpreter: pytest and earlier tests have imported other modules.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON_GIL"}
+    done = subprocess.run(
+        [sys.executable, "-c", _GIL_PROBE], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["False"], (done.stdout, done.stderr[-2000:])
+    assert "GIL" not in done.stderr, done.stderr[-2000:]

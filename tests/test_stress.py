@@ -748,3 +748,118 @@ def test_instrument_cycles_do_not_grow(thread_errors: Problems) -> None:
         f"package+SDK+psutil memory grew {growth} B over {CYCLES - warm_up} cycles "
         f"(bound {LIFECYCLE_GROWTH_BOUND}); top lines:\n{top}"
     )
+
+
+# Free-threaded correctness: threads allocating and collecting beside readers.
+GC_THREADS = 8
+GC_READERS = 2
+GC_SECONDS = seconds(2, 10)
+BUCKETS = "process_metrics.cpython.gc.pause.bucket"
+PAUSE_TIME = "process_metrics.cpython.gc.pause.time"
+REFRESH_CPU = "process_metrics.refresh.cpu_time"
+REFRESH_WALL = "process_metrics.refresh.duration"
+
+
+def _gc_counts() -> tuple[int, ...]:
+    return tuple(s["collections"] for s in gc.get_stats())
+
+
+def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Problems) -> None:
+    """8 threads allocate and collect while 2 readers collect metrics (no GIL: in parallel).
+
+    No crash, no deadlock; the pauses counted equal CPython's collections, and
+    each collection of metrics is one refresh (the readers take turns: two at
+    once may share one refresh, by design).
+    """
+    readers = [InMemoryMetricReader() for _ in range(GC_READERS)]
+    provider = MeterProvider(metric_readers=readers)
+    gil = getattr(sys, "_is_gil_enabled", lambda: True)()
+    stop = threading.Event()
+    turn = threading.Lock()
+    reads = [0]
+    refresh: list[tuple[float, float]] = []
+    problems = Problems()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        stats0 = _gc_counts()
+        ProcessInstrumentor().instrument(meter_provider=provider, gc_pause_histogram=True)
+        refreshes0 = current_live().cache.refreshes
+    finally:
+        if was:
+            gc.enable()
+    try:
+
+        def churn() -> None:
+            try:
+                while not stop.is_set():
+                    keep = []
+                    for i in range(2000):
+                        a: list[Any] = [i]
+                        a.append(a)
+                        keep.append(a)
+                    del keep
+                    gc.collect(0)
+                    # Without the GIL every collection stops the world (hundreds
+                    # of ms in this process): back to back, from 8 threads, they
+                    # would leave the readers no time to run within the SDK's
+                    # 10 s collection timeout.
+                    time.sleep(0.01)
+            except Exception as exc:  # noqa: BLE001 - reported by the main thread
+                problems.add(f"churn: {type(exc).__name__}: {exc}")
+
+        def read(reader: InMemoryMetricReader) -> None:
+            try:
+                while not stop.is_set():
+                    with turn:
+                        got = ours(reader.get_metrics_data())
+                        reads[0] += 1
+                    refresh.append(
+                        tuple(
+                            got[name].data.data_points[0].value
+                            for name in (REFRESH_CPU, REFRESH_WALL)
+                        )
+                    )
+            except Exception as exc:  # noqa: BLE001 - reported by the main thread
+                problems.add(f"reader: {type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=churn) for _ in range(GC_THREADS)]
+        threads += [threading.Thread(target=read, args=(r,)) for r in readers]
+        for t in threads:
+            t.start()
+        time.sleep(GC_SECONDS)
+        stop.set()
+        for t in threads:
+            t.join(JOIN_TIMEOUT + GC_SECONDS)
+        assert not any(t.is_alive() for t in threads), "a thread hung"
+        gc.disable()
+        try:
+            stats1 = _gc_counts()
+            last = collect(readers[0])
+            reads[0] += 1
+            refreshes = current_live().cache.refreshes - refreshes0
+        finally:
+            if was:
+                gc.enable()
+    finally:
+        uninstrument()
+        provider.shutdown()
+    assert not thread_errors, str(thread_errors)
+    assert not problems, str(problems)
+    collected = [b - a for a, b in zip(stats0, stats1, strict=True)]
+    print(
+        f"\nstress gc: {collected} collections by generation, {reads[0]} collections of "
+        f"metrics, {refreshes} refreshes, GIL {'on' if gil else 'off'}"
+    )
+    buckets = points(last[BUCKETS])
+    assert buckets[frozenset({("le", "+Inf")})] == sum(collected), (buckets, collected)
+    spent = {dict(k)["cpython.gc.generation"]: v for k, v in points(last[PAUSE_TIME]).items()}
+    assert all(spent[g] > 0 for g, n in enumerate(collected) if n), (spent, collected)
+    assert refreshes == reads[0], f"{refreshes} refreshes for {reads[0]} collections"
+    assert reads[0] >= 2 and collected[0] >= GC_THREADS
+    assert getattr(sys, "_is_gil_enabled", lambda: True)() == gil
+    # The refresh's CPU time is its own thread's, with or without the GIL: never
+    # above its wall time (but for the clock reads at its ends, microseconds),
+    # though 8 other threads burn CPU in parallel.
+    over = [(cpu, wall) for cpu, wall in refresh if not 0 <= cpu <= wall + 1e-4]
+    assert refresh and not over, over[:5]

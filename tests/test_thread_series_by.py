@@ -84,7 +84,11 @@ def test_exited_threads_stay_in_their_pattern_with_user_and_system_apart(
     user = system = 0.0  # the truth: every job of the pattern so far
     # One job per collection: the previous one exits in between, so each read
     # adds a live job to the retired ones.
-    for n, (u_burn, s_burn) in enumerate([(0.10, 0.03), (0.03, 0.06), (0.06, 0.03)]):
+    # User burns read the thread's CPU clock, a system call: part of their time
+    # is system time (10-15% on 3.14 and 3.15, whose loop runs faster). The
+    # user total is kept over three times the system total, so that user and
+    # system stay apart even were that share 30%.
+    for n, (u_burn, s_burn) in enumerate([(0.15, 0.02), (0.03, 0.05), (0.12, 0.02)]):
         job = Job(f"work-{n + 7}", user=u_burn, system=s_burn)
         jobs.append(job)
         got = _series(reader)
@@ -100,7 +104,7 @@ def test_exited_threads_stay_in_their_pattern_with_user_and_system_apart(
         assert got[("system", "work-N")] == pytest.approx(system, abs=EXACT), got
     assert "work-7" not in {name for _, name in got}
     # The case tells user from system, and counts every job's system time.
-    assert user > 0.05 and system > 0.05 and abs(user - system) > 0.03, (user, system)
+    assert user > 0.05 and system > 0.05 and abs(user - system) >= 0.02, (user, system)
 
 
 def test_a_renamed_thread_stays_in_the_pattern_it_was_first_seen_with(

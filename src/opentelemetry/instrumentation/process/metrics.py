@@ -156,19 +156,22 @@ METRICS: tuple[Metric, ...] = (
            "Soft limit on open file descriptors (RLIMIT_NOFILE) (extension).",
            group="limits", source="static", field="fd_limit", default=True),
     # --- CPython runtime, on by default
-    Metric("cpython.gc.collections", C, "{collection}", "Garbage collections, by generation.",
+    Metric("cpython.gc.collections", C, "{collection}",
+           "Garbage collections, by the generation CPython reports (a free-threaded build "
+           "reports every automatic collection as generation 0, and each is full).",
            group="cpython", source="cpython.gc", field="collections", attributes=_GEN,
            default=True),
-    Metric("cpython.gc.collected_objects", C, "{object}", "Objects collected, by generation.",
+    Metric("cpython.gc.collected_objects", C, "{object}",
+           "Objects collected, by the generation CPython reports.",
            group="cpython", source="cpython.gc", field="collected", attributes=_GEN,
            default=True),
     Metric("cpython.gc.uncollectable_objects", C, "{object}",
-           "Objects found uncollectable, by generation.",
+           "Objects found uncollectable, by the generation CPython reports.",
            group="cpython", source="cpython.gc", field="uncollectable", attributes=_GEN,
            default=True),
     Metric("process_metrics.cpython.gc.pause.time", C, "s",
-           "Time spent in garbage collections, by generation, measured around each one "
-           "(extension).",
+           "Time spent in garbage collections, by the generation CPython reports, measured "
+           "around each one (extension).",
            group="cpython", source="cpython.gc_pauses", field="time", attributes=_GEN,
            default=True, value_type=float),
     Metric("process_metrics.cpython.gc.pause.max", G, "s",

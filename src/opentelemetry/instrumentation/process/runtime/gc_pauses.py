@@ -31,6 +31,18 @@ Re-entrancy
     nested collection can run), and ignores a ``stop`` that has no ``start``
     (a callback installed mid-collection).
 
+Without the GIL
+    On a free-threaded build the callback of one thread's collection runs while
+    other threads run, read() among them. CPython still runs one collection at a
+    time (its ``collecting`` flag is taken before the ``start`` callbacks and
+    released after the ``stop`` ones), so the callback's stores never race each
+    other; only read()'s take-and-zero of the maxima races the callback, where
+    a maximum stored between read()'s load and its zeroing would be lost. A new
+    maximum is therefore stored under a guard (an RLock) that read() holds for
+    its take-and-zero. The callback takes it only when a pause beats the
+    maximum so far, which is rare once an interval has begun: the common case
+    takes no lock.
+
 The histogram
     OpenTelemetry has no asynchronous histogram, and the callback must never
     record into a synchronous one: a collection can start while the same
@@ -57,6 +69,8 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from ..excerpt import excerpt
 
 # Generations: CPython reports info["generation"] as an index into its own
 # per-generation stats, whose length is that of gc.get_stats().
@@ -114,7 +128,7 @@ class GcPauseReading:
 
 def _timing_callback(
     depth: list[int], starts: list[float], total: list[float], count: list[float],
-    peak: list[float],
+    peak: list[float], guard: list[Callable[[], Any]],
 ) -> GcCallback:  # fmt: skip
     def on_gc(
         phase: str,
@@ -125,6 +139,7 @@ def _timing_callback(
         _total: list[float] = total,
         _count: list[float] = count,
         _peak: list[float] = peak,
+        _guard: list[Callable[[], Any]] = guard,
         _slots: int = DEPTH,
     ) -> None:
         if phase == "start":
@@ -145,14 +160,19 @@ def _timing_callback(
         _total[g] += elapsed
         _count[g] += 1.0
         if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
-            _peak[g] = elapsed
+            # A new maximum (rare once an interval has begun): stored under the
+            # guard that read() holds to take and zero the maxima.
+            _guard[0]()
+            if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
+                _peak[g] = elapsed
+            _guard[1]()
 
     return on_gc
 
 
 def _bucket_callback(
     depth: list[int], starts: list[float], total: list[float], count: list[float],
-    peak: list[float], buckets: list[list[float]],
+    peak: list[float], guard: list[Callable[[], Any]], buckets: list[list[float]],
 ) -> GcCallback:  # fmt: skip
     def on_gc(
         phase: str,
@@ -163,6 +183,7 @@ def _bucket_callback(
         _total: list[float] = total,
         _count: list[float] = count,
         _peak: list[float] = peak,
+        _guard: list[Callable[[], Any]] = guard,
         _buckets: list[list[float]] = buckets,
         _find: Callable[[Sequence[float], float], int] = bisect.bisect_left,
         _bounds: tuple[float, ...] = BOUNDS,
@@ -186,7 +207,12 @@ def _bucket_callback(
         _total[g] += elapsed
         _count[g] += 1.0
         if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
-            _peak[g] = elapsed
+            # A new maximum (rare once an interval has begun): stored under the
+            # guard that read() holds to take and zero the maxima.
+            _guard[0]()
+            if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
+                _peak[g] = elapsed
+            _guard[1]()
         # bisect_left: a pause equal to a bound counts in that bound's bucket,
         # as OpenTelemetry's explicit buckets (upper bound inclusive) do.
         _buckets[g][_find(_bounds, elapsed)] += 1.0
@@ -207,7 +233,7 @@ class GcPauses:
         if not isinstance(histogram, bool):
             raise ValueError(
                 f"histogram must be True or False, not {type(histogram).__name__} "
-                f"{repr(histogram)[:40]}"
+                f"{excerpt(histogram, 40)}"
             )
         self.histogram = histogram
         # start/stop/reset/read among themselves. Re-entrant: a collection
@@ -219,13 +245,13 @@ class GcPauses:
         self._total = [0.0] * GENERATIONS
         self._count = [0.0] * GENERATIONS
         self._peak = [0.0] * GENERATIONS
+        self._tops = [0.0] * GENERATIONS
+        self._guard: list[Callable[[], Any]] = []
+        self._new_guard()
         self._buckets = [[0.0] * (len(BOUNDS) + 1) for _ in range(GENERATIONS)]
+        shared = (self._depth, self._starts, self._total, self._count, self._peak, self._guard)
         self._callback: GcCallback = (
-            _bucket_callback(
-                self._depth, self._starts, self._total, self._count, self._peak, self._buckets
-            )
-            if histogram
-            else _timing_callback(self._depth, self._starts, self._total, self._count, self._peak)
+            _bucket_callback(*shared, self._buckets) if histogram else _timing_callback(*shared)
         )
         self._finalizer: weakref.finalize[Any, Any] | None = None
         _live.add(self)
@@ -268,15 +294,19 @@ class GcPauses:
     def read(self) -> GcPauseReading:
         """The totals, and the longest pause per generation since the previous read."""
         with self._locked():
-            peak = self._peak
-            longest: list[float | None] = []
+            peak, tops = self._peak, self._tops
+            acquire, release = self._guard
+            # Take and zero the maxima under the guard that a new maximum is
+            # stored under: without the GIL another thread's collection runs its
+            # callback in parallel. A collection of this thread can only start
+            # at a call or a loop's jump, never between a load and its zeroing.
+            acquire()
             for g in range(GENERATIONS):
-                # Read and zero with no call or allocation in between: no
-                # collection (nor, from 3.11, a thread switch) can come between.
-                top = peak[g]
+                tops[g] = peak[g]
                 peak[g] = 0.0
-                # 0.0 is "no pause since": a measured pause takes microseconds.
-                longest.append(top if top > 0.0 else None)
+            release()
+            # 0.0 is "no pause since": a measured pause takes microseconds.
+            longest = [top if top > 0.0 else None for top in tops]
             return GcPauseReading(
                 seconds=tuple(self._total),
                 pauses=tuple(int(x) for x in self._count),
@@ -298,8 +328,15 @@ class GcPauses:
         if pid != self._pid:
             self._pid = pid
             self._lock = threading.RLock()
+            self._new_guard()
             self._zero()
         return self._lock
+
+    def _new_guard(self) -> None:
+        # Re-entrant: a collection can start in a thread that holds it (in
+        # read(), between two of its loads). In place: the callback holds the list.
+        guard = threading.RLock()
+        self._guard[:] = [guard.acquire, guard.release]
 
     def _zero(self) -> None:
         # Slice assignment keeps the list objects the callback is bound to.
