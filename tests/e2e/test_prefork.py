@@ -142,9 +142,12 @@ class Server:
     kill: bool = True
 
 
-def _gunicorn(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) -> Child:
+def _gunicorn(
+    children: Children, vm: VictoriaMetrics, service: str, _tmp: Path, recycle: bool = True
+) -> Child:
     port = free_port()
-    argv = [str(VENV_BIN / "gunicorn"), "--config", str(CONF), "--max-requests", "4"]
+    argv = [str(VENV_BIN / "gunicorn"), "--config", str(CONF)]
+    argv += ["--max-requests", "4"] if recycle else []
     env = _otlp_env(vm, service, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_WORKERS=str(SLOTS))
     child = children.start("gunicorn", argv, env)
     child.port = port  # type: ignore[attr-defined]
@@ -337,11 +340,10 @@ def test_shared_metrics_come_from_one_instance_at_a_time(
     groups.check_once_per_window(samples, INTERVAL_MS, group.exits)
 
 
+@pytest.mark.parametrize("group", sorted(n for n, s in SERVERS.items() if s.kill), indirect=True)
 def test_after_a_sigkill_of_the_reporter_another_reports_within_two_intervals(
     group: Run, vm_prom: VictoriaMetrics
 ) -> None:
-    if not group.kill:
-        pytest.skip(f"{group.name}: no worker is killed in this run")
     delay = group.next_shared_at - group.killed_at
     assert delay <= 2 * INTERVAL_MS / 1000, f"{group.name}: {delay:.2f} s after the kill"
     # The killed worker reports nothing more; its slot's new holder reports as it did.
@@ -371,14 +373,13 @@ def _victoria_increase(values: list[float]) -> float:
     return fixed[-1] - fixed[0]
 
 
+@pytest.mark.parametrize("group", ["gunicorn"], indirect=True)  # one server is enough
 def test_a_counter_restarted_under_a_reused_identity_is_a_reset(
     group: Run, vm_prom: VictoriaMetrics
 ) -> None:
     """A new worker in a slot starts its CPU time again: a drop in the raw samples, which
     VictoriaMetrics takes for a reset: increase() is never negative and loses nothing
     but what its jitter rule holds back (a drop of less than 1/8)."""
-    if group.name != "gunicorn":
-        pytest.skip("one server is enough for the backend's handling of resets")
     selector = f'process_cpu_time_seconds_total{{service_name="{group.service}", cpu_mode="user"}}'
     rows = vm_prom.export(selector, start=group.start)
     drops, expected = 0, {}
@@ -406,7 +407,8 @@ def test_gunicorn_workers_values_are_their_own(
     vm_prom: VictoriaMetrics, children: Children, service: str
 ) -> None:
     """Each worker's process values are its own (not the master's), and only one has host values."""
-    child = _gunicorn(children, vm_prom, service, Path())
+    # No recycling here: the workers found must still run when their values are compared.
+    child = _gunicorn(children, vm_prom, service, Path(), recycle=False)
     found = wait_until(
         lambda: len(groups.announced(child.output())) >= SLOTS and groups.announced(child.output()),
         30,
@@ -465,12 +467,11 @@ def _source(queries: dict[str, str], title: str) -> str:
     return found
 
 
+@pytest.mark.parametrize("group", ["gunicorn"], indirect=True)  # one server is enough
 def test_the_dashboards_server_view_sums_over_workers_without_double_counting(
     group: Run, vm_prom: VictoriaMetrics
 ) -> None:
     """Process metrics summed by service count each worker once; the shared ones come once."""
-    if group.name != "gunicorn":
-        pytest.skip("one server is enough for the dashboard's queries")
     at = group.killed_at - 0.2  # every slot live, before the kill
     queries = dict(_dashboard_queries(group.service))
     assert len(queries) == 4, queries
