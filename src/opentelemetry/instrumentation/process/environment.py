@@ -31,6 +31,9 @@ ENV_VARS: Mapping[str, str] = {
     "saturation": ENV_PREFIX + "SATURATION",
     "gc_pause_histogram": ENV_PREFIX + "GC_PAUSE_HISTOGRAM",
     "event_loop": ENV_PREFIX + "EVENT_LOOP",
+    "children": ENV_PREFIX + "CHILDREN",
+    "max_children": ENV_PREFIX + "MAX_CHILDREN",
+    "child_pid": ENV_PREFIX + "CHILD_PID",
 }
 """The environment variable of each option that has one."""
 
@@ -79,6 +82,9 @@ _PARSERS: Mapping[str, Callable[[str], Any]] = {
     "saturation": _boolean_or_auto,
     "gc_pause_histogram": _boolean,
     "event_loop": _boolean,
+    "children": _boolean,
+    "max_children": _whole_number,
+    "child_pid": _boolean,
 }
 
 
@@ -94,6 +100,9 @@ FORMATS: Mapping[str, str] = {
     "saturation": "`auto`, or `true`, `false`, `1`, `0`, `yes` or `no` (any case)",
     "gc_pause_histogram": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
     "event_loop": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "children": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "max_children": "a whole number",
+    "child_pid": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
 }
 """How each variable is written, for the configuration reference."""
 if FORMATS.keys() != ENV_VARS.keys():  # one row per variable, checked at import

@@ -35,6 +35,9 @@ every point of every collection, so this package bounds them by default.
 ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` overrides it.
 """
 
+DEFAULT_MAX_CHILDREN = 64
+"""Most descendant processes reported one by one with ``children=True``."""
+
 THREAD_SERIES_BY = ("thread", "name")
 """What a per-thread series stands for: one thread, or one thread-name pattern."""
 
@@ -93,6 +96,18 @@ class ProcessMetricsOptions:
     Turn off to troubleshoot: psutil is then used wherever it has the value.
     """
 
+    children: bool = False
+    """Supervisor mode: also report every descendant process (the workers), each by its slot.
+
+    Adds per-child points to the process metrics that can be read from outside
+    (attribute ``process_metrics.worker.slot``) and the ``process_metrics.tree.*``
+    totals of this process and all its descendants.
+    """
+    max_children: int = DEFAULT_MAX_CHILDREN
+    """Cap on descendants reported one by one: the lowest slots are kept; tree totals count all."""
+    child_pid: bool = False
+    """Add ``process.pid`` to per-child points (it churns a series at every restart)."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
@@ -105,6 +120,7 @@ class ProcessMetricsOptions:
                 f"saturation: expected True, False or None (auto), got {show(self.saturation)}"
             )
         _check_thread_cap(self.max_thread_series)
+        _check_children_cap(self.max_children)
         if self.thread_series_by not in THREAD_SERIES_BY:
             raise ValueError(
                 f"thread_series_by: expected one of {', '.join(map(repr, THREAD_SERIES_BY))}, "
@@ -192,6 +208,11 @@ def _check_thread_cap(cap: object) -> None:
             f"max_thread_series: expected an even number (each thread has a user and a "
             f"system series), got {cap}"
         )
+
+
+def _check_children_cap(cap: object) -> None:
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0:
+        raise ValueError(f"max_children: expected a whole number >= 0, got {show(cap)}")
 
 
 def attribute_limits(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
