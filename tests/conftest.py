@@ -142,14 +142,30 @@ DIRECT_READS_VAR = "OTEL_PYTHON_PROCESS_METRICS_DIRECT_READS"
 """Kept from the shell: ``=false`` runs the whole suite on psutil's portable path."""
 
 
+RUNTIME_DIR_VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
+
+
+@pytest.fixture(scope="session")
+def session_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A runtime directory of this test session alone: its processes are one group.
+
+    Other test runs on the machine (same user, same cgroup) would otherwise hold
+    the election, and this run's processes would report no shared metrics.
+    """
+    folder = tmp_path_factory.mktemp("runtime")
+    folder.chmod(0o700)
+    return str(folder)
+
+
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_env(monkeypatch: pytest.MonkeyPatch, session_runtime_dir: str) -> None:
     """No test inherits OTEL_PYTHON_PROCESS_METRICS_* from the shell, but DIRECT_READS."""
     import os
 
     for name in list(os.environ):
         if name.startswith("OTEL_PYTHON_PROCESS_METRICS_") and name != DIRECT_READS_VAR:
             monkeypatch.delenv(name)
+    monkeypatch.setenv(RUNTIME_DIR_VAR, session_runtime_dir)
 
 
 class OpenRecorder:

@@ -1,0 +1,63 @@
+"""Stable names for a boot, a host, a parent process and a group (file names, ids).
+
+Linux reads ``/proc`` directly (psutil has no boot id); elsewhere psutil's
+boot and create times stand in for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+
+import psutil
+
+from ..platforms import ON_LINUX
+from .rundir import euid
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def boot_id() -> str:
+    """This boot's id: ``/proc/sys/kernel/random/boot_id``, else psutil's boot time."""
+    found = _read("/proc/sys/kernel/random/boot_id") if ON_LINUX else None
+    return found or f"boot{int(psutil.boot_time())}"
+
+
+def host_id() -> str:
+    """This host's id: ``/etc/machine-id`` where it is set, else the host name."""
+    for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        found = _read(path)
+        if found:
+            return found
+    return socket.gethostname()
+
+
+def start_time(pid: int) -> str:
+    """When process ``pid`` started: clock ticks after boot on Linux, else psutil's create time.
+
+    Raises ``OSError`` (or ``psutil.Error``) when the process is gone.
+    """
+    if ON_LINUX:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        # The name may hold spaces and parentheses: the fields start after the last ')'.
+        return stat[stat.rindex(b")") + 2 :].split()[19].decode("ascii")
+    return f"{psutil.Process(pid).create_time():.2f}"
+
+
+def parent_key(ppid: int) -> str:
+    """``<boot id>-<parent pid>-<parent start time>``: one parent process, over all time."""
+    return f"{boot_id()}-{ppid}-{start_time(ppid)}"
+
+
+def group_key() -> str:
+    """A hash of (user, cgroup of this process, boot, host): one group, as a file name."""
+    cgroup = (_read("/proc/self/cgroup") or "") if ON_LINUX else ""
+    text = "\0".join((str(euid()), cgroup, boot_id(), host_id()))
+    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]

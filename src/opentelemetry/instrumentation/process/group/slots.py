@@ -1,0 +1,213 @@
+"""Worker slots: the lowest number free among the live workers of one parent.
+
+A worker takes slot ``n`` by holding an exclusive ``flock`` on
+``<runtime dir>/slots/<parent key>/<n>.lock``; the kernel frees it when the
+worker dies, so the worker that replaces it takes the same number. The
+descriptor stays open for the process's life: it is the one long-lived
+descriptor of this package, besides the election's, because the lock *is* the
+descriptor. The file then holds the holder's pid in decimal and a newline.
+
+The parent key is ``<boot id>-<parent pid>-<parent start time>``, so a pid
+reused by another parent, or another boot, never shares slots.
+
+Races. :func:`recorded_slots` probes a lock with ``LOCK_SH | LOCK_NB`` and
+releases it at once; a worker claiming at that instant sees the slot busy.
+A claimer therefore retries a busy slot a few times, for a few milliseconds,
+when the file names no live worker of its parent. A worker that has just
+taken a lock and not yet written its pid is seen with the previous pid, which
+is checked (a live child of that parent) before it is reported.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+try:
+    import fcntl
+except ImportError:  # Windows: runtime_dir() is None there, so fcntl is never used
+    fcntl = None  # type: ignore[assignment]
+
+from . import keys
+from .heldfile import HeldFile
+from .rundir import (
+    NOFOLLOW,
+    check_private,
+    open_private,
+    private_dir,
+    runtime_dir,
+    warn_unusable,
+)
+
+MAX_SLOTS = 4096
+"""Most slots tried: far more workers than a host runs under one parent."""
+
+_BUSY_RETRIES = 3
+_BUSY_WAIT = 0.002  # seconds: a probe holds a lock for two syscalls
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A slot this process holds: ``slot`` under ``parent_key``."""
+
+    slot: int
+    parent_key: str
+    held: HeldFile
+
+
+_claim: Claim | None = None
+_lock = threading.Lock()
+
+
+def claim() -> Claim | None:
+    """This process's slot, taken on the first call; ``None`` when no safe directory is usable.
+
+    Idempotent per process. A forked child never keeps its parent's slot: it
+    closes the inherited descriptor and takes its own.
+    """
+    global _claim
+    found = _claim
+    if found is not None and found.held.ours():
+        return found
+    with _lock:
+        found = _claim
+        if found is not None and found.held.ours():
+            return found
+        if found is not None:  # inherited through a fork that skipped the at-fork hooks
+            found.held.drop()
+            _claim = None
+        _claim = _take()
+        return _claim
+
+
+def claim_slot() -> int | None:
+    """The slot number of this process (see :func:`claim`), or ``None``."""
+    found = claim()
+    return None if found is None else found.slot
+
+
+def release() -> None:
+    """Give the slot back (tests; a process normally holds it until it dies)."""
+    global _claim
+    with _lock:
+        found, _claim = _claim, None
+        if found is not None:
+            found.held.drop()
+
+
+def _take() -> Claim | None:
+    base = runtime_dir()
+    if base is None:
+        return None
+    ppid = os.getppid()
+    folder = base / "slots"
+    try:
+        parent_key = keys.parent_key(ppid)
+        folder = base / "slots" / parent_key
+        private_dir(base / "slots")
+        private_dir(folder)
+        for slot in range(MAX_SLOTS):
+            fd = open_private(folder / f"{slot}.lock")
+            try:
+                if _lock_free(fd, ppid):
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, b"%d\n" % os.getpid(), 0)
+                    return Claim(slot, parent_key, HeldFile.of(fd))
+            except BaseException:
+                os.close(fd)  # frees the lock if it was taken
+                raise
+            os.close(fd)
+    except (OSError, ValueError, IndexError, psutil.Error) as exc:
+        warn_unusable(folder, exc)
+        return None
+    warn_unusable(folder, OSError(f"all {MAX_SLOTS} slots are taken"))
+    return None
+
+
+def _lock_free(fd: int, ppid: int) -> bool:
+    """Take the lock on ``fd`` if it is free; retry briefly while a probe may hold it."""
+    for attempt in range(_BUSY_RETRIES + 1):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if _holder(fd, ppid) is not None or attempt == _BUSY_RETRIES:
+                return False
+            time.sleep(_BUSY_WAIT)
+    return False  # pragma: no cover - the loop returns
+
+
+def _holder(fd: int, ppid: int) -> int | None:
+    """The pid written in the slot file, if it is a live child of ``ppid``."""
+    try:
+        text = os.pread(fd, 32, 0)
+        pid = int(text.strip() or b"0")
+        if pid > 0 and psutil.Process(pid).ppid() == ppid:
+            return pid
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return None
+
+
+def recorded_slots(parent_pid: int) -> dict[int, int]:
+    """The live workers of ``parent_pid`` that hold a slot: pid -> slot.
+
+    A slot whose lock is free is not live. The probe takes a shared lock and
+    releases it at once, so it never keeps a slot from a worker for longer
+    than two syscalls (see the module docstring). Empty when the parent is gone
+    or no safe directory is usable.
+    """
+    base = runtime_dir()
+    if base is None or fcntl is None:
+        return {}
+    try:
+        folder = base / "slots" / keys.parent_key(parent_pid)
+        names = os.listdir(folder)
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return {}
+    found: dict[int, int] = {}
+    for name in names:
+        number, _, ext = name.partition(".")
+        if ext != "lock" or not number.isdigit():
+            continue
+        slot = int(number)
+        pid = _live_holder(folder / name, parent_pid)
+        if pid is not None:
+            found[pid] = slot
+    return found
+
+
+def _live_holder(path: Path, parent_pid: int) -> int | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        check_private(os.fstat(fd), path, want_dir=False)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _holder(fd, parent_pid)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _forget_in_child() -> None:
+    global _claim, _lock
+    _lock = threading.Lock()
+    found, _claim = _claim, None
+    if found is not None:
+        found.held.drop()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)

@@ -1,0 +1,132 @@
+"""Worker slots across real forked children: lowest free, reused after SIGKILL, never shared."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from opentelemetry.instrumentation.process.group import keys, slots
+from opentelemetry.instrumentation.process.group.rundir import runtime_dir
+
+from .groupkids import Kid
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+
+@pytest.fixture
+def kids() -> Iterator[list[Kid]]:
+    made: list[Kid] = []
+    yield made
+    for kid in made:
+        kid.kill()
+
+
+@pytest.fixture(autouse=True)
+def _no_slot_here() -> Iterator[None]:
+    slots.release()
+    yield
+    slots.release()
+
+
+def worker(kids: list[Kid], **kw: object) -> Kid:
+    kid = Kid(slots.claim_slot, **kw)  # type: ignore[arg-type]
+    kids.append(kid)
+    assert kid.result is not None  # claimed before the test goes on
+    return kid
+
+
+def test_workers_take_the_lowest_free_slots(kids: list[Kid]) -> None:
+    assert [worker(kids).result for _ in range(3)] == [0, 1, 2]
+    assert slots.recorded_slots(os.getpid()) == {k.pid: k.result for k in kids}
+
+
+def test_a_slot_is_reused_after_sigkill_lowest_first(kids: list[Kid]) -> None:
+    first = [worker(kids) for _ in range(4)]
+    first[2].kill()
+    first[0].kill()
+    assert worker(kids).result == 0
+    assert worker(kids).result == 2
+    assert worker(kids).result == 4
+    live = {k.pid: k.result for k in kids if k not in (first[0], first[2])}
+    assert slots.recorded_slots(os.getpid()) == live
+
+
+def test_concurrent_claims_never_share_a_slot(kids: list[Kid]) -> None:
+    # Eight children forked at once race for the slots once a byte each arrives.
+    start_r, start_w = os.pipe()
+
+    def racer() -> int | None:
+        os.read(start_r, 1)
+        return slots.claim_slot()
+
+    racers = [worker_job(kids, racer) for _ in range(8)]
+    os.write(start_w, b"x" * 8)
+    os.close(start_w)
+    os.close(start_r)
+    assert sorted(k.result for k in racers) == list(range(8))
+    assert slots.recorded_slots(os.getpid()) == {k.pid: k.result for k in racers}
+
+
+def worker_job(kids: list[Kid], job: object, **kw: object) -> Kid:
+    kid = Kid(job, **kw)  # type: ignore[arg-type]
+    kids.append(kid)
+    return kid
+
+
+def test_a_child_forked_without_hooks_does_not_keep_its_parents_slot(kids: list[Kid]) -> None:
+    # A worker claims slot 0, then forks a grandchild from C (no at-fork hook).
+    def worker_with_grandchild() -> dict[str, object]:
+        mine = slots.claim_slot()
+        grandchild = Kid(
+            lambda: {"slot": slots.claim_slot(), "holder": slots.claim().held.pid},  # type: ignore[union-attr]
+            raw=True,
+            linger=30,
+        )
+        return {"slot": mine, "grandchild": grandchild.result, "grandchild_pid": grandchild.pid}
+
+    first = worker_job(kids, worker_with_grandchild)
+    found = first.result
+    assert found["slot"] == 0
+    # The grandchild took a slot of its own (under its own parent), as its own pid.
+    assert found["grandchild"] == {"slot": 0, "holder": found["grandchild_pid"]}
+    try:
+        first.kill()
+        # The grandchild lives on with a copy of the dead worker's descriptor, closed by
+        # its claim: the slot is free again for the next worker.
+        assert os.path.exists(f"/proc/{found['grandchild_pid']}")
+        assert worker(kids).result == 0
+    finally:
+        os.kill(found["grandchild_pid"], 9)
+
+
+def test_the_slot_file_holds_the_pid_and_the_kernel_frees_it(kids: list[Kid]) -> None:
+    kid = worker(kids)
+    base = runtime_dir()
+    assert base is not None
+    path = base / "slots" / keys.parent_key(os.getpid()) / f"{kid.result}.lock"
+    assert path.read_text() == f"{kid.pid}\n"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    with open(path) as f, pytest.raises(BlockingIOError):
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    kid.kill()
+    with open(path) as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # free once its holder is dead
+    assert slots.recorded_slots(os.getpid()) == {}
+
+
+def test_claim_is_idempotent_and_a_normal_fork_gets_its_own(kids: list[Kid]) -> None:
+    mine = slots.claim()
+    assert mine is not None and slots.claim() is mine
+    child = worker_job(kids, lambda: slots.claim().held.pid)  # type: ignore[union-attr]
+    assert child.result == child.pid
+    assert slots.claim() is mine and mine.held.ours()
+
+
+def test_a_stale_pid_in_a_free_slot_file_is_not_live(kids: list[Kid]) -> None:
+    kid = worker(kids)
+    kid.stop()
+    # The file still names the exited worker, but its lock is free.
+    assert slots.recorded_slots(os.getpid()) == {}
