@@ -1,0 +1,576 @@
+"""Sources about the descendants of this process (supervisor mode): each child, and the tree.
+
+One *pass* per refresh lists the descendants (on Linux from each task's
+``children`` file, else psutil's ``children(recursive=True)``), gives each new
+one a slot, and reads each child once, inside its own ``Process.oneshot()``.
+Every children source of that refresh takes its fields from the same pass;
+the pass reads only what the enabled sources need (each source's open hook
+says it is wanted).
+
+Slots: a child gets the lowest slot free among the live children, reused
+after it exits, unless it is a direct child that holds a slot of its own from
+the per-worker resource detector: then it gets that one. Per-child points are
+given for the ``max_children`` lowest slots; the tree totals count every child.
+
+Faults: a child that exits during its read drops its points for that
+collection; a read the master may not make (another user, hidepid, a process
+not dumpable after ``setuid``) drops that read's points of that child. Both are
+logged at most once per fault period.
+
+Nothing here knows about OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from ..linux import children as linux_children
+from ..platforms import LINUX, POSIX, WINDOWS
+from .base import Delta, Key, ReadContext, Reading, Source, Value
+
+try:
+    import resource as _resource
+except ImportError:  # Windows
+    _resource = None  # type: ignore[assignment]
+
+_WANTED = "children.wanted"
+"""Where the open hooks keep the names of the children sources of this process."""
+_STATE = "children"
+"""Where the pass keeps the children, their slots and the counts between refreshes."""
+
+RECORDED_SLOT_WINDOW = 60.0
+"""Seconds after its first sight during which a child's own recorded slot is looked for.
+
+A worker claims its slot in its post-fork hook, which may run after the
+master first sees it; a child with no record after this is not a detector's.
+"""
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass
+class Child:
+    """One descendant, as the master sees it."""
+
+    pid: int
+    process: psutil.Process
+    parent: int | None
+    first_seen: float
+    slot: int = -1
+    recorded: bool = False
+    """Whether ``slot`` is the child's own, from the resource detector."""
+    cpu: float = -1.0
+    """User + system seconds at the last read: less next time means the pid was reused."""
+    util: Delta = field(default_factory=Delta)
+
+
+@dataclass
+class Tree:
+    """The children of this process between refreshes."""
+
+    live: dict[int, Child] = field(default_factory=dict)
+    used_slots: set[int] = field(default_factory=set)
+    """Every slot given so far: giving one again is a restart."""
+    zombies: set[int] = field(default_factory=set)
+    """Zombie pids already counted as exits."""
+    exits: int = 0
+    restarts: int = 0
+    cap_warned: bool = False
+
+
+@dataclass
+class _Pass:
+    """What one refresh found; each children source reads its fields from it."""
+
+    now: float
+    fields: dict[str, dict[str, Value]] = field(default_factory=dict)
+
+    def put(self, source: str, name: str, key: Key, value: float) -> None:
+        mapping = self.fields.setdefault(source, {}).setdefault(name, {})
+        mapping[key] = value  # type: ignore[index]
+
+
+class _Gone(Exception):
+    """The child exited (or vanished from view) during its read."""
+
+
+# --- the wanted sources -------------------------------------------------------
+
+
+def _wants(name: str) -> Callable[[ReadContext], bool]:
+    def open_(ctx: ReadContext) -> bool:
+        if not ctx.options.children:
+            return False
+        ctx.state.setdefault(_WANTED, set()).add(name)
+        return True
+
+    return open_
+
+
+def _unwants(name: str) -> Callable[[ReadContext], None]:
+    def close(ctx: ReadContext) -> None:
+        ctx.state.get(_WANTED, set()).discard(name)
+
+    return close
+
+
+def wanted(ctx: ReadContext) -> frozenset[str]:
+    """The children sources this process reads."""
+    return frozenset(ctx.state.get(_WANTED, ()))
+
+
+# --- finding the descendants --------------------------------------------------
+
+
+def descendants(ctx: ReadContext) -> list[tuple[int, int | None, psutil.Process | None]]:
+    """``(pid, parent pid or None, psutil handle or None)`` of each descendant, parents first.
+
+    The direct Linux read lists each task's ``children`` file; psutil's
+    ``children(recursive=True)`` reads every process's stat file on the host.
+    """
+    pid = os.getpid()
+    found = ctx.direct_read("children", lambda: linux_children.descendant_pids(pid))
+    if found is not None:
+        return [(child, parent, None) for child, parent in found]
+    return [(p.pid, None, p) for p in ctx.process.children(recursive=True)]
+
+
+# --- the pass -----------------------------------------------------------------
+
+
+def _read_pass(ctx: ReadContext) -> _Pass:
+    found: _Pass | None = ctx.state.get("children.pass")
+    if found is not None and found.now == ctx.now:
+        return found
+    found = _Pass(ctx.now)
+    _run(ctx, found, wanted(ctx))
+    ctx.state["children.pass"] = found
+    return found
+
+
+def _own_times(ctx: ReadContext) -> tuple[float, float, float, float]:
+    """``(user, system, reaped children's user, system)`` of this process, in seconds."""
+    if _resource is not None:
+        own = _resource.getrusage(_resource.RUSAGE_SELF)
+        reaped = _resource.getrusage(_resource.RUSAGE_CHILDREN)
+        return own.ru_utime, own.ru_stime, reaped.ru_utime, reaped.ru_stime
+    t = ctx.process.cpu_times()
+    return t.user, t.system, t.children_user, t.children_system
+
+
+def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
+    tree: Tree = ctx.state.setdefault(_STATE, Tree())
+    with_tree = "children.tree" in want
+    with_pss = "children.memory_full" in want
+    need_cpu = with_tree or "children.cpu" in want
+    need_memory = (with_tree and not with_pss) or "children.memory" in want
+    # The times of this process and of its reaped children first, then each
+    # child, parents before their children: a child reaped during the pass is
+    # then missed once (the floor holds), never counted twice.
+    user, system, reaped_user, reaped_system = _own_times(ctx) if with_tree else (0, 0, 0, 0)
+    listed = descendants(ctx)
+    me = os.getpid()
+    live: dict[int, Child] = {}
+    readings: dict[int, dict[str, Any]] = {}
+    with contextlib.ExitStack() as stack:
+        for pid, parent, handle in listed:
+            child = tree.live.get(pid)
+            try:
+                if child is None:
+                    child = Child(pid, handle or psutil.Process(pid), parent, out.now)
+                stack.enter_context(_oneshot(child.process))
+                reading = _read_first(ctx, child, need_cpu, need_memory, with_pss)
+            except (_Gone, psutil.NoSuchProcess):
+                if child is not None and pid in tree.live:
+                    live[pid] = child  # listed, so alive: exiting now, or hidden from us
+                continue
+            if reading.get("zombie"):
+                if pid not in tree.live and pid not in tree.zombies:
+                    tree.exits += 1  # exited before it was ever seen alive
+                tree.zombies.add(pid)
+            else:
+                cpu = reading.get("cpu", child.cpu)
+                if cpu < child.cpu - 1 / _CLOCK_TICKS:  # less CPU than before: a reused pid
+                    child = Child(pid, child.process, parent, out.now)
+                if child.parent is None:
+                    child.parent = reading.get("ppid")
+                child.cpu = cpu
+                live[pid] = child
+            readings[pid] = reading
+            if with_tree and "times" in reading:
+                u, s, cu, cs = reading["times"]
+                user, system = user + u + cu, system + s + cs
+        tree.zombies &= {pid for pid, _, _ in listed}
+        # Every listed process that is not a zombie is alive, read or not.
+        alive = len(listed) - len(tree.zombies)
+        _count_exits(tree, live)
+        _give_slots(ctx, tree, live, me, out.now)
+        kept = sorted((c for c in live.values() if c.pid in readings), key=lambda c: c.slot)
+        cap = ctx.options.max_children
+        if len(kept) > cap:
+            if not tree.cap_warned:
+                tree.cap_warned = True
+                ctx.faults.warning(
+                    ("children", "cap"),  # pragma: no mutate - a fault key is only compared
+                    "process metrics: %d child processes, more than max_children=%d; the "
+                    "%d lowest slots are reported one by one, and the tree totals count them "
+                    "all. This is logged once.",
+                    len(kept),
+                    cap,
+                    cap,
+                )
+            kept = kept[:cap]
+        for child in kept:
+            _read_rest(ctx, child, readings[child.pid], want, out)
+    tree.live = live
+    if with_tree:
+        _tree_fields(ctx, tree, alive, readings, out, (user, system, reaped_user, reaped_system))
+
+
+@contextlib.contextmanager
+def _oneshot(process: psutil.Process) -> Any:
+    try:
+        cm = process.oneshot()
+        cm.__enter__()
+    except Exception:  # noqa: BLE001 - oneshot() only caches; read without it
+        yield
+        return
+    try:
+        yield
+    finally:
+        cm.__exit__(None, None, None)
+
+
+def _denied(ctx: ReadContext, what: str, child: Child, exc: BaseException) -> None:
+    ctx.faults.warning(
+        ("children", what, type(exc).__name__),  # pragma: no mutate - compared only
+        "process metrics: cannot read %s of child process %d (%s: %s): it may belong to "
+        "another user, be hidden (hidepid) or not be dumpable after setuid; its %s points "
+        "are left out while this lasts. This fault is logged at most once per %.0f s.",
+        what,
+        child.pid,
+        type(exc).__name__,
+        exc,
+        what,
+        ctx.faults.period,
+    )
+
+
+def _try(ctx: ReadContext, what: str, child: Child, read: Callable[[], Any]) -> Any:
+    """``read()``; ``None`` if the master may not make it; ``_Gone`` if the child went."""
+    try:
+        return read()
+    except psutil.ZombieProcess:
+        raise _Gone from None
+    except psutil.NoSuchProcess:
+        raise _Gone from None
+    except (psutil.AccessDenied, PermissionError) as exc:
+        _denied(ctx, what, child, exc)
+        return None
+    except (OSError, psutil.Error, ValueError) as exc:
+        _denied(ctx, what, child, exc)
+        return None
+
+
+def _read_first(
+    ctx: ReadContext, child: Child, cpu: bool, memory: bool, pss: bool
+) -> dict[str, Any]:
+    """What the tree needs of every child: its state, CPU times and memory."""
+    p = child.process
+    out: dict[str, Any] = {}
+    status = _try(ctx, "status", child, p.status)
+    if status == psutil.STATUS_ZOMBIE:
+        out["zombie"] = True
+    if child.parent is None:
+        out["ppid"] = _try(ctx, "parent", child, p.ppid)
+    if cpu:
+        t = _try(ctx, "cpu", child, p.cpu_times)
+        if t is not None:
+            cu = getattr(t, "children_user", 0.0)
+            cs = getattr(t, "children_system", 0.0)
+            out["times"] = (t.user, t.system, cu, cs)
+            out["cpu"] = t.user + t.system
+    if out.get("zombie"):
+        return out
+    if memory:
+        m = _try(ctx, "memory", child, p.memory_info)
+        if m is not None:
+            out["rss"], out["vms"] = m.rss, m.vms
+    if pss:
+        full = _try(ctx, "pss", child, p.memory_full_info)
+        if full is not None:
+            out["pss"], out["uss"] = getattr(full, "pss", None), full.uss
+    return out
+
+
+def _count_exits(tree: Tree, live: Mapping[int, Child]) -> None:
+    for pid, child in tree.live.items():
+        if live.get(pid) is not child:  # gone, a zombie, or replaced by a reused pid
+            tree.exits += 1
+
+
+def _give_slots(
+    ctx: ReadContext, tree: Tree, live: Mapping[int, Child], me: int, now: float
+) -> None:
+    """A slot for each new child; a direct child's own recorded slot where it has one."""
+    young = [
+        c
+        for c in live.values()
+        if c.parent == me and not c.recorded and now - c.first_seen < RECORDED_SLOT_WINDOW
+    ]
+    recorded = _recorded_slots(me) if young else {}
+    held = {c.slot for c in live.values() if c.slot >= 0}
+    for child in young:
+        own = recorded.get(child.pid)
+        if own is None or own == child.slot:
+            child.recorded = own is not None
+            continue
+        if own in held:  # another child holds it: keep this one's
+            continue
+        if child.slot >= 0:
+            held.discard(child.slot)
+        elif own in tree.used_slots:
+            tree.restarts += 1
+        child.slot, child.recorded = own, True
+        held.add(own)
+        tree.used_slots.add(own)
+    reserved = set(recorded.values())
+    for child in sorted(live.values(), key=lambda c: c.pid):
+        if child.slot >= 0:
+            continue
+        slot = 0
+        while slot in held or slot in reserved:
+            slot += 1
+        if slot in tree.used_slots:
+            tree.restarts += 1
+        child.slot = slot
+        held.add(slot)
+        tree.used_slots.add(slot)
+
+
+def _recorded_slots(parent: int) -> dict[int, int]:
+    """Slots that the per-worker resource detector recorded for the children of ``parent``."""
+    from ..group.slots import recorded_slots
+
+    try:
+        return recorded_slots(parent)
+    except Exception:  # noqa: BLE001 - a record we cannot read: the master's own slots
+        return {}
+
+
+def _read_rest(
+    ctx: ReadContext, child: Child, reading: Mapping[str, Any], want: frozenset[str], out: _Pass
+) -> None:
+    """The per-child fields of one kept child; nothing of it if it exits meanwhile."""
+    pid: int | None = child.pid if ctx.options.child_pid else None
+    slot = child.slot
+    found = _Pass(out.now)
+    p = child.process
+    try:
+        if "children.cpu" in want and "times" in reading:
+            u, s, _, _ = reading["times"]
+            times: dict[Key, float] = {("user",): u, ("system",): s}
+            for (mode,), v in times.items():
+                found.put("children.cpu", "cpu_time", (slot, pid, mode), v)
+            cpus = ctx.facts.available_cpus or 0.0
+            if cpus:
+                share = child.util.step(
+                    out.now, times, lambda d, e: {k: v / (e * cpus) for k, v in d.items()}
+                )
+                for (mode,), v in (share or {}).items():
+                    found.put("children.cpu", "cpu_utilization", (slot, pid, mode), v)
+        if "children.memory" in want and "rss" in reading:
+            found.put("children.memory", "rss", (slot, pid), reading["rss"])
+            found.put("children.memory", "vms", (slot, pid), reading["vms"])
+        if "children.memory_full" in want:
+            if reading.get("pss") is not None:
+                found.put("children.memory_full", "pss", (slot, pid), reading["pss"])
+            if "uss" in reading:
+                found.put("children.memory_full", "uss", (slot, pid), reading["uss"])
+        if "children.io" in want:
+            io = _try(ctx, "I/O", child, p.io_counters)
+            if io is not None:
+                for d, b, n in (
+                    ("read", io.read_bytes, io.read_count),
+                    ("write", io.write_bytes, io.write_count),
+                ):
+                    found.put("children.io", "bytes", (slot, pid, d), b)
+                    found.put("children.io", "operations", (slot, pid, d), n)
+        if "children.num_threads" in want:
+            n = _try(ctx, "threads", child, p.num_threads)
+            if n is not None:
+                found.put("children.num_threads", "count", (slot, pid), n)
+        if "children.num_fds" in want:
+            n = _try(ctx, "file descriptors", child, p.num_fds)
+            if n is not None:
+                found.put("children.num_fds", "count", (slot, pid), n)
+        if "children.context_switches" in want:
+            cs = _try(ctx, "context switches", child, p.num_ctx_switches)
+            if cs is not None:
+                for kind, v in (("voluntary", cs.voluntary), ("involuntary", cs.involuntary)):
+                    found.put("children.context_switches", "context_switches", (slot, pid, kind), v)
+        if "children.paging_faults" in want and ctx.use_direct("children"):
+            faults = _try(ctx, "page faults", child, lambda: page_faults(child.pid))
+            if faults is not None:
+                for kind, v in zip(("major", "minor"), faults, strict=True):
+                    found.put("children.paging_faults", "paging_faults", (slot, pid, kind), v)
+        if "children.uptime" in want:
+            created = _try(ctx, "uptime", child, p.create_time)
+            if created is not None:
+                found.put("children.uptime", "uptime", (slot, pid), time.time() - created)
+    except _Gone:
+        return
+    for source, fields in found.fields.items():
+        for name, values in fields.items():
+            target = out.fields.setdefault(source, {}).setdefault(name, {})
+            target.update(values)  # type: ignore[union-attr]
+
+
+def page_faults(pid: int) -> tuple[int, int]:
+    """``(major, minor)`` page faults of process ``pid``, from ``/proc/<pid>/stat``.
+
+    psutil has no API for another process's page faults. Raises
+    ``ProcessLookupError`` when the process has gone.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
+    # The name (comm) may itself hold ") ", so split after the last one.
+    fields = data.rpartition(b")")[2].split()
+    return int(fields[9]), int(fields[7])  # majflt, minflt
+
+
+def _tree_fields(
+    ctx: ReadContext,
+    tree: Tree,
+    alive: int,
+    readings: Mapping[int, Mapping[str, Any]],
+    out: _Pass,
+    times: tuple[float, float, float, float],
+) -> None:
+    user, system, reaped_user, reaped_system = times
+    cpu = ctx.monotonic(
+        "children.tree", {("user",): user + reaped_user, ("system",): system + reaped_system}
+    )
+    fields = out.fields.setdefault("children.tree", {})
+    fields["cpu_time"] = cpu
+    fields["count"] = 1 + alive
+    fields["exits"] = tree.exits
+    fields["restarts"] = tree.restarts
+    kind = "pss" if "children.memory_full" in wanted(ctx) else "rss"
+    own = _own_memory(ctx, kind)
+    if own is not None:
+        total = own + sum(int(r.get(kind) or 0) for r in readings.values() if not r.get("zombie"))
+        fields["memory"] = {(kind,): total}
+
+
+def _own_memory(ctx: ReadContext, kind: str) -> int | None:
+    try:
+        if kind == "pss":
+            return int(getattr(ctx.process.memory_full_info(), "pss", 0)) or None
+        return int(ctx.process.memory_info().rss)
+    except (psutil.Error, OSError):
+        return None
+
+
+# --- the sources --------------------------------------------------------------
+
+
+def _source_reader(name: str) -> Callable[[ReadContext], Reading]:
+    def read(ctx: ReadContext) -> Reading:
+        return _read_pass(ctx).fields.get(name, {})
+
+    return read
+
+
+def _source(
+    name: str,
+    fields: Iterable[str],
+    cost: str,
+    *,
+    platforms: frozenset[str] | None = None,
+    stateful: bool = False,
+    available: Callable[[], bool] | None = None,
+) -> Source:
+    extra: dict[str, Any] = {}
+    if platforms is not None:
+        extra["platforms"] = platforms
+    if available is not None:
+        extra["available"] = available
+    return Source(
+        name,
+        _source_reader(name),
+        frozenset(fields),
+        cost,
+        stateful=stateful,
+        open=_wants(name),
+        close=_unwants(name),
+        **extra,
+    )
+
+
+def _has(name: str) -> Callable[[], bool]:
+    return lambda: hasattr(psutil.Process, name)
+
+
+_PROCESS_IO = (POSIX | WINDOWS) - {"darwin", "sunos"}
+_PER_CHILD = "per child, in its oneshot"
+
+SOURCES: tuple[Source, ...] = (
+    _source(
+        "children.cpu",
+        ("cpu_time", "cpu_utilization"),
+        f"/proc/<pid>/stat {_PER_CHILD} (shared with the tree)",
+        stateful=True,
+    ),
+    _source("children.memory", ("rss", "vms"), f"/proc/<pid>/statm {_PER_CHILD}"),
+    _source(
+        "children.memory_full",
+        ("pss", "uss"),
+        f"/proc/<pid>/smaps_rollup {_PER_CHILD}: its cost grows with the child's RSS",
+        platforms=LINUX,
+    ),
+    _source(
+        "children.io",
+        ("bytes", "operations"),
+        f"/proc/<pid>/io {_PER_CHILD}",
+        platforms=_PROCESS_IO,
+        available=_has("io_counters"),
+    ),
+    _source("children.num_threads", ("count",), f"/proc/<pid>/status {_PER_CHILD}"),
+    _source(
+        "children.num_fds",
+        ("count",),
+        f"lists /proc/<pid>/fd {_PER_CHILD}",
+        platforms=POSIX,
+        available=_has("num_fds"),
+    ),
+    _source(
+        "children.context_switches",
+        ("context_switches",),
+        f"/proc/<pid>/status {_PER_CHILD} (the main thread's on Linux, as psutil counts them)",
+    ),
+    _source(
+        "children.paging_faults",
+        ("paging_faults",),
+        "/proc/<pid>/stat per child, read directly (psutil has no API)",
+        platforms=LINUX,
+    ),
+    _source("children.uptime", ("uptime",), "none: each child's create time is read once"),
+    _source(
+        "children.tree",
+        ("cpu_time", "count", "exits", "restarts", "memory"),
+        "getrusage(2) twice, lists each task's children file (elsewhere: psutil reads every "
+        "process on the host), /proc/<pid>/stat and statm per child",
+        stateful=True,
+    ),
+)
