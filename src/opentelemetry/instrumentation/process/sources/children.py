@@ -357,9 +357,9 @@ def _give_slots(
 
 def _recorded_slots(parent: int) -> dict[int, int]:
     """Slots that the per-worker resource detector recorded for the children of ``parent``."""
-    from ..group.slots import recorded_slots
-
     try:
+        from ..group.slots import recorded_slots
+
         return recorded_slots(parent)
     except Exception:  # noqa: BLE001 - a record we cannot read: the master's own slots
         return {}
