@@ -44,6 +44,8 @@ RUN_HERE = {
     "prometheus/app.py",
     "gunicorn/app.py",
     "gunicorn/gunicorn.conf.py",
+    # Supervisor mode: run by tests/test_children_gunicorn.py.
+    "gunicorn/gunicorn_master.conf.py",
     "frequency/cpu_frequency.py",
     "grafana/queries.py",
     "grafana/process-metrics-dashboard.json",
