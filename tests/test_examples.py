@@ -29,7 +29,7 @@ from typing import IO, Any
 import psutil
 import pytest
 
-from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, PER_CHILD
 
 from .conftest import on_by_default
 
@@ -373,7 +373,7 @@ def test_cpu_frequency_opt_in() -> None:
 
 
 # Rows whose panels are empty unless an option or the host turns their metrics on.
-ROW_GROUPS = {"Saturation": "saturation"}
+ROW_GROUPS = {"Saturation": "saturation", "Workers (supervisor mode)": "tree"}
 
 
 def test_dashboard_queries_use_only_default_metrics() -> None:
@@ -419,6 +419,8 @@ def test_dashboard_rows_of_a_group_use_only_its_metrics(row: str, group: str) ->
     titles = [p["title"] for p in dashboard["panels"]]
     assert titles.index(row) > titles.index("Collection")  # appended after the others
     names = {m.name.replace(".", "_") for m in METRICS if m.group == group}
+    if group == "tree":  # with the per-child points of the process metrics
+        names |= {n.replace(".", "_") for n in PER_CHILD}
     for q in found:
         used = re.findall(r"\b([a-z][a-z0-9_]*)\{", q.expr)
         assert used, q
