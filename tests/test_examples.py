@@ -62,6 +62,9 @@ NEEDS_SERVERS = {
     "uwsgi/uwsgi.ini": "uWSGI + VictoriaMetrics",
     "celery-worker/tasks.py": "Celery + VictoriaMetrics",
     "multiprocessing-pool/pool.py": "VictoriaMetrics",
+    # Supervisor mode (docs/supervisor.md): tests/e2e/test_supervisor.py.
+    "uwsgi/supervisor.py": "uWSGI",
+    "uwsgi/supervisor.ini": "uWSGI",
 }
 SERVERS = Path(os.environ.get("SERVERS_CACHE_DIR") or ROOT / ".cache" / "servers") / "bin"
 NOT_CODE = {"README.md"}
