@@ -92,9 +92,13 @@ class _Pass:
     now: float
     fields: dict[str, dict[str, Value]] = field(default_factory=dict)
 
-    def put(self, source: str, name: str, key: Key, value: float) -> None:
-        mapping = self.fields.setdefault(source, {}).setdefault(name, {})
-        mapping[key] = value  # type: ignore[index]
+    def target(self, source: str, name: str) -> dict[Key, float]:
+        """The mapping of field ``name`` of ``source``, made empty on first use."""
+        fields = self.fields.setdefault(source, {})
+        found = fields.get(name)
+        if found is None:
+            found = fields[name] = {}
+        return found  # type: ignore[return-value]
 
 
 class _Gone(Exception):
@@ -185,7 +189,7 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
             try:
                 if child is None:
                     child = Child(pid, handle or psutil.Process(pid), parent, out.now)
-                stack.enter_context(_oneshot(child.process))
+                stack.enter_context(child.process.oneshot())
                 reading = _read_first(ctx, child, need_cpu, need_memory, with_pss)
             except (_Gone, psutil.NoSuchProcess):
                 if child is not None and pid in tree.live:
@@ -232,20 +236,6 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
     tree.live = live
     if with_tree:
         _tree_fields(ctx, tree, alive, readings, out, (user, system, reaped_user, reaped_system))
-
-
-@contextlib.contextmanager
-def _oneshot(process: psutil.Process) -> Any:
-    try:
-        cm = process.oneshot()
-        cm.__enter__()
-    except Exception:  # noqa: BLE001 - oneshot() only caches; read without it
-        yield
-        return
-    try:
-        yield
-    finally:
-        cm.__exit__(None, None, None)
 
 
 def _denied(ctx: ReadContext, what: str, child: Child, exc: BaseException) -> None:
@@ -371,66 +361,68 @@ def _read_rest(
     """The per-child fields of one kept child; nothing of it if it exits meanwhile."""
     pid: int | None = child.pid if ctx.options.child_pid else None
     slot = child.slot
-    found = _Pass(out.now)
+    # Kept aside until the child's last read: a child gone meanwhile gives nothing.
+    rows: list[tuple[str, str, Key, float]] = []
+    add = rows.append
     p = child.process
     try:
         if "children.cpu" in want and "times" in reading:
             u, s, _, _ = reading["times"]
-            times: dict[Key, float] = {("user",): u, ("system",): s}
-            for (mode,), v in times.items():
-                found.put("children.cpu", "cpu_time", (slot, pid, mode), v)
+            add(("children.cpu", "cpu_time", (slot, pid, "user"), u))
+            add(("children.cpu", "cpu_time", (slot, pid, "system"), s))
             cpus = ctx.facts.available_cpus or 0.0
             if cpus:
                 share = child.util.step(
-                    out.now, times, lambda d, e: {k: v / (e * cpus) for k, v in d.items()}
+                    out.now,
+                    {("user",): u, ("system",): s},
+                    lambda d, e: {k: v / (e * cpus) for k, v in d.items()},
                 )
                 for (mode,), v in (share or {}).items():
-                    found.put("children.cpu", "cpu_utilization", (slot, pid, mode), v)
+                    add(("children.cpu", "cpu_utilization", (slot, pid, mode), v))
         if "children.memory" in want and "rss" in reading:
-            found.put("children.memory", "rss", (slot, pid), reading["rss"])
-            found.put("children.memory", "vms", (slot, pid), reading["vms"])
+            add(("children.memory", "rss", (slot, pid), reading["rss"]))
+            add(("children.memory", "vms", (slot, pid), reading["vms"]))
         if "children.memory_full" in want:
             if reading.get("pss") is not None:
-                found.put("children.memory_full", "pss", (slot, pid), reading["pss"])
+                add(("children.memory_full", "pss", (slot, pid), reading["pss"]))
             if "uss" in reading:
-                found.put("children.memory_full", "uss", (slot, pid), reading["uss"])
+                add(("children.memory_full", "uss", (slot, pid), reading["uss"]))
         if "children.io" in want:
             io = _try(ctx, "I/O", child, p.io_counters)
             if io is not None:
-                for d, b, n in (
-                    ("read", io.read_bytes, io.read_count),
-                    ("write", io.write_bytes, io.write_count),
-                ):
-                    found.put("children.io", "bytes", (slot, pid, d), b)
-                    found.put("children.io", "operations", (slot, pid, d), n)
+                add(("children.io", "bytes", (slot, pid, "read"), io.read_bytes))
+                add(("children.io", "bytes", (slot, pid, "write"), io.write_bytes))
+                add(("children.io", "operations", (slot, pid, "read"), io.read_count))
+                add(("children.io", "operations", (slot, pid, "write"), io.write_count))
         if "children.num_threads" in want:
             n = _try(ctx, "threads", child, p.num_threads)
             if n is not None:
-                found.put("children.num_threads", "count", (slot, pid), n)
+                add(("children.num_threads", "count", (slot, pid), n))
         if "children.num_fds" in want:
             n = _try(ctx, "file descriptors", child, p.num_fds)
             if n is not None:
-                found.put("children.num_fds", "count", (slot, pid), n)
+                add(("children.num_fds", "count", (slot, pid), n))
         if "children.context_switches" in want:
             cs = _try(ctx, "context switches", child, p.num_ctx_switches)
             if cs is not None:
-                for kind, v in (("voluntary", cs.voluntary), ("involuntary", cs.involuntary)):
-                    found.put("children.context_switches", "context_switches", (slot, pid, kind), v)
+                field = "context_switches"
+                add(("children.context_switches", field, (slot, pid, "voluntary"), cs.voluntary))
+                add(
+                    ("children.context_switches", field, (slot, pid, "involuntary"), cs.involuntary)
+                )
         if "children.paging_faults" in want and ctx.use_direct("children"):
             faults = _try(ctx, "page faults", child, lambda: page_faults(child.pid))
             if faults is not None:
-                for kind, v in zip(("major", "minor"), faults, strict=True):
-                    found.put("children.paging_faults", "paging_faults", (slot, pid, kind), v)
+                add(("children.paging_faults", "paging_faults", (slot, pid, "major"), faults[0]))
+                add(("children.paging_faults", "paging_faults", (slot, pid, "minor"), faults[1]))
         if "children.uptime" in want:
             created = _try(ctx, "uptime", child, p.create_time)
             if created is not None:
-                found.put("children.uptime", "uptime", (slot, pid), time.time() - created)
+                add(("children.uptime", "uptime", (slot, pid), time.time() - created))
     except _Gone:
         return
-    for source, fields in found.fields.items():
-        for name, values in fields.items():
-            target = out.fields.setdefault(source, {}).setdefault(name, {})
-            target.update(values)  # type: ignore[union-attr]
+    for source, name, key, value in rows:
+        out.target(source, name)[key] = value
 
 
 def page_faults(pid: int) -> tuple[int, int]:
