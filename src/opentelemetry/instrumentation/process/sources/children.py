@@ -528,7 +528,7 @@ SOURCES: tuple[Source, ...] = (
     _source(
         "children.memory_full",
         ("pss", "uss"),
-        f"/proc/<pid>/smaps_rollup {_PER_CHILD}: its cost grows with the child's RSS",
+        f"/proc/<pid>/smaps_rollup {_PER_CHILD}: its cost grows with the RSS of the child",
         platforms=LINUX,
     ),
     _source(
@@ -549,7 +549,7 @@ SOURCES: tuple[Source, ...] = (
     _source(
         "children.context_switches",
         ("context_switches",),
-        f"/proc/<pid>/status {_PER_CHILD} (the main thread's on Linux, as psutil counts them)",
+        f"/proc/<pid>/status {_PER_CHILD} (the main thread only on Linux, as psutil counts)",
     ),
     _source(
         "children.paging_faults",
@@ -557,11 +557,11 @@ SOURCES: tuple[Source, ...] = (
         "/proc/<pid>/stat per child, read directly (psutil has no API)",
         platforms=LINUX,
     ),
-    _source("children.uptime", ("uptime",), "none: each child's create time is read once"),
+    _source("children.uptime", ("uptime",), "none: the create time of each child is read once"),
     _source(
         "children.tree",
         ("cpu_time", "count", "exits", "restarts", "memory"),
-        "getrusage(2) twice, lists each task's children file (elsewhere: psutil reads every "
+        "getrusage(2) twice, lists the children file of each task (elsewhere: psutil reads every "
         "process on the host), /proc/<pid>/stat and statm per child",
         stateful=True,
     ),
