@@ -517,6 +517,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.group import slots  # imported as root, as a server does
+import encodings.ascii, hashlib  # this Python's stdlib is readable by root only
 
 warnings = []
 class Count(logging.Handler):
@@ -554,7 +555,9 @@ def child(uid, gid):
 same = child(65534, 65534)   # the master's own user: readable
 other = child(65533, 65533)  # another user, not dumpable: io and fd denied
 time.sleep(0.3)
-pm = ProcessMetrics(ProcessMetricsOptions(children=True), meter_provider=provider)
+# The group election is not under test here: every process reports its shared metrics.
+options = ProcessMetricsOptions(children=True, shared_metrics="every")
+pm = ProcessMetrics(options, meter_provider=provider)
 for _ in range(3):
     data = reader.get_metrics_data()
 

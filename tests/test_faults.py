@@ -26,6 +26,7 @@ from opentelemetry.instrumentation.process import facts as facts_module
 from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
 from opentelemetry.instrumentation.process.instruments import _registries
 from opentelemetry.instrumentation.process.linux import procfs, sock_diag
+from opentelemetry.instrumentation.process.linux import smaps as linux_smaps
 from opentelemetry.instrumentation.process.linux import threads as linux_threads
 from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauses
@@ -51,6 +52,7 @@ TARGETS: dict[str, tuple[Any, str]] = {
     "process.num_handles": (psutil.Process, "num_handles"),
     "process.threads": (psutil.Process, "threads"),
     "process.signals": (procfs, "open"),
+    "process.smaps": (psutil.Process, "memory_full_info"),
     "system.cpu": (psutil, "cpu_times"),
     "system.memory": (psutil, "virtual_memory"),
     "system.cpu_freq": (psutil, "cpu_freq"),
@@ -74,7 +76,7 @@ TARGETS: dict[str, tuple[Any, str]] = {
     ),
 }
 # Sources that read nothing from the OS at collection time.
-NO_OS_READ = {"static", "refresh", "process.uptime"}
+NO_OS_READ = {"static", "system.static", "refresh", "process.uptime"}
 
 # Every exception psutil (or the OS call) can raise there.
 ERRORS: dict[str, Callable[[], BaseException]] = {
@@ -111,12 +113,13 @@ def test_every_source_has_a_fault_target() -> None:
 
 # Sources whose direct Linux read falls back to psutil: broken with direct reads off
 # (the fallback itself is tested below).
-FALLS_BACK = {"process.threads", "system.connections", "system.swap"}
+FALLS_BACK = {"process.threads", "system.connections", "system.swap", "process.smaps"}
 # Each direct read, and the function that does it.
 DIRECT_READS: dict[str, tuple[Any, str]] = {
     "threads": (linux_threads, "busiest_threads"),
     "connections": (sock_diag, "connection_counts"),
     "swap": (procfs, "swap_totals"),
+    "smaps": (linux_smaps, "pss_uss"),
 }
 
 
@@ -260,7 +263,11 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
     instrument(
         direct_reads=True,
         per_thread=True,
-        include=["system.network.connection.count", "system.paging.usage"],
+        include=[
+            "system.network.connection.count",
+            "system.paging.usage",
+            "process_metrics.memory.pss",
+        ],
     )
     healthy = collect(reader)
 

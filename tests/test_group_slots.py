@@ -130,3 +130,44 @@ def test_a_stale_pid_in_a_free_slot_file_is_not_live(kids: list[Kid]) -> None:
     kid.stop()
     # The file still names the exited worker, but its lock is free.
     assert slots.recorded_slots(os.getpid()) == {}
+
+
+def _parent_with_worker() -> dict[str, int]:
+    worker = Kid(slots.claim_slot, linger=30)
+    assert worker.result == 0
+    return {"worker": worker.pid}
+
+
+def test_folders_of_dead_parents_are_removed_but_a_live_orphans_file_is_kept(
+    kids: list[Kid],
+) -> None:
+    import signal
+
+    base = runtime_dir()
+    assert base is not None
+    parent = Kid(_parent_with_worker)
+    kids.append(parent)
+    orphan = parent.result["worker"]
+    folder = base / "slots" / keys.parent_key(parent.pid)
+    assert (folder / "0.lock").is_file()
+    other_boot = base / "slots" / "0f0f0f0f-aaaa-bbbb-cccc-000000000000-123-456"
+    other_boot.mkdir(mode=0o700)
+    os.close(os.open(other_boot / "0.lock", os.O_CREAT | os.O_WRONLY, 0o600))
+    junk = base / "slots" / "junk"
+    junk.mkdir(mode=0o700)
+    parent.kill()
+    try:
+        worker(kids)  # a claim prunes
+        assert not other_boot.exists()
+        assert junk.exists()  # not a name of this module: left alone
+        assert (folder / "0.lock").is_file()  # the orphan still holds it
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+    import time
+
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{orphan}") and time.monotonic() < deadline:
+        time.sleep(0.01)  # reaped by init
+    kids[-1].kill()
+    worker(kids)
+    assert not folder.exists()

@@ -87,7 +87,7 @@ FLAGS = (
     "child_pid",
 )
 LISTS = ("include", "exclude")
-CHOICES = {"thread_series_by": ("thread", "name")}
+CHOICES = {"thread_series_by": ("thread", "name"), "shared_metrics": ("once", "every")}
 TRISTATES = ("saturation",)  # True, False, or None for auto
 OPTIONS = (*FLAGS, *LISTS, "max_thread_series", "max_children", "attributes", *CHOICES, *TRISTATES)
 DEFAULTS = ProcessMetricsOptions()
@@ -658,6 +658,7 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
         lambda d: MappingProxyType(d) if len(d) % 2 else d
     ),
     "thread_series_by": st.sampled_from(CHOICES["thread_series_by"]),
+    "shared_metrics": st.sampled_from(CHOICES["shared_metrics"]),
 }
 BAD = {
     **dict.fromkeys(FLAGS, NOT_BOOL),
@@ -669,6 +670,10 @@ BAD = {
     "thread_series_by": st.one_of(
         st.text(max_size=8).filter(lambda w: w not in CHOICES["thread_series_by"]),
         st.sampled_from(["Name", " name", None, 1, True, ("name",)]),
+    ),
+    "shared_metrics": st.one_of(
+        st.text(max_size=8).filter(lambda w: w not in CHOICES["shared_metrics"]),
+        st.sampled_from(["Once", " every", None, 1, True, ("once",)]),
     ),
     "attributes": BAD_ATTRIBUTES,
 }

@@ -383,13 +383,15 @@ def test_a_collection_opens_each_file_the_group_reads_once_and_no_other() -> Non
 
 
 def test_every_process_of_a_cgroup_reports_the_same_container_values() -> None:
-    """Hence: never sum them across processes; or turn the group off in all but one."""
+    """With shared_metrics="every". Hence: never sum them across processes (the default,
+    "once", has one process of the group report them: tests/test_group_election.py)."""
+    every = "instrument " + json.dumps({"shared_metrics": "every"})
     with child_cgroup("memory") as mem, Child() as first, Child() as second, Child() as quiet:
         mem.write("memory.limit_in_bytes", str(256 * MIB))
         for child in (first, second, quiet):
             mem.add(child.pid)
-        first.ask("instrument")
-        second.ask("instrument")
+        first.ask(every)
+        second.ask(every)
         quiet.ask("instrument " + json.dumps({"saturation": False}))
         second.ask("alloc 16")  # its own memory, and not the first process's
         a, b, c = first.ask("collect"), second.ask("collect"), quiet.ask("collect")

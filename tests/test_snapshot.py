@@ -317,8 +317,15 @@ EVERYTHING: dict[str, Any] = {
 # With direct reads off, psutil is the source wherever it has the value, and three
 # of its calls read files that another source reads too: net_connections() lists
 # the fds of every process (this one's too), swap_memory() reads meminfo and
-# vmstat, num_threads() reads status, which signals_pending (no psutil API) reads.
-PSUTIL_REREADS = {"/proc/self/fd", "/proc/meminfo", "/proc/vmstat", "/proc/self/status"}
+# vmstat, num_threads() reads status, which signals_pending (no psutil API) reads;
+# memory_full_info() (PSS and USS) reads statm again, outside oneshot's cache.
+PSUTIL_REREADS = {
+    "/proc/self/fd",
+    "/proc/meminfo",
+    "/proc/vmstat",
+    "/proc/self/status",
+    "/proc/self/statm",
+}
 
 
 @linux_only

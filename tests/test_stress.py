@@ -243,11 +243,12 @@ def expected_names(options: Mapping[str, Any]) -> set[str]:
         options=ProcessMetricsOptions(**options),
         faults=FaultLog(),
     )
-    known = SOURCES["static"].read(ctx)
+    static = ("static", "system.static")
+    known = {f for name in static for f in SOURCES[name].read(ctx)}
     return {
         n
         for n in names_for(options)
-        if METRICS_BY_NAME[n].source != "static" or METRICS_BY_NAME[n].field in known
+        if METRICS_BY_NAME[n].source not in static or METRICS_BY_NAME[n].field in known
     }
 
 

@@ -276,7 +276,11 @@ class SourceTable(_Generated):
                 flags.append("inside the one `Process.oneshot()`")
             if source.stateful:
                 flags.append("keeps a baseline, first read at `instrument()`")
-            if source.name == "static":
+            if source.shared:
+                flags.append(
+                    'shared: with `shared_metrics="once"`, one process of the group reads it'
+                )
+            if source.name in ("static", "system.static"):
                 when = "once per process (and again after fork)"
             elif source.name == "refresh":
                 when = "timed by the refresh itself"

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -115,6 +116,9 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env["OTEL_TRACES_EXPORTER"] = "none"
     env["OTEL_LOGS_EXPORTER"] = "none"
+    # Each app is a group of its own (its workers share it): apps run side by side, and
+    # other test runs on the machine, never take its election (shared_metrics="once").
+    env["OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="otel-run-")
     env.update(extra)
     return env
 

@@ -42,6 +42,8 @@ pytestmark = pytest.mark.e2e
 
 CONF = REPO / "examples" / "gunicorn" / "gunicorn.conf.py"
 WORKERS = 2
+# Each worker's values are checked, host ones included: every worker reports them.
+EVERY = {"OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS": "every"}
 
 
 def _series(vm: VictoriaMetrics, service: str) -> dict[str, dict[str, str]]:
@@ -67,6 +69,7 @@ def test_each_worker_reports_its_own_process(
             OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/protobuf",
             OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=vm_prom.otlp_url,
             OTEL_METRIC_EXPORT_INTERVAL="500",
+            **EVERY,
         ),
     )
     master = psutil.Process(server.pid)
@@ -165,7 +168,7 @@ def _otlp_env(vm: VictoriaMetrics, service: str, **extra: str) -> dict[str, str]
         OTEL_SERVICE_NAME=service,
         OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=vm.otlp_url,
         OTEL_METRIC_EXPORT_INTERVAL="500",
-        **extra,
+        **{**EVERY, **extra},
     )
 
 

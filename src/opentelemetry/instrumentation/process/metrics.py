@@ -238,9 +238,9 @@ METRICS: tuple[Metric, ...] = (
            group="system.cpu", source="system.cpu", field="utilization", attributes=_CPU,
            default=True, value_type=float, note=_PER_CPU),
     Metric("system.cpu.logical.count", U, "{cpu}", "Logical CPUs of the host.",
-           group="system.cpu", source="static", field="logical_cpus", default=True),
+           group="system.cpu", source="system.static", field="logical_cpus", default=True),
     Metric("system.cpu.physical.count", U, "{cpu}", "Physical CPU cores of the host.",
-           group="system.cpu", source="static", field="physical_cpus", default=True),
+           group="system.cpu", source="system.static", field="physical_cpus", default=True),
     Metric("system.memory.usage", U, "By",
            "Host memory by state; used is total minus available.",
            group="system.memory", source="system.memory", field="usage",
@@ -321,10 +321,10 @@ METRICS: tuple[Metric, ...] = (
            attributes=("cpu.logical_number",), option="cpu_frequency"),
     Metric("process_metrics.cpu.frequency.min", G, "Hz",
            "Minimum CPU frequency the host allows (extension); absent where unknown.",
-           group="frequency", source="static", field="cpu_freq_min", option="cpu_frequency"),
+           group="frequency", source="system.static", field="cpu_freq_min", option="cpu_frequency"),
     Metric("process_metrics.cpu.frequency.max", G, "Hz",
            "Maximum CPU frequency the host allows (extension); absent where unknown.",
-           group="frequency", source="static", field="cpu_freq_max", option="cpu_frequency"),
+           group="frequency", source="system.static", field="cpu_freq_max", option="cpu_frequency"),
     # --- per-thread CPU: only with per_thread=True
     Metric("process_metrics.thread.cpu.time", C, "s",
            "CPU seconds of each thread of this process (extension), capped by "
@@ -335,6 +335,15 @@ METRICS: tuple[Metric, ...] = (
     # --- opt-in process extras
     Metric("process.signals_pending", U, "{signal}", "Signals pending for this process.",
            group="process", source="process.signals", field="count"),
+    Metric("process_metrics.memory.pss", U, "By",
+           "Proportional set size of this process: its resident pages, each shared page "
+           "divided by the processes that share it, so that the PSS of workers adds up "
+           "(extension).",
+           group="process", source="process.smaps", field="pss"),
+    Metric("process_metrics.memory.uss", U, "By",
+           "Unique set size of this process: the resident pages no other process shares, "
+           "what exiting would free (extension).",
+           group="process", source="process.smaps", field="uss"),
     # --- host groups, opt-in through include
     Metric("system.disk.io", C, "By", "Bytes read from and written to each disk.",
            group="disk", source="system.disk", field="bytes",

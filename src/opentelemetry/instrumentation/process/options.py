@@ -38,6 +38,9 @@ every point of every collection, so this package bounds them by default.
 DEFAULT_MAX_CHILDREN = 64
 """Most descendant processes reported one by one with ``children=True``."""
 
+SHARED_METRICS = ("once", "every")
+"""Who reports the host, cgroup and pressure metrics: one process of the group, or each."""
+
 THREAD_SERIES_BY = ("thread", "name")
 """What a per-thread series stands for: one thread, or one thread-name pattern."""
 
@@ -95,6 +98,15 @@ class ProcessMetricsOptions:
 
     Turn off to troubleshoot: psutil is then used wherever it has the value.
     """
+    shared_metrics: str = "once"
+    """``"once"``: one process of a group reports the shared metrics. ``"every"``: each does.
+
+    A group is the processes of one user in one cgroup on one boot of one
+    host (a container, a systemd service). The shared metrics are the host
+    ones (``system.*``), the container and cgroup ones and the pressure
+    stalls; the group elects its reporter by a lock the kernel frees when the
+    holder dies, and another process takes over at its next collection.
+    """
 
     children: bool = False
     """Supervisor mode: also report every descendant process (the workers), each by its slot.
@@ -125,6 +137,11 @@ class ProcessMetricsOptions:
             raise ValueError(
                 f"thread_series_by: expected one of {', '.join(map(repr, THREAD_SERIES_BY))}, "
                 f"got {show(self.thread_series_by)}"
+            )
+        if self.shared_metrics not in SHARED_METRICS:
+            raise ValueError(
+                f"shared_metrics: expected one of {', '.join(map(repr, SHARED_METRICS))}, "
+                f"got {show(self.shared_metrics)}"
             )
         object.__setattr__(self, "attributes", _check_attributes(self.attributes))
 

@@ -50,7 +50,7 @@ class ProcessWorkerResourceDetector(ResourceDetector):
         found = slots.claim()
         if found is None:
             faults.warning(
-                ("detector", "no slot"),  # pragma: no mutate - a fault key is only compared
+                ("detector", "no slot"),
                 "process metrics: no worker slot could be claimed; the process_worker "
                 "resource detector adds no service.instance.id.",
             )

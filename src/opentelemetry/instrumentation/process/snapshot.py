@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .facts import Facts, read_facts, this_process
 from .faultlog import FaultLog
+from .group.shared import SharedGate
 from .platforms import ON_LINUX
 from .sources import SOURCES, ReadContext, Reading, Source
 from .sources.base import ReadOptions
@@ -64,6 +65,8 @@ class SnapshotCache:
         self._closed = False
         self.on_unhooked_fork: Callable[[], None] | None = None
         """Called once in a process forked without Python's at-fork hooks, after the re-bind."""
+        self._shared = SharedGate(options.shared_metrics)
+        """Leaves out the shared sources where this process does not lead its group."""
         self._bind()
         _live_caches.add(self)
 
@@ -85,7 +88,7 @@ class SnapshotCache:
         )
         self.idle = frozenset(s.name for s in self.sources if not self._open(s))
         """Sources with nothing to read in this process (their open hook said so)."""
-        self._read(tuple(s for s in self.sources if s.stateful))
+        self._read(self._shared.sources(tuple(s for s in self.sources if s.stateful)))
 
     @property
     def facts(self) -> Facts:
@@ -116,7 +119,7 @@ class SnapshotCache:
 
     def _refresh(self) -> Snapshot:
         wall, cpu = time.perf_counter(), time.thread_time()
-        readings = self._read(self.sources)
+        readings = self._read(self._shared.sources(self.sources))
         if any(s.name == REFRESH for s in self.sources):
             readings[REFRESH] = {
                 "duration": time.perf_counter() - wall,
@@ -205,6 +208,7 @@ class SnapshotCache:
         if self._closed:
             return
         self._closed = True
+        self._shared.close()
         for source in self.sources:
             self._close(source)
         self.sources = ()

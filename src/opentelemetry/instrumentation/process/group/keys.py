@@ -52,8 +52,12 @@ def start_time(pid: int) -> str:
 
 
 def parent_key(ppid: int) -> str:
-    """``<boot id>-<parent pid>-<parent start time>``: one parent process, over all time."""
-    return f"{boot_id()}-{ppid}-{start_time(ppid)}"
+    """``<boot id>-<parent pid>-<parent start time>``: one parent process, over all time.
+
+    A parent pid of 0 (the process is pid 1 of a pid namespace: a container's
+    main process) has no ``/proc`` entry: its start time is 0.
+    """
+    return f"{boot_id()}-{ppid}-{start_time(ppid) if ppid > 0 else 0}"
 
 
 def group_key() -> str:

@@ -123,7 +123,8 @@ def open_private(path: Path, flags: int = os.O_RDWR) -> int:
 def warn_unusable(path: Path, exc: BaseException) -> None:
     """Say once (per fault period) that group files cannot be used, and what happens instead."""
     faults.warning(
-        ("rundir", str(path), type(exc).__name__),
+        # One key for every group file: one warning per period, whichever fails first.
+        ("rundir",),
         "process metrics: the runtime directory %s cannot be used safely (%s: %s); worker "
         "slots are off and every process reports the shared metrics (shared_metrics='every'). "
         "Set %s to a directory of this user with mode 0700.",

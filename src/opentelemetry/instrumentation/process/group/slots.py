@@ -16,6 +16,10 @@ A claimer therefore retries a busy slot a few times, for a few milliseconds,
 when the file names no live worker of its parent. A worker that has just
 taken a lock and not yet written its pid is seen with the previous pid, which
 is checked (a live child of that parent) before it is reported.
+
+Each claim also removes up to :data:`MAX_PRUNED` folders of parents that are
+gone (another boot, a dead pid), so that restarts of a server leave no trail;
+a file whose lock is held (a worker that outlived its parent) is kept.
 """
 
 from __future__ import annotations
@@ -117,7 +121,9 @@ def _take() -> Claim | None:
                 if _lock_free(fd, ppid):
                     os.ftruncate(fd, 0)
                     os.pwrite(fd, b"%d\n" % os.getpid(), 0)
-                    return Claim(slot, parent_key, HeldFile.of(fd))
+                    claimed = Claim(slot, parent_key, HeldFile.of(fd))
+                    prune(base / "slots", keep=parent_key)
+                    return claimed
             except BaseException:
                 os.close(fd)  # frees the lock if it was taken
                 raise
@@ -199,6 +205,73 @@ def _live_holder(path: Path, parent_pid: int) -> int | None:
         return None
     finally:
         os.close(fd)
+
+
+MAX_PRUNED = 32
+"""Most folders of dead parents removed by one claim: the cost stays bounded."""
+
+
+def prune(folder: Path, keep: str) -> int:
+    """Remove the slot folders of parents that are gone (another boot, or a dead pid).
+
+    Only free lock files are removed, each while this process holds its lock:
+    a worker that outlived its parent keeps its file and its folder. Returns
+    how many folders were removed. Never raises.
+    """
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    removed = 0
+    this_boot = keys.boot_id()
+    for name in names[: MAX_PRUNED * 4]:
+        if name == keep or removed >= MAX_PRUNED or not _gone(name, this_boot):
+            continue
+        removed += _remove_free(folder / name)
+    return removed
+
+
+def _gone(key: str, this_boot: str) -> bool:
+    """Whether the parent named by a slot folder ``key`` is gone for good."""
+    boot, _, rest = key.rpartition("-")
+    boot, _, ppid = boot.rpartition("-")
+    if not boot or not ppid.isdigit():
+        return False  # not a name this module made: left alone
+    if boot != this_boot:
+        return True
+    if int(ppid) == 0:
+        return False
+    try:
+        return keys.start_time(int(ppid)) != rest
+    except (OSError, ValueError, IndexError, psutil.Error):
+        return True  # no such process any more
+
+
+def _remove_free(folder: Path) -> int:
+    try:
+        check_private(os.lstat(folder), folder, want_dir=True)
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDWR | NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            check_private(os.fstat(fd), path, want_dir=False)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(path)
+        except OSError:
+            pass  # held by a live orphan, or not ours: kept
+        finally:
+            os.close(fd)
+    try:
+        os.rmdir(folder)
+    except OSError:
+        return 0
+    return 1
 
 
 def _forget_in_child() -> None:

@@ -78,6 +78,8 @@ class ReadOptions(Protocol):
     @property
     def event_loop(self) -> bool: ...
     @property
+    def shared_metrics(self) -> str: ...
+    @property
     def children(self) -> bool: ...
     @property
     def max_children(self) -> int: ...
@@ -176,6 +178,9 @@ class Source:
     """Read inside the one ``Process.oneshot()`` of a refresh."""
     stateful: bool = False
     """Keeps a baseline: read once at start, so the first collection has a delta."""
+    shared: bool = False
+    """The same in every process of a group (host, cgroup, pressure): with
+    ``shared_metrics="once"`` only the group's elected process reads it."""
     available: Callable[[], bool] = _always
     """A run-time check on top of ``platforms`` (a psutil call that may be missing)."""
     open: Callable[[ReadContext], bool] | None = None

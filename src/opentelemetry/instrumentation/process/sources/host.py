@@ -166,23 +166,44 @@ def _connections(ctx: ReadContext) -> Reading:
     return {"count": counts}
 
 
+def _host_facts(ctx: ReadContext) -> Reading:
+    facts = ctx.facts
+    found = {
+        "logical_cpus": facts.logical_cpus,
+        "physical_cpus": facts.physical_cpus,
+        "cpu_freq_min": facts.cpu_freq_min_hz,
+        "cpu_freq_max": facts.cpu_freq_max_hz,
+    }
+    # Unknown is left out, never reported as 0.
+    return {k: v for k, v in found.items() if v}
+
+
 def _psutil_has(name: str) -> bool:
     return hasattr(psutil, name)
 
 
 SOURCES: tuple[Source, ...] = (
     Source(
+        "system.static",
+        _host_facts,
+        frozenset({"logical_cpus", "physical_cpus", "cpu_freq_min", "cpu_freq_max"}),
+        "none: static facts of the host, read once",
+        shared=True,
+    ),
+    Source(
         "system.cpu",
         _system_cpu,
         frozenset({"time", "utilization"}),
         "/proc/stat",
         stateful=True,
+        shared=True,
     ),
     Source(
         "system.memory",
         _system_memory,
         frozenset({"usage", "utilization", "limit"}),
         "/proc/meminfo",
+        shared=True,
     ),
     Source(
         "system.cpu_freq",
@@ -190,26 +211,43 @@ SOURCES: tuple[Source, ...] = (
         frozenset({"current"}),
         "per CPU: sysfs cpufreq files, or /proc/cpuinfo",
         available=lambda: _psutil_has("cpu_freq"),
+        shared=True,
     ),
-    Source("system.disk", _system_disk, frozenset({"bytes", "operations"}), "/proc/diskstats"),
+    Source(
+        "system.disk",
+        _system_disk,
+        frozenset({"bytes", "operations"}),
+        "/proc/diskstats",
+        shared=True,
+    ),
     Source(
         "system.network",
         _system_network,
         frozenset({"bytes", "packets", "dropped", "errors"}),
         "/proc/net/dev",
+        shared=True,
     ),
     Source(
         "system.swap",
         _swap,
         frozenset({"usage", "utilization"}),
         "one sysinfo(2) syscall (elsewhere: psutil)",
+        shared=True,
     ),
-    Source("system.vmstat", _vmstat, frozenset({"faults"}), "/proc/vmstat", platforms=LINUX),
+    Source(
+        "system.vmstat",
+        _vmstat,
+        frozenset({"faults"}),
+        "/proc/vmstat",
+        platforms=LINUX,
+        shared=True,
+    ),
     Source(
         "system.filesystem",
         _filesystem,
         frozenset({"usage", "utilization"}),
         "/proc/self/mounts, one statvfs per mount",
+        shared=True,
     ),
     Source(
         "system.connections",
@@ -217,5 +255,6 @@ SOURCES: tuple[Source, ...] = (
         frozenset({"count"}),
         "one netlink sock_diag dump per transport (elsewhere: psutil walks the fds of every "
         "process on the host)",
+        shared=True,
     ),
 )

@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..linux import procfs, threads
-from ..platforms import LINUX, POSIX, WINDOWS
+from ..linux import procfs, smaps, threads
+from ..platforms import LINUX, ON_LINUX, POSIX, WINDOWS
 from .base import Key, ReadContext, Reading, Source, Value
 
 try:
@@ -235,14 +235,19 @@ def _signals_pending(ctx: ReadContext) -> Reading:
     return {"count": pending}
 
 
+def _smaps(ctx: ReadContext) -> Reading:
+    found = ctx.direct_read("smaps", smaps.pss_uss)
+    if found is not None:
+        return {"pss": found[0], "uss": found[1]}
+    info = ctx.process.memory_full_info()
+    # psutil gives uss on Linux, macOS and Windows, pss on Linux only.
+    return {"pss": info.pss, "uss": info.uss} if ON_LINUX else {"uss": info.uss}
+
+
 def _static(ctx: ReadContext) -> Reading:
     facts = ctx.facts
     found = {
-        "logical_cpus": facts.logical_cpus,
-        "physical_cpus": facts.physical_cpus,
         "fd_limit": facts.fd_limit,
-        "cpu_freq_min": facts.cpu_freq_min_hz,
-        "cpu_freq_max": facts.cpu_freq_max_hz,
         "available_cpus": facts.available_cpus,
         "memory_limit": facts.memory_limit,
     }
@@ -294,6 +299,17 @@ SOURCES: tuple[Source, ...] = (
         available=_has("io_counters"),
     ),
     Source(
+        "process.smaps",
+        _smaps,
+        frozenset({"pss", "uss"}),
+        "/proc/self/smaps_rollup: the kernel walks the page tables, about 20 µs per MiB of "
+        "RSS (6 ms at 300 MiB) (elsewhere: psutil memory_full_info(), which reads every mapping)",
+        platforms=LINUX | frozenset({"darwin", "windows"}),
+        field_platforms={"pss": LINUX},
+        in_process=True,
+        available=_has("memory_full_info"),
+    ),
+    Source(
         "process.threads",
         _threads,
         frozenset({"cpu_time"}),
@@ -340,17 +356,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "static",
         _static,
-        frozenset(
-            {
-                "logical_cpus",
-                "physical_cpus",
-                "fd_limit",
-                "cpu_freq_min",
-                "cpu_freq_max",
-                "available_cpus",
-                "memory_limit",
-            }
-        ),
+        frozenset({"fd_limit", "available_cpus", "memory_limit"}),
         "none: static facts, read once",
         field_platforms={"fd_limit": POSIX},  # RLIMIT_NOFILE
     ),

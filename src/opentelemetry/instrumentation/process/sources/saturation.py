@@ -194,6 +194,7 @@ SOURCES: tuple[Source, ...] = (
         "the cgroup cpu.stat (v1: and cpuacct.stat)",
         platforms=LINUX,
         open=_open_cpu,
+        shared=True,
     ),
     Source(
         "cgroup.memory",
@@ -203,6 +204,7 @@ SOURCES: tuple[Source, ...] = (
         "(v1: their *_in_bytes, failcnt and oom_control)",
         platforms=LINUX,
         open=_open_memory,
+        shared=True,
     ),
     Source(
         "pressure",
@@ -212,5 +214,6 @@ SOURCES: tuple[Source, ...] = (
         "else /proc/pressure/cpu, memory and io",
         platforms=LINUX,
         open=_open_pressure,
+        shared=True,
     ),
 )

@@ -1,0 +1,256 @@
+"""The election across real processes: one leader, takeover after SIGKILL, no inheritance."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from opentelemetry.instrumentation.process.group import election
+from opentelemetry.instrumentation.process.group.election import Election
+from opentelemetry.instrumentation.process.group.keys import group_key
+from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
+from opentelemetry.instrumentation.process.snapshot import SnapshotCache
+
+from .forkapps import c_fork
+from .groupkids import Kid
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+NOBODY = 65534
+
+
+@pytest.fixture
+def rundir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh runtime directory: a group of its own for each test."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def kids() -> Iterator[list[Kid]]:
+    made: list[Kid] = []
+    yield made
+    for kid in made:
+        kid.kill()
+
+
+_mine: list[Election] = []
+
+
+def voter(kids: list[Kid], *, raw: bool = False, before: Any = None) -> Kid:
+    """A child with an election of its own; ask it "leader"."""
+
+    def job() -> bool:
+        if before is not None:
+            before()
+        _mine.append(Election())
+        return _mine[0].leader()
+
+    kid = Kid(job, raw=raw, serve=lambda _word: _mine[0].leader())
+    kids.append(kid)
+    _ = kid.result
+    return kid
+
+
+def test_one_process_of_the_group_leads(rundir: Path, kids: list[Kid]) -> None:
+    voters = [voter(kids) for _ in range(4)]
+    assert [k.result for k in voters] == [True, False, False, False]
+    for _ in range(3):
+        assert [k.ask("leader") for k in voters] == [True, False, False, False]
+
+
+def test_after_sigkill_of_the_leader_another_takes_over_at_its_next_call(
+    rundir: Path, kids: list[Kid]
+) -> None:
+    a, b, c = voter(kids), voter(kids), voter(kids)
+    a.kill()
+    assert c.ask("leader") is True  # the first to try after the death
+    assert b.ask("leader") is False
+    c.kill()
+    assert b.ask("leader") is True
+
+
+def test_a_forked_child_never_believes_it_leads(rundir: Path, kids: list[Kid]) -> None:
+    def leader_then_children() -> dict[str, Any]:
+        mine = Election()
+        out: dict[str, Any] = {"parent": mine.leader()}
+        for name, fork in (("hooked", os.fork), ("unhooked", c_fork)):
+            child = Kid(mine.leader, raw=fork is c_fork)
+            out[name] = child.result
+            child.stop()
+        out["parent_after"] = mine.leader()
+        return out
+
+    kid = Kid(leader_then_children)
+    kids.append(kid)
+    assert kid.result == {
+        "parent": True,
+        "hooked": False,
+        "unhooked": False,
+        "parent_after": True,
+    }
+
+
+def test_a_child_without_hooks_frees_the_inherited_lock_for_a_takeover(
+    rundir: Path, kids: list[Kid]
+) -> None:
+    # The leader's grandchild, forked from C, inherits its descriptor; once it has
+    # asked (and closed its copy), the leader's death frees the role.
+    def leader_with_grandchild() -> int:
+        mine = Election()
+        assert mine.leader()
+        grandchild = Kid(lambda: Election().leader(), raw=True, linger=30)
+        assert grandchild.result is False
+        return grandchild.pid
+
+    leader = Kid(leader_with_grandchild)
+    kids.append(leader)
+    grandchild = leader.result
+    other = voter(kids)
+    try:
+        assert other.result is False
+        leader.kill()
+        assert other.ask("leader") is True
+    finally:
+        os.kill(grandchild, 9)
+
+
+def test_another_user_can_neither_take_nor_suppress_the_role(rundir: Path, kids: list[Kid]) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to become another user")
+    leader, follower = voter(kids), voter(kids)
+    lock = rundir / "groups" / f"{group_key()}.lock"
+    assert lock.exists()
+
+    def as_nobody() -> None:
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+
+    def attempt() -> dict[str, Any]:
+        as_nobody()
+        out: dict[str, Any] = {}
+        try:
+            os.open(lock, os.O_RDWR)
+            out["open"] = "opened"
+        except PermissionError:
+            out["open"] = "refused"
+        # Pointed at root's directory, it refuses it (not its own) and reports for itself.
+        mine = Election()
+        out["leader"], out["fallback"] = mine.leader(), mine.fallback
+        return out
+
+    intruder = Kid(attempt)
+    kids.append(intruder)
+    assert intruder.result == {"open": "refused", "leader": True, "fallback": True}
+    # With a directory of its own, it is a group of its own: root's group is untouched.
+    os.environ.pop("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR")
+    try:
+        own = voter(kids, before=as_nobody)
+    finally:
+        os.environ["OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"] = str(rundir)
+    assert own.result is True
+    assert (leader.ask("leader"), follower.ask("leader")) == (True, False)
+    leader.kill()
+    assert follower.ask("leader") is True  # not suppressed by the other user's processes
+
+
+def test_elections_of_one_process_agree_and_the_last_close_frees_the_role(
+    rundir: Path, kids: list[Kid]
+) -> None:
+    def two() -> list[bool]:
+        first, second = Election(), Election()
+        out = [first.leader(), second.leader()]
+        first.close()
+        out.append(second.leader())
+        second.close()
+        return out
+
+    kid = Kid(two)
+    kids.append(kid)
+    assert kid.result == [True, True, True]
+    assert voter(kids).result is True  # freed by the last close
+    assert election._state is None or election._state.pid == os.getpid()
+
+
+SHARED = {"system.cpu", "system.memory"}
+
+
+def snapshots(word: str) -> dict[str, Any]:
+    """In a kid: refresh the cache; which shared readings it has, and what it opened."""
+    cache = _caches[0]
+    opened: list[str] = []
+    recording[0] = opened
+    snap = cache.snapshot(_seen[0])
+    recording[0] = None
+    _seen[0] = snap.generation
+    cpu = snap.readings.get("system.cpu")
+    return {
+        "shared": sorted(SHARED & set(snap.readings)),
+        "utilization": bool(cpu and cpu["utilization"]),
+        # Host files only: not this process's own /proc/<pid> or /proc/self ones.
+        "opened": sorted(
+            {p for p in opened if p.startswith("/proc/") and not p.split("/")[2].isdigit()}
+            - {p for p in opened if p.startswith("/proc/self/")}
+        ),
+        "own": "process.memory" in snap.readings,
+    }
+
+
+_caches: list[SnapshotCache] = []
+_seen = [0]
+recording: list[list[str] | None] = [None]
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    sink = recording[0]
+    if sink is not None and event == "open" and isinstance(args[0], str):
+        sink.append(args[0])
+
+
+def reporter(kids: list[Kid], mode: str = "once") -> Kid:
+    def job() -> dict[str, Any]:
+        import sys
+
+        sys.addaudithook(_audit)
+        options = ProcessMetricsOptions(shared_metrics=mode)
+        _caches.append(SnapshotCache(options, {"system.cpu", "system.memory", "process.memory"}))
+        return snapshots("")
+
+    kid = Kid(job, serve=snapshots)
+    kids.append(kid)
+    _ = kid.result
+    return kid
+
+
+def test_a_non_leader_reads_no_shared_source_and_a_new_leader_reports_no_wrong_utilization(
+    rundir: Path, kids: list[Kid]
+) -> None:
+    a, b = reporter(kids), reporter(kids)
+    # The first leader read a baseline when it started: a real utilisation at once.
+    assert a.result["shared"] == sorted(SHARED) and a.result["utilization"]
+    assert {"/proc/stat", "/proc/meminfo"} <= set(a.result["opened"])
+    assert b.result["shared"] == [] and b.result["opened"] == []
+    assert b.result["own"]
+    again = b.ask("refresh")
+    assert again["shared"] == [] and again["opened"] == []  # no /proc/stat, no /proc/meminfo
+    a.kill()
+    first = b.ask("refresh")
+    # It never read the host CPU before: times now, the utilisation from the next one.
+    assert first["shared"] == sorted(SHARED)
+    assert not first["utilization"]
+    import time
+
+    time.sleep(0.15)  # past the shortest utilisation window
+    assert b.ask("refresh")["utilization"]
+
+
+def test_every_reports_in_each_process(rundir: Path, kids: list[Kid]) -> None:
+    a, b = reporter(kids, "every"), reporter(kids, "every")
+    assert a.result["shared"] == b.result["shared"] == sorted(SHARED)
+    assert not (rundir / "groups").exists()  # no election, no file

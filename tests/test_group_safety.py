@@ -1,0 +1,203 @@
+"""Safe on a shared machine: planted symlinks, another user's directory, read-only and full
+file systems all make the group files unusable, with one warning: every process then
+reports (shared_metrics="every") and no slot is claimed; nothing is modified."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from opentelemetry.instrumentation.process.group import election, rundir, slots
+from opentelemetry.instrumentation.process.group.election import Election
+from opentelemetry.instrumentation.process.group.keys import group_key
+from opentelemetry.instrumentation.process.group.shared import SharedGate
+from opentelemetry.instrumentation.process.sources import SOURCES
+
+from .groupkids import Kid
+
+VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+
+@pytest.fixture(autouse=True)
+def _fresh(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    rundir.faults._faults.clear()
+    slots.release()
+    caplog.set_level(logging.WARNING)
+    yield
+    slots.release()
+
+
+def in_kid() -> dict[str, object]:
+    """A fresh process's view: the election falls back, no slot, what a refresh reads."""
+    gate = SharedGate("once")
+    every = tuple(SOURCES[n] for n in ("system.memory", "process.memory"))
+    out = {
+        "leader": Election().leader(),
+        "fallback": Election().fallback,
+        "read": sorted(s.name for s in gate.sources(every)),
+        "slot": slots.claim_slot(),
+    }
+    gate.close()
+    return out
+
+
+def falls_back(caplog: pytest.LogCaptureFixture) -> None:
+    kid = Kid(in_kid)
+    try:
+        assert kid.result == {
+            "leader": True,
+            "fallback": True,
+            "read": ["process.memory", "system.memory"],
+            "slot": None,
+        }
+    finally:
+        kid.kill()
+    # And here: warned once however often it is asked.
+    election._forget_in_child()  # this process's state, as a new process has it
+    for _ in range(3):
+        assert Election().leader() and slots.claim_slot() is None
+    lines = [r for r in caplog.records if "cannot be used safely" in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+
+
+def test_a_symlink_planted_as_the_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    target = tmp_path / "target"
+    target.mkdir(mode=0o700)
+    (tmp_path / "run").symlink_to(target)
+    monkeypatch.setenv(VAR, str(tmp_path / "run"))
+    falls_back(caplog)
+    assert list(target.iterdir()) == []
+
+
+def test_a_symlink_planted_as_the_lock_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    (run / "groups").mkdir(mode=0o700, parents=True)
+    run.chmod(0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (run / "groups" / f"{group_key()}.lock").symlink_to(victim)
+    # Slots: a symlink where the slot folder of this process's parent would be.
+    (run / "slots").mkdir(mode=0o700)
+    from opentelemetry.instrumentation.process.group.keys import parent_key
+
+    monkeypatch.setenv(VAR, str(run))
+    election._forget_in_child()
+    assert Election().leader() and Election().fallback
+    (run / "slots" / parent_key(os.getppid())).symlink_to(tmp_path)
+    assert slots.claim_slot() is None
+    assert victim.read_text() == "precious\n"
+    assert len([r for r in caplog.records if "cannot be used safely" in r.getMessage()]) == 1
+
+
+def test_a_directory_owned_by_another_user(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory away")
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    os.chown(run, 65534, 65534)
+    monkeypatch.setenv(VAR, str(run))
+    falls_back(caplog)
+    st = run.stat()
+    assert (st.st_uid, oct(st.st_mode & 0o777), list(run.iterdir())) == (65534, "0o700", [])
+
+
+def test_a_directory_open_to_others_is_refused_not_fixed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    run.chmod(0o755)
+    monkeypatch.setenv(VAR, str(run))
+    falls_back(caplog)
+    assert oct(run.stat().st_mode & 0o777) == "0o755"
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Path]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount")
+    where = tmp_path / "mnt"
+    where.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16k,nr_inodes=64,mode=0700", "tmpfs", str(where)],
+        capture_output=True,
+    )
+    if done.returncode:
+        pytest.skip(f"cannot mount a tmpfs: {done.stderr!r}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=True)
+
+
+def fill(path: Path) -> None:
+    """Write to ``path`` until the file system is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"x" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def test_a_read_only_file_system(
+    tmpfs: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = tmpfs / "run"
+    run.mkdir(mode=0o700)  # the directory exists and is safe, but nothing can be created
+    subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
+    monkeypatch.setenv(VAR, str(run))
+    falls_back(caplog)
+
+
+def test_a_full_file_system(
+    tmpfs: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    run = tmpfs / "run"
+    run.mkdir(mode=0o700)
+    fill(tmpfs / "filler")
+    # Use up the inodes too: no file or folder can be created any more.
+    n = 0
+    try:
+        while True:
+            (tmpfs / f"i{n}").touch()
+            n += 1
+    except OSError:
+        pass
+    monkeypatch.setenv(VAR, str(run))
+    falls_back(caplog)
+
+
+def test_a_full_file_system_with_inodes_left_fails_at_the_pid_write(
+    tmpfs: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from opentelemetry.instrumentation.process.group.keys import parent_key
+
+    run = tmpfs / "run"
+    folder = run / "slots" / parent_key(os.getppid())
+    folder.mkdir(mode=0o700, parents=True)
+    run.chmod(0o700)
+    (run / "slots").chmod(0o700)
+    fill(tmpfs / "filler")
+    monkeypatch.setenv(VAR, str(run))
+    assert slots.claim_slot() is None
+    # The lock taken before the failed write was given back.
+    import fcntl
+
+    with open(folder / "0.lock") as f:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    assert len([r for r in caplog.records if "cannot be used safely" in r.getMessage()]) == 1

@@ -1,0 +1,124 @@
+"""PSS and USS: the smaps_rollup read against psutil's memory_full_info(), and the metrics."""
+
+from __future__ import annotations
+
+import mmap
+from collections.abc import Callable
+
+import psutil
+import pytest
+
+from opentelemetry.instrumentation.process.facts import read_facts, this_process
+from opentelemetry.instrumentation.process.faultlog import FaultLog
+from opentelemetry.instrumentation.process.linux import smaps
+from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
+from opentelemetry.instrumentation.process.platforms import ON_LINUX
+from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
+
+from .conftest import collect, value
+
+MIB = 1024 * 1024
+linux_only = pytest.mark.skipif(not ON_LINUX, reason="smaps_rollup is Linux only")
+
+
+def context(direct: bool) -> ReadContext:
+    process = this_process()
+    options = ProcessMetricsOptions(direct_reads=direct)
+    return ReadContext(
+        process=process,
+        facts=read_facts(process, cpu_frequency=False, faults=FaultLog()),
+        options=options,
+        faults=FaultLog(),
+        direct=ON_LINUX and direct,
+    )
+
+
+@linux_only
+def test_smaps_rollup_agrees_with_psutil_within_what_the_reads_touch() -> None:
+    shared = mmap.mmap(-1, 32 * MIB)  # anonymous shared memory: touched, private to us
+    try:
+        shared.write(b"x" * (32 * MIB))
+        pss, uss = smaps.pss_uss()
+        info = psutil.Process().memory_full_info()
+        # Read a moment apart: they differ by the pages touched in between.
+        assert abs(pss - info.pss) <= 2 * MIB, (pss, info.pss)
+        assert abs(uss - info.uss) <= 2 * MIB, (uss, info.uss)
+        assert uss >= 32 * MIB and pss >= uss
+    finally:
+        shared.close()
+
+
+@linux_only
+def test_the_direct_read_and_the_psutil_fallback_give_the_same_fields() -> None:
+    read: Callable[[ReadContext], object] = SOURCES["process.smaps"].read
+    ctx = context(True)
+    direct, portable = read(ctx), read(context(False))
+    assert ctx.direct_failed == set()  # the rollup was read, not psutil
+    assert set(direct) == set(portable) == {"pss", "uss"}  # type: ignore[arg-type]
+    for field in ("pss", "uss"):
+        assert abs(direct[field] - portable[field]) <= 2 * MIB  # type: ignore[index]
+
+
+@linux_only
+def test_a_missing_field_is_an_oserror(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "rollup"
+    path.write_text("Rss: 10 kB\nPss: 5 kB\n")
+    with pytest.raises(OSError, match="Private_Clean"):
+        smaps.pss_uss(str(path))
+    path.write_text("Pss: 5 kB\nPrivate_Clean: 1 kB\nPrivate_Dirty: 2 kB\n")
+    assert smaps.pss_uss(str(path)) == (5 * 1024, 3 * 1024)
+
+
+def test_pss_and_uss_are_off_by_default_and_on_through_include(
+    instrument: Callable[..., object], reader: object
+) -> None:
+    instrument()
+    got = collect(reader)  # type: ignore[arg-type]
+    assert "process_metrics.memory.pss" not in got
+    assert "process_metrics.memory.uss" not in got
+
+
+@linux_only
+def test_pss_and_uss_metrics_through_include(
+    instrument: Callable[..., object], reader: object
+) -> None:
+    instrument(include=["process_metrics.memory.*"])
+    got = collect(reader)  # type: ignore[arg-type]
+    info = psutil.Process().memory_full_info()
+    assert abs(value(got["process_metrics.memory.pss"]) - info.pss) <= 4 * MIB
+    assert abs(value(got["process_metrics.memory.uss"]) - info.uss) <= 4 * MIB
+
+
+@linux_only
+def test_the_pss_of_forked_workers_adds_up_where_their_rss_overcounts() -> None:
+    """A master with 64 MiB of touched memory and 3 forked workers sharing it copy-on-write."""
+    from .groupkids import Kid
+
+    def sizes() -> list[int]:
+        return [*smaps.pss_uss(), psutil.Process().memory_info().rss]
+
+    def master() -> dict[str, list[list[int]]]:
+        region = bytearray(b"x" * (64 * MIB))
+        workers = [Kid(sizes) for _ in range(3)]
+        rows = [*(w.result for w in workers), sizes()]
+        for w in workers:
+            w.stop()
+        del region
+        return {"rows": rows}
+
+    kid = Kid(master)
+    try:
+        rows = kid.result["rows"]
+    finally:
+        kid.kill()
+    pss = sum(r[0] for r in rows)
+    rss = sum(r[2] for r in rows)
+    # RSS counts the shared 64 MiB once per process; PSS divides it among them.
+    assert rss - pss >= 2.5 * 64 * MIB, (rss, pss)
+    # PSS: the region once, plus at most the rest of what the processes hold.
+    rest = rss - 4 * 64 * MIB
+    assert 64 * MIB <= pss <= 64 * MIB + rest + 8 * MIB, (rss, pss)
+    for _pss, worker_uss, worker_rss in rows[:3]:
+        assert worker_rss >= 64 * MIB and worker_uss < 16 * MIB, (worker_uss, worker_rss)
