@@ -169,7 +169,12 @@ def _provider(role: str, readers: Sequence[Any]) -> Any:
             "gunicorn.role": role,
         }
     )
-    return MeterProvider(metric_readers=list(readers), resource=resource)
+    # The master's provider is shut down by on_exit, in the master only: a
+    # worker's copy must not run its shutdown at exit, which could wait on a
+    # lock that a thread of the master held at the fork.
+    return MeterProvider(
+        metric_readers=list(readers), resource=resource, shutdown_on_exit=role != "master"
+    )
 
 
 def when_ready(server: Any) -> None:
