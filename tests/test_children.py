@@ -651,3 +651,52 @@ def test_uninstrument_stops_the_children_points(
     assert "process_metrics.tree.cpu.time" in collect(reader)
     pm.close()
     assert collect(reader) == {}
+
+
+# --- PSS and USS -------------------------------------------------------------------
+
+
+@linux_only
+def test_pss_and_uss_per_child_and_the_tree_sums_pss_when_enabled(
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+    spawn: Callable[..., Any],
+) -> None:
+    kids = [spawn(SLEEP) for _ in range(2)]
+    wait_listed({k.pid for k in kids})
+    supervise(include=["process_metrics.memory.pss", "process_metrics.memory.uss"], child_pid=True)
+
+    def full() -> dict[int, Any]:
+        return {k.pid: psutil.Process(k.pid).memory_full_info() for k in kids}
+
+    before = full()
+    found = collect(reader)
+    after = full()
+    # USS is private: stable. PSS divides each shared page by its sharers, which
+    # other processes of the host (the same Python) join and leave meanwhile.
+    for name, field, slack in (
+        ("process_metrics.memory.pss", "pss", 1 << 20),
+        ("process_metrics.memory.uss", "uss", 64 << 10),
+    ):
+        per = {}
+        for key, v in points(found[name]).items():
+            attrs = dict(key)
+            if SLOT_ATTRIBUTE in attrs:
+                per[attrs["process.pid"]] = v
+        assert set(per) == {k.pid for k in kids}, name
+        for pid, v in per.items():
+            low, high = sorted((getattr(before[pid], field), getattr(after[pid], field)))
+            assert low - slack <= v <= high + slack, (name, pid, v, low, high)
+    tree = points(found["process_metrics.tree.memory.usage"])
+    assert list(tree) == [frozenset({("process_metrics.memory.measure", "pss")})]
+    pss = [psutil.Process(p).memory_full_info().pss for p in (os.getpid(), *(k.pid for k in kids))]
+    assert abs(next(iter(tree.values())) - sum(pss)) < 8 * MIB
+    # Without PSS the tree sums RSS, and says so.
+    rss_only = ProcessMetricsOptions(children=True)
+    assert "process_metrics.memory.pss" not in {m.name for m in _enabled(rss_only)}
+
+
+def _enabled(options: ProcessMetricsOptions) -> Any:
+    from opentelemetry.instrumentation.process.selection import enabled_metrics
+
+    return enabled_metrics(options)
