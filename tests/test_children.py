@@ -700,3 +700,30 @@ def _enabled(options: ProcessMetricsOptions) -> Any:
     from opentelemetry.instrumentation.process.selection import enabled_metrics
 
     return enabled_metrics(options)
+
+
+@linux_only
+def test_a_child_that_cannot_even_be_opened_counts_in_the_tree_only(
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+    spawn: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kids = [spawn() for _ in range(2)]
+    wait_listed({k.pid for k in kids})
+    # hidepid cannot be mounted for one test: psutil refusing the second child
+    # at construction stands for it.
+    hidden = kids[1].pid
+    real_init = psutil.Process.__init__
+
+    def init(self: psutil.Process, pid: int | None = None) -> None:
+        if pid == hidden:
+            raise psutil.AccessDenied(pid)
+        real_init(self, pid)
+
+    monkeypatch.setattr(psutil.Process, "__init__", init)
+    supervise(child_pid=True, direct_reads=True)
+    found = collect(reader)
+    pids = {dict(k).get("process.pid") for k in points(found["process.memory.usage"])}
+    assert kids[0].pid in pids and hidden not in pids
+    assert own(found, "process_metrics.tree.process.count") == 3

@@ -191,7 +191,7 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
                     child = Child(pid, handle or psutil.Process(pid), parent, out.now)
                 stack.enter_context(child.process.oneshot())
                 reading = _read_first(ctx, child, need_cpu, need_memory, with_pss)
-            except (_Gone, psutil.NoSuchProcess):
+            except (_Gone, psutil.Error, OSError):  # gone, hidden, or not ours to read
                 if child is not None and pid in tree.live:
                     live[pid] = child  # listed, so alive: exiting now, or hidden from us
                 continue
