@@ -727,3 +727,31 @@ def test_a_child_that_cannot_even_be_opened_counts_in_the_tree_only(
     pids = {dict(k).get("process.pid") for k in points(found["process.memory.usage"])}
     assert kids[0].pid in pids and hidden not in pids
     assert own(found, "process_metrics.tree.process.count") == 3
+
+
+def test_a_failing_pass_is_run_once_drops_the_children_only_and_recovers(
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+    spawn: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from opentelemetry.instrumentation.process.sources import children as children_sources
+
+    wait_listed({spawn().pid})
+    supervise()
+    healthy = collect(reader)
+    calls = []
+
+    def broken(ctx: Any) -> Any:
+        calls.append(1)
+        raise RuntimeError("listing broke")
+
+    monkeypatch.setattr(children_sources, "descendants", broken)
+    found = collect(reader)
+    assert len(calls) == 1, "the pass was retried by each children source"
+    assert not any(n.startswith("process_metrics.tree.") for n in found)
+    assert by_slot(found, "process.memory.usage") == {}
+    assert own(found, "process.memory.usage") > 0  # the master's own points stay
+    monkeypatch.undo()
+    assert by_slot(collect(reader), "process.memory.usage").keys() == {0}
+    assert set(collect(reader)) == set(healthy)

@@ -91,6 +91,7 @@ class _Pass:
 
     now: float
     fields: dict[str, dict[str, Value]] = field(default_factory=dict)
+    failed: Exception | None = None
 
     def target(self, source: str, name: str) -> dict[Key, float]:
         """The mapping of field ``name`` of ``source``, made empty on first use."""
@@ -152,10 +153,15 @@ def descendants(ctx: ReadContext) -> list[tuple[int, int | None, psutil.Process 
 def _read_pass(ctx: ReadContext) -> _Pass:
     found: _Pass | None = ctx.state.get("children.pass")
     if found is not None and found.now == ctx.now:
+        if found.failed is not None:  # once per refresh: every children source fails alike
+            raise found.failed
         return found
-    found = _Pass(ctx.now)
-    _run(ctx, found, wanted(ctx))
-    ctx.state["children.pass"] = found
+    found = ctx.state["children.pass"] = _Pass(ctx.now)
+    try:
+        _run(ctx, found, wanted(ctx))
+    except Exception as exc:
+        found.failed = exc
+        raise
     return found
 
 
