@@ -228,7 +228,7 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
             if not tree.cap_warned:
                 tree.cap_warned = True
                 ctx.faults.warning(
-                    ("children", "cap"),  # pragma: no mutate - a fault key is only compared
+                    ("children", "cap"),
                     "process metrics: %d child processes, more than max_children=%d; the "
                     "%d lowest slots are reported one by one, and the tree totals count them "
                     "all. This is logged once.",
@@ -246,7 +246,7 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
 
 def _denied(ctx: ReadContext, what: str, child: Child, exc: BaseException) -> None:
     ctx.faults.warning(
-        ("children", what, type(exc).__name__),  # pragma: no mutate - compared only
+        ("children", what, type(exc).__name__),
         "process metrics: cannot read %s of child process %d (%s: %s): it may belong to "
         "another user, be hidden (hidepid) or not be dumpable after setuid; its %s points "
         "are left out while this lasts. This fault is logged at most once per %.0f s.",
