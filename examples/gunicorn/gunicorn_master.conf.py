@@ -189,15 +189,15 @@ def when_ready(server: Any) -> None:
 
 
 def post_fork(server: Any, worker: Any) -> None:
-    """In each new worker: the master's instrumentation off; the mixed recipe's own, if asked."""
+    """In each new worker: the master's copy off; the mixed recipe's own, if asked."""
     from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-    ProcessInstrumentor().uninstrument()  # the copy of the master's: it reports nothing here
+    ProcessInstrumentor().uninstrument()  # the master's copy: it reports nothing here
     if os.environ.get("GUNICORN_WORKER_METRICS", "").strip() != "runtime":
         return
     kind = os.environ.get("OTEL_METRICS_EXPORTER", "otlp").strip()
     if kind == "prometheus":
-        server.log.warning("GUNICORN_WORKER_METRICS=runtime needs a push exporter (otlp, console)")
+        server.log.warning("GUNICORN_WORKER_METRICS=runtime needs otlp or console")
         return
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
