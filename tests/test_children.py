@@ -755,3 +755,25 @@ def test_a_failing_pass_is_run_once_drops_the_children_only_and_recovers(
     monkeypatch.undo()
     assert by_slot(collect(reader), "process.memory.usage").keys() == {0}
     assert set(collect(reader)) == set(healthy)
+
+
+def test_a_pid_whose_cpu_time_went_down_is_a_new_child(
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+    spawn: Callable[..., Any],
+) -> None:
+    kid = spawn()
+    wait_listed({kid.pid})
+    pm = supervise()
+    collect(reader)
+    # A pid reused by a new child between two collections cannot be timed for
+    # real: the master's record of the old one says it had used an hour.
+    live = pm._live
+    assert live is not None
+    tree = live.cache._ctx.state["children"]
+    tree.live[kid.pid].cpu = 3600.0
+    found = collect(reader)
+    assert own(found, "process_metrics.tree.process.exits") == 1
+    assert own(found, "process_metrics.tree.process.restarts") == 1  # slot 0, given again
+    assert by_slot(found, "process.memory.usage").keys() == {0}
+    assert tree.live[kid.pid].cpu < 3600.0

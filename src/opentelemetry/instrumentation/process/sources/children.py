@@ -208,7 +208,8 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
             else:
                 cpu = reading.get("cpu", child.cpu)
                 if cpu < child.cpu - 1 / _CLOCK_TICKS:  # less CPU than before: a reused pid
-                    child = Child(pid, child.process, parent, out.now)
+                    with contextlib.suppress(psutil.Error):  # a new handle: a new create time
+                        child = Child(pid, psutil.Process(pid), parent, out.now)
                 if child.parent is None:
                     child.parent = reading.get("ppid")
                 child.cpu = cpu
