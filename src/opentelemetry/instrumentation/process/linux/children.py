@@ -19,8 +19,16 @@ __all__ = ["child_pids", "descendant_pids"]
 
 
 def _read_children(path: str) -> list[int]:
-    with open(path, "rb") as f:
-        return [int(p) for p in f.read().split()]
+    # os.open and os.read: no file object to build, for a file of a few bytes.
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        data = chunk = os.read(fd, 4096)
+        while chunk:  # a task with hundreds of children: more than one read
+            chunk = os.read(fd, 4096)
+            data += chunk
+    finally:
+        os.close(fd)
+    return [int(p) for p in data.split()]
 
 
 def child_pids(pid: int) -> list[int]:

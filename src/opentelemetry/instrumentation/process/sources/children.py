@@ -439,10 +439,15 @@ def page_faults(pid: int) -> tuple[int, int]:
     ``ProcessLookupError`` when the process has gone.
     """
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         raise psutil.NoSuchProcess(pid) from None
+    try:
+        data = os.read(fd, 4096)  # one line of a few hundred bytes
+    except ProcessLookupError:
+        raise psutil.NoSuchProcess(pid) from None
+    finally:
+        os.close(fd)
     # The name (comm) may itself hold ") ", so split after the last one.
     fields = data.rpartition(b")")[2].split()
     return int(fields[9]), int(fields[7])  # majflt, minflt
