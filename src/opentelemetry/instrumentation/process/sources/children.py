@@ -92,6 +92,8 @@ class _Pass:
     now: float
     fields: dict[str, dict[str, Value]] = field(default_factory=dict)
     failed: Exception | None = None
+    targets: dict[tuple[str, str], dict[Key, float]] = field(default_factory=dict)
+    """The mappings of ``fields`` by (source, field), found once per pass."""
 
     def target(self, source: str, name: str) -> dict[Key, float]:
         """The mapping of field ``name`` of ``source``, made empty on first use."""
@@ -428,8 +430,12 @@ def _read_rest(
                 add(("children.uptime", "uptime", (slot, pid), time.time() - created))
     except _Gone:
         return
+    targets = out.targets
     for source, name, key, value in rows:
-        out.target(source, name)[key] = value
+        target = targets.get((source, name))
+        if target is None:
+            target = targets[source, name] = out.target(source, name)
+        target[key] = value
 
 
 def page_faults(pid: int) -> tuple[int, int]:
