@@ -30,12 +30,17 @@ def boot_id() -> str:
 
 
 def host_id() -> str:
-    """This host's id: ``/etc/machine-id`` where it is set, else the host name."""
+    """This host's id: ``/etc/machine-id`` (where set) and the host name.
+
+    Both: containers of one image may share a machine id, while their host
+    names (a pod's name) differ.
+    """
+    name = socket.gethostname()
     for path in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
         found = _read(path)
         if found:
-            return found
-    return socket.gethostname()
+            return f"{found}/{name}"
+    return name
 
 
 def start_time(pid: int) -> str:

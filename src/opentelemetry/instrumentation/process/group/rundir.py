@@ -69,7 +69,8 @@ def runtime_dir() -> Path | None:
     """The private runtime directory, created if needed; ``None`` (and one warning) if unsafe."""
     path = default_dir()
     if fcntl is None:
-        warn_unusable(path, OSError(errno.ENOSYS, "no fcntl.flock on this platform"))
+        # Windows has no flock: every process reports, as documented; not a fault.
+        _logger.debug("process metrics: no flock here; no worker slots, no election")
         return None
     try:
         private_dir(path)
