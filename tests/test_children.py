@@ -777,3 +777,48 @@ def test_a_pid_whose_cpu_time_went_down_is_a_new_child(
     assert own(found, "process_metrics.tree.process.restarts") == 1  # slot 0, given again
     assert by_slot(found, "process.memory.usage").keys() == {0}
     assert tree.live[kid.pid].cpu < 3600.0
+
+
+def _report_parents_tree() -> dict[str, Any]:
+    """In a kid: supervisor mode over its parent's tree, as a uWSGI mule runs it."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    options = ProcessMetricsOptions(children=True, tree_root="parent", child_pid=True)
+    with ProcessMetrics(options, meter_provider=provider):
+        found = collect(reader)
+    slots = {
+        dict(k)["process.pid"]: dict(k)[SLOT_ATTRIBUTE]
+        for k in points(found["process.memory.usage"])
+        if SLOT_ATTRIBUTE in dict(k)
+    }
+    return {
+        "slots": {str(pid): slot for pid, slot in slots.items()},
+        "count": own(found, "process_metrics.tree.process.count"),
+        "cpu": sum(points(found["process_metrics.tree.cpu.time"]).values()),
+    }
+
+
+@linux_only
+def test_tree_root_parent_reports_the_parents_tree_but_not_itself(
+    spawn: Callable[..., Any],
+) -> None:
+    siblings = [spawn() for _ in range(2)]
+    wait_listed({s.pid for s in siblings})
+    kid = Kid(_report_parents_tree)
+    try:
+        got = kid.result
+        tree = psutil.Process().children(recursive=True)
+    finally:
+        kid.stop()
+    assert {int(p) for p in got["slots"]} == {s.pid for s in siblings}, "the helper has a slot"
+    assert sorted(got["slots"].values()) == [0, 1]
+    assert got["count"] == 1 + len(tree)  # this process, the siblings and the kid
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    assert got["cpu"] >= me.ru_utime + me.ru_stime - 0.05  # this process's own time is in it
+
+
+def test_tree_root_is_checked() -> None:
+    with pytest.raises(
+        ValueError, match=r"^tree_root: expected one of 'self', 'parent', got 'up'$"
+    ):
+        ProcessMetricsOptions(tree_root="up")

@@ -87,7 +87,11 @@ FLAGS = (
     "child_pid",
 )
 LISTS = ("include", "exclude")
-CHOICES = {"thread_series_by": ("thread", "name"), "shared_metrics": ("once", "every")}
+CHOICES = {
+    "thread_series_by": ("thread", "name"),
+    "shared_metrics": ("once", "every"),
+    "tree_root": ("self", "parent"),
+}
 TRISTATES = ("saturation",)  # True, False, or None for auto
 OPTIONS = (*FLAGS, *LISTS, "max_thread_series", "max_children", "attributes", *CHOICES, *TRISTATES)
 DEFAULTS = ProcessMetricsOptions()
@@ -659,6 +663,7 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
     ),
     "thread_series_by": st.sampled_from(CHOICES["thread_series_by"]),
     "shared_metrics": st.sampled_from(CHOICES["shared_metrics"]),
+    "tree_root": st.sampled_from(CHOICES["tree_root"]),
 }
 BAD = {
     **dict.fromkeys(FLAGS, NOT_BOOL),
@@ -674,6 +679,10 @@ BAD = {
     "shared_metrics": st.one_of(
         st.text(max_size=8).filter(lambda w: w not in CHOICES["shared_metrics"]),
         st.sampled_from(["Once", " every", None, 1, True, ("once",)]),
+    ),
+    "tree_root": st.one_of(
+        st.text(max_size=8).filter(lambda w: w not in CHOICES["tree_root"]),
+        st.sampled_from(["Parent", " self", None, 1, True, ("self",)]),
     ),
     "attributes": BAD_ATTRIBUTES,
 }

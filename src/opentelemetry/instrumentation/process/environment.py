@@ -35,6 +35,7 @@ ENV_VARS: Mapping[str, str] = {
     "children": ENV_PREFIX + "CHILDREN",
     "max_children": ENV_PREFIX + "MAX_CHILDREN",
     "child_pid": ENV_PREFIX + "CHILD_PID",
+    "tree_root": ENV_PREFIX + "TREE_ROOT",
 }
 """The environment variable of each option that has one."""
 
@@ -87,6 +88,7 @@ _PARSERS: Mapping[str, Callable[[str], Any]] = {
     "children": _boolean,
     "max_children": _whole_number,
     "child_pid": _boolean,
+    "tree_root": lambda raw: raw.strip().lower(),
 }
 
 
@@ -106,6 +108,7 @@ FORMATS: Mapping[str, str] = {
     "children": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
     "max_children": "a whole number",
     "child_pid": "`true`, `false`, `1`, `0`, `yes` or `no` (any case)",
+    "tree_root": "`self` or `parent` (any case)",
 }
 """How each variable is written, for the configuration reference."""
 if FORMATS.keys() != ENV_VARS.keys():  # one row per variable, checked at import

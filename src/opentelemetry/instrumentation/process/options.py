@@ -41,6 +41,9 @@ DEFAULT_MAX_CHILDREN = 64
 SHARED_METRICS = ("once", "every")
 """Who reports the host, cgroup and pressure metrics: one process of the group, or each."""
 
+TREE_ROOT = ("self", "parent")
+"""Whose descendants supervisor mode reports: this process's, or its parent's."""
+
 THREAD_SERIES_BY = ("thread", "name")
 """What a per-thread series stands for: one thread, or one thread-name pattern."""
 
@@ -119,6 +122,14 @@ class ProcessMetricsOptions:
     """Cap on descendants reported one by one: the lowest slots are kept; tree totals count all."""
     child_pid: bool = False
     """Add ``process.pid`` to per-child points (it churns a series at every restart)."""
+    tree_root: str = "self"
+    """``"self"``: the tree is this process and its descendants. ``"parent"``: its parent's.
+
+    ``"parent"`` is for a helper process of a server (a uWSGI mule) that reports
+    the whole server, so that the master itself runs no Python thread. The tree
+    then counts the parent, all its descendants (this process included) and
+    what the parent reaped; this process gets no per-child points of its own.
+    """
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -133,6 +144,11 @@ class ProcessMetricsOptions:
             )
         _check_thread_cap(self.max_thread_series)
         _check_children_cap(self.max_children)
+        if self.tree_root not in TREE_ROOT:
+            raise ValueError(
+                f"tree_root: expected one of {', '.join(map(repr, TREE_ROOT))}, "
+                f"got {show(self.tree_root)}"
+            )
         if self.thread_series_by not in THREAD_SERIES_BY:
             raise ValueError(
                 f"thread_series_by: expected one of {', '.join(map(repr, THREAD_SERIES_BY))}, "

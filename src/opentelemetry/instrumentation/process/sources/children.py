@@ -136,17 +136,24 @@ def wanted(ctx: ReadContext) -> frozenset[str]:
 # --- finding the descendants --------------------------------------------------
 
 
+def root(ctx: ReadContext) -> int:
+    """The pid whose tree is reported: this process, or its parent (``tree_root``)."""
+    return os.getppid() if ctx.options.tree_root == "parent" else os.getpid()
+
+
 def descendants(ctx: ReadContext) -> list[tuple[int, int | None, psutil.Process | None]]:
     """``(pid, parent pid or None, psutil handle or None)`` of each descendant, parents first.
 
-    The direct Linux read lists each task's ``children`` file; psutil's
-    ``children(recursive=True)`` reads every process's stat file on the host.
+    The descendants of :func:`root`. The direct Linux read lists each task's
+    ``children`` file; psutil's ``children(recursive=True)`` reads every
+    process's stat file on the host.
     """
-    pid = os.getpid()
+    pid = root(ctx)
     found = ctx.direct_read("children", lambda: linux_children.descendant_pids(pid))
     if found is not None:
         return [(child, parent, None) for child, parent in found]
-    return [(p.pid, None, p) for p in ctx.process.children(recursive=True)]
+    top = ctx.process if pid == os.getpid() else psutil.Process(pid)
+    return [(p.pid, None, p) for p in top.children(recursive=True)]
 
 
 # --- the pass -----------------------------------------------------------------
@@ -167,8 +174,11 @@ def _read_pass(ctx: ReadContext) -> _Pass:
     return found
 
 
-def _own_times(ctx: ReadContext) -> tuple[float, float, float, float]:
-    """``(user, system, reaped children's user, system)`` of this process, in seconds."""
+def _own_times(ctx: ReadContext, top: int) -> tuple[float, float, float, float]:
+    """``(user, system, reaped children's user, system)`` of the root ``top``, in seconds."""
+    if top != os.getpid():  # the parent: its stat file (utime, stime, cutime, cstime)
+        t = psutil.Process(top).cpu_times()
+        return t.user, t.system, t.children_user, t.children_system
     if _resource is not None:
         own = _resource.getrusage(_resource.RUSAGE_SELF)
         reaped = _resource.getrusage(_resource.RUSAGE_CHILDREN)
@@ -186,9 +196,10 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
     # The times of this process and of its reaped children first, then each
     # child, parents before their children: a child reaped during the pass is
     # then missed once (the floor holds), never counted twice.
-    user, system, reaped_user, reaped_system = _own_times(ctx) if with_tree else (0, 0, 0, 0)
-    listed = descendants(ctx)
     me = os.getpid()
+    top = root(ctx)
+    user, system, reaped_user, reaped_system = _own_times(ctx, top) if with_tree else (0, 0, 0, 0)
+    listed = descendants(ctx)
     live: dict[int, Child] = {}
     readings: dict[int, dict[str, Any]] = {}
     with contextlib.ExitStack() as stack:
@@ -224,8 +235,11 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
         # Every listed process that is not a zombie is alive, read or not.
         alive = len(listed) - len(tree.zombies)
         _count_exits(tree, live)
-        _give_slots(ctx, tree, live, me, out.now)
-        kept = sorted((c for c in live.values() if c.pid in readings), key=lambda c: c.slot)
+        _give_slots(ctx, tree, live, top, out.now)
+        # A helper reporting its parent's tree (tree_root="parent") is not one of the children.
+        kept = sorted(
+            (c for c in live.values() if c.pid in readings and c.pid != me), key=lambda c: c.slot
+        )
         cap = ctx.options.max_children
         if len(kept) > cap:
             if not tree.cap_warned:
@@ -244,7 +258,8 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
             _read_rest(ctx, child, readings[child.pid], want, out)
     tree.live = live
     if with_tree:
-        _tree_fields(ctx, tree, alive, readings, out, (user, system, reaped_user, reaped_system))
+        times = (user, system, reaped_user, reaped_system)
+        _tree_fields(ctx, tree, alive, readings, out, times, top)
 
 
 def _denied(ctx: ReadContext, what: str, child: Child, exc: BaseException) -> None:
@@ -318,7 +333,9 @@ def _count_exits(tree: Tree, live: Mapping[int, Child]) -> None:
 def _give_slots(
     ctx: ReadContext, tree: Tree, live: Mapping[int, Child], me: int, now: float
 ) -> None:
-    """A slot for each new child; a direct child's own recorded slot where it has one."""
+    """A slot for each new child; a direct child of the root ``me`` keeps its own recorded one."""
+    helper = os.getpid()  # with tree_root="parent", this process: no slot
+    live = {pid: c for pid, c in live.items() if pid != helper}
     young = [
         c
         for c in live.values()
@@ -466,6 +483,7 @@ def _tree_fields(
     readings: Mapping[int, Mapping[str, Any]],
     out: _Pass,
     times: tuple[float, float, float, float],
+    top: int,
 ) -> None:
     user, system, reaped_user, reaped_system = times
     cpu = ctx.monotonic(
@@ -477,17 +495,19 @@ def _tree_fields(
     fields["exits"] = tree.exits
     fields["restarts"] = tree.restarts
     kind = "pss" if "children.memory_full" in wanted(ctx) else "rss"
-    own = _own_memory(ctx, kind)
+    own = _own_memory(ctx, kind, top)
     if own is not None:
         total = own + sum(int(r.get(kind) or 0) for r in readings.values() if not r.get("zombie"))
         fields["memory"] = {(kind,): total}
 
 
-def _own_memory(ctx: ReadContext, kind: str) -> int | None:
+def _own_memory(ctx: ReadContext, kind: str, top: int) -> int | None:
+    """The memory of the root ``top`` (this process, or its parent)."""
     try:
+        process = ctx.process if top == os.getpid() else psutil.Process(top)
         if kind == "pss":
-            return int(getattr(ctx.process.memory_full_info(), "pss", 0)) or None
-        return int(ctx.process.memory_info().rss)
+            return int(getattr(process.memory_full_info(), "pss", 0)) or None
+        return int(process.memory_info().rss)
     except (psutil.Error, OSError):
         return None
 
