@@ -65,6 +65,8 @@ NEEDS_SERVERS = {
     # Supervisor mode (docs/supervisor.md): tests/e2e/test_supervisor.py.
     "uwsgi/supervisor.py": "uWSGI",
     "uwsgi/supervisor.ini": "uWSGI",
+    "uwsgi/mule.py": "uWSGI",
+    "uwsgi/mule.ini": "uWSGI",
 }
 SERVERS = Path(os.environ.get("SERVERS_CACHE_DIR") or ROOT / ".cache" / "servers") / "bin"
 NOT_CODE = {"README.md"}

@@ -44,8 +44,11 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 def _scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError as exc:  # not serving yet: wait_until tries again
+        raise AssertionError(f"no scrape yet: {exc}") from exc
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -119,6 +122,64 @@ def test_uwsgi_default_fork_master_reports_every_worker_and_none_hangs(
     assert tree["process_metrics_tree_process_exits_total"][0][1] >= 3
     assert tree["process_metrics_tree_process_restarts_total"][0][1] >= 3
     assert tree["process_metrics_tree_process_count"][0][1] == 4
+
+
+def test_uwsgi_plain_default_fork_with_a_mule_reporting_never_hangs_a_worker(
+    children: Children,
+) -> None:
+    """examples/uwsgi/mule.ini: no fork hooks, no Python thread in the master."""
+    binary = _need(*uwsgi_binary())
+    metrics_port = free_port()
+    env = child_env(
+        OTEL_METRICS_EXPORTER="prometheus",
+        OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
+        OTEL_EXPORTER_PROMETHEUS_PORT=str(metrics_port),
+        OTEL_PYTHON_PROCESS_METRICS_CHILD_PID="true",
+    )
+    server = Uwsgi(children, binary, REPO / "examples" / "uwsgi" / "mule.ini", env)
+    master = psutil.Process(server.pid)
+
+    def workers() -> set[int]:
+        # uWSGI names its processes alike: the mule is the child with no slot.
+        return {p.pid for p in master.children()}
+
+    def listed() -> dict[int, int]:
+        assert server.child.alive(), server.child.describe()
+        found = _slots(_scrape(metrics_port))
+        assert len(found) == 3 and set(found) < workers(), (found, workers())
+        return found
+
+    server.get()
+    first = wait_until(listed, 30, "every uWSGI worker in the mule's scrape")
+    assert sorted(first.values()) == [0, 1, 2]
+    (mule,) = workers() - set(first)
+    # Kill workers while scraping all the time: with the default fork, a
+    # metrics thread in the master would hang a respawn now and then.
+    for round_ in range(5):
+        victim = min(first)
+        os.kill(victim, signal.SIGKILL)
+
+        def replaced(victim: int = victim) -> dict[int, int]:
+            found = listed()
+            assert victim not in found, "not replaced yet"
+            return found
+
+        after = wait_until(replaced, 30, f"respawn {round_}", interval=0.005)
+        (newcomer,) = set(after) - set(first)
+        assert after[newcomer] == first[victim], "the new worker did not get the freed slot"
+        served: set[int] = set()
+        for _ in range(300):
+            served.add(int(server.get().split()[-1]))
+            if served == set(after):
+                break
+        for pid in set(after) - served:  # uWSGI's accept is not fair: look at it
+            with open(f"/proc/{pid}/wchan") as f:
+                assert f.read() == "do_epoll_wait", f"worker {pid} is stuck"
+        first = after
+    tree = _scrape(metrics_port)
+    assert tree["process_metrics_tree_process_restarts_total"][0][1] >= 5
+    assert tree["process_metrics_tree_process_count"][0][1] == 5  # master, 3 workers, mule
+    assert mule in workers()
 
 
 def test_gunicorn_master_per_slot_and_tree_series_reach_victoriametrics(
