@@ -78,7 +78,7 @@ def supervise() -> None:
     resource = Resource.create(
         {
             "service.name": os.environ.get("OTEL_SERVICE_NAME") or SERVICE_NAME,
-            "process.pid": os.getpid(),  # the reporter: the mule (its own points have no slot)
+            "process.pid": os.getpid(),  # the reporter: this mule
             "service.instance.id": str(uuid.uuid4()),
         }
     )
