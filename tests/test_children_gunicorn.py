@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from opentelemetry.instrumentation.process.metrics import PER_CHILD
 
-from .test_examples import BIN, ROOT, Lines, clean_env, free_port, stop
+from .test_examples import BIN, ROOT, Lines, clean_env, free_port
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc")
 
@@ -93,13 +93,35 @@ class Master:
         return {c.pid for c in psutil.Process(self.pid).children()}
 
 
+def _stop(proc: subprocess.Popen[str], timeout: float = 40) -> int:
+    """SIGTERM gunicorn and wait; if it does not go, say which process hangs where."""
+    try:
+        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children()]
+    except psutil.Error:
+        family = []
+    proc.terminate()
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        where = {}
+        for p in family:
+            try:
+                with open(f"/proc/{p.pid}/wchan") as f:
+                    where[p.pid] = (p.status(), f.read())
+            except (OSError, psutil.Error):
+                where[p.pid] = ("gone", "")
+        proc.kill()
+        proc.wait(5)
+        pytest.fail(f"gunicorn did not stop in {timeout:.0f} s: {where}")
+
+
 @pytest.fixture
 def master() -> Iterator[Master]:
     m = Master(3, "--max-requests", "4")
     try:
         yield m
     finally:
-        assert stop(m.proc) == 0
+        assert _stop(m.proc) == 0
 
 
 def _per_worker(samples: list[tuple[dict[str, str], float]]) -> dict[int, tuple[int, float]]:
@@ -216,7 +238,7 @@ def test_the_console_variant_exports_from_the_master_only() -> None:
         reports = _console_reports(proc, 6)
         workers = {c.pid for c in psutil.Process(proc.pid).children()}
     finally:
-        assert stop(proc) == 0
+        assert _stop(proc) == 0
     assert len(reports) >= 6
     assert {r["process.pid"] for r in reports} == {proc.pid}, "a worker exported"
     assert {r["role"] for r in reports} == {"master"}
@@ -237,7 +259,7 @@ def test_the_mixed_recipe_reports_nothing_twice() -> None:
         reports = _console_reports(proc, 12)
         workers = {c.pid for c in psutil.Process(proc.pid).children()}
     finally:
-        assert stop(proc) == 0
+        assert _stop(proc) == 0
     masters = [r for r in reports if r["role"] == "master"]
     by_worker = [r for r in reports if r["role"] == "worker"]
     assert masters and {r["process.pid"] for r in masters} == {proc.pid}
