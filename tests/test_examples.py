@@ -29,7 +29,7 @@ from typing import IO, Any
 import psutil
 import pytest
 
-from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, PER_CHILD
 
 from .conftest import on_by_default
 
@@ -44,6 +44,8 @@ RUN_HERE = {
     "prometheus/app.py",
     "gunicorn/app.py",
     "gunicorn/gunicorn.conf.py",
+    # Supervisor mode: run by tests/test_children_gunicorn.py.
+    "gunicorn/gunicorn_master.conf.py",
     "frequency/cpu_frequency.py",
     "grafana/queries.py",
     "grafana/process-metrics-dashboard.json",
@@ -61,6 +63,11 @@ NEEDS_SERVERS = {
     "celery-worker/tasks.py": "Celery + VictoriaMetrics",
     "multiprocessing-pool/pool.py": "VictoriaMetrics",
     "uvicorn/app.py": "uvicorn + VictoriaMetrics",
+    # Supervisor mode (docs/supervisor.md): tests/e2e/test_supervisor.py.
+    "uwsgi/supervisor.py": "uWSGI",
+    "uwsgi/supervisor.ini": "uWSGI",
+    "uwsgi/mule.py": "uWSGI",
+    "uwsgi/mule.ini": "uWSGI",
 }
 SERVERS = Path(os.environ.get("SERVERS_CACHE_DIR") or ROOT / ".cache" / "servers") / "bin"
 NOT_CODE = {"README.md"}
@@ -378,7 +385,7 @@ def test_cpu_frequency_opt_in() -> None:
 
 
 # Rows whose panels are empty unless an option or the host turns their metrics on.
-ROW_GROUPS = {"Saturation": "saturation"}
+ROW_GROUPS = {"Saturation": "saturation", "Workers (supervisor mode)": "tree"}
 
 
 def test_dashboard_queries_use_only_default_metrics() -> None:
@@ -424,6 +431,8 @@ def test_dashboard_rows_of_a_group_use_only_its_metrics(row: str, group: str) ->
     titles = [p["title"] for p in dashboard["panels"]]
     assert titles.index(row) > titles.index("Collection")  # appended after the others
     names = {m.name.replace(".", "_") for m in METRICS if m.group == group}
+    if group == "tree":  # with the per-child points of the process metrics
+        names |= {n.replace(".", "_") for n in PER_CHILD}
     for q in found:
         used = re.findall(r"\b([a-z][a-z0-9_]*)\{", q.expr)
         assert used, q

@@ -83,11 +83,17 @@ FLAGS = (
     "direct_reads",
     "gc_pause_histogram",
     "event_loop",
+    "children",
+    "child_pid",
 )
 LISTS = ("include", "exclude")
-CHOICES = {"thread_series_by": ("thread", "name"), "shared_metrics": ("once", "every")}
+CHOICES = {
+    "thread_series_by": ("thread", "name"),
+    "shared_metrics": ("once", "every"),
+    "tree_root": ("self", "parent"),
+}
 TRISTATES = ("saturation",)  # True, False, or None for auto
-OPTIONS = (*FLAGS, *LISTS, "max_thread_series", "attributes", *CHOICES, *TRISTATES)
+OPTIONS = (*FLAGS, *LISTS, "max_thread_series", "max_children", "attributes", *CHOICES, *TRISTATES)
 DEFAULTS = ProcessMetricsOptions()
 NAMES = sorted(METRICS_BY_NAME)
 GATED = sorted(m.name for m in METRICS if m.option is not None)
@@ -147,6 +153,12 @@ def parse_env(option: str, raw: str) -> Any:
         except ValueError:
             return INVALID
         return number if number >= 0 and number % 2 == 0 else INVALID  # two series a thread
+    if option == "max_children":
+        try:
+            number = int(raw.strip())
+        except ValueError:
+            return INVALID
+        return number if number >= 0 else INVALID
     patterns = tuple(p.strip() for p in raw.split(",") if p.strip())
     valid = len(patterns) <= 100 and all(valid_pattern(option, p) for p in patterns)
     return patterns if valid else INVALID
@@ -176,6 +188,8 @@ def assert_stored_valid(options: ProcessMetricsOptions, option: str) -> None:
     elif option == "max_thread_series":
         assert isinstance(value, int) and not isinstance(value, bool) and value >= 0
         assert value % 2 == 0
+    elif option == "max_children":
+        assert isinstance(value, int) and not isinstance(value, bool) and value >= 0
     elif option in CHOICES:
         assert value in CHOICES[option]
     elif option in TRISTATES:
@@ -382,6 +396,7 @@ KIND = {
     **dict.fromkeys(FLAGS, "bool"),
     **dict.fromkeys(LISTS, "list"),
     "max_thread_series": "int",
+    "max_children": "int",
     **dict.fromkeys(CHOICES, "choice"),
     **dict.fromkeys(TRISTATES, "tristate"),
 }
@@ -405,7 +420,7 @@ def valid_env(option: str) -> st.SearchStrategy[str]:
         return padded(
             st.builds(lambda case, word: case(word), CASE, st.sampled_from(CHOICES[option]))
         )
-    if option == "max_thread_series":
+    if option in ("max_thread_series", "max_children"):
         odd = st.sampled_from(["0", "200", "1_000", "+7", ARABIC_THREE, "9" * 4300])
         return padded(st.one_of(st.integers(0, 10**6).map(str), odd))
     return st.builds(
@@ -642,11 +657,13 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
     "max_thread_series": st.one_of(
         st.integers(min_value=0).map(lambda n: n - n % 2), st.just(2**63)
     ),
+    "max_children": st.one_of(st.integers(min_value=0), st.just(2**63)),
     "attributes": st.dictionaries(ATTR_KEY, ATTR_VALUE, max_size=3).map(
         lambda d: MappingProxyType(d) if len(d) % 2 else d
     ),
     "thread_series_by": st.sampled_from(CHOICES["thread_series_by"]),
     "shared_metrics": st.sampled_from(CHOICES["shared_metrics"]),
+    "tree_root": st.sampled_from(CHOICES["tree_root"]),
 }
 BAD = {
     **dict.fromkeys(FLAGS, NOT_BOOL),
@@ -654,6 +671,7 @@ BAD = {
     "include": bad_list("include"),
     "exclude": bad_list("exclude"),
     "max_thread_series": BAD_CAP,
+    "max_children": BAD_CAP.filter(lambda v: not (type(v) is int and v >= 0)),
     "thread_series_by": st.one_of(
         st.text(max_size=8).filter(lambda w: w not in CHOICES["thread_series_by"]),
         st.sampled_from(["Name", " name", None, 1, True, ("name",)]),
@@ -661,6 +679,10 @@ BAD = {
     "shared_metrics": st.one_of(
         st.text(max_size=8).filter(lambda w: w not in CHOICES["shared_metrics"]),
         st.sampled_from(["Once", " every", None, 1, True, ("once",)]),
+    ),
+    "tree_root": st.one_of(
+        st.text(max_size=8).filter(lambda w: w not in CHOICES["tree_root"]),
+        st.sampled_from(["Parent", " self", None, 1, True, ("self",)]),
     ),
     "attributes": BAD_ATTRIBUTES,
 }

@@ -502,7 +502,27 @@ class DashboardQueries(_Generated):
         return [table(["Panel", "PromQL", "Unit"], rows, [30, 60, 10])]
 
 
+class PerChildTable(_Generated):
+    """``process-metrics-per-child``: the process metrics that get per-child points."""
+
+    def run(self) -> list[nodes.Node]:
+        self.note_dependencies()
+        rows = []
+        for name, row in metrics_module.PER_CHILD.items():
+            platforms = _PLATFORMS.get(row.platforms, ", ".join(sorted(row.platforms)))
+            rows.append(
+                [
+                    [nodes.literal(name, name)],
+                    codes(row.attributes),
+                    [f"*Platforms:* {platforms}", f"*Reads:* {row.cost}"],
+                ]
+            )
+        headers = ["Metric", "Attributes of a child's points", "Platforms, reads"]
+        return [table(headers, rows, [30, 35, 35])]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
+    app.add_directive("process-metrics-per-child", PerChildTable)
     app.add_directive("process-metrics-table", MetricTable)
     app.add_directive("process-metrics-count", MetricCount)
     app.add_directive("process-metrics-sources", SourceTable)

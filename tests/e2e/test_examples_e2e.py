@@ -165,8 +165,10 @@ def test_every_dashboard_query_returns_data(
         for q in _load_queries().queries(variables={"service": straight_to_backend.service})
         # The Saturation row needs a limited cgroup: test_saturation_e2e.py runs it
         # against one. Event-loop panels need event_loop=True: test_runtime_e2e.py
-        # feeds them from a server.
-        if q.row != "Saturation" and "process_metrics_eventloop_" not in q.expr
+        # feeds them from a server. The Workers row needs a master with
+        # children=True: test_supervisor.py runs it against one.
+        if q.row not in ("Saturation", "Workers (supervisor mode)")
+        and "process_metrics_eventloop_" not in q.expr
     ]
     assert len(queries) >= 10, queries
     empty = [f"{q.source}: {q.expr}" for q in queries if not vm_prom.query(q.expr)]

@@ -55,7 +55,14 @@ class Live:
         self.options = options
         self.provider: weakref.ref[Any] | None = None
         metrics = enabled_metrics(options)
-        self.cache = SnapshotCache(options, {m.source for m in metrics})
+        # Supervisor mode: the process metrics readable from outside get per-child rows.
+        self._children = {
+            m.name: child
+            for m in metrics
+            if options.children and (child := m.per_child) is not None and child.supported()
+        }
+        sources = {m.source for m in (*metrics, *self._children.values())}
+        self.cache = SnapshotCache(options, sources)
         # A source with nothing to read here (no cgroup limit, say) gets no instruments.
         self.metrics = tuple(m for m in metrics if m.source not in self.cache.idle)
         self._attributes = dict(options.attributes)
@@ -63,13 +70,23 @@ class Live:
         # sets mostly come back, so each is built once. Only current keys are
         # kept, so exited threads do not pile up here.
         self._attribute_sets: dict[str, dict[Key, dict[str, Any]]] = {}
+        self._child_sets: dict[str, dict[Key, dict[str, Any]]] = {}
         # Hashes of the attribute sets reported so far, per metric, until the
         # SDK's cardinality limit is passed (then a warning, and no more counting).
         self._series_seen: dict[str, set[int]] = {}
         self._series_warned: set[str] = set()
 
     def observe(self, metric: Metric, snap: Snapshot) -> list[Observation]:
-        """The points of ``metric`` in ``snap``; none if its source failed."""
+        """The points of ``metric`` in ``snap``, then its children's; none if a source failed."""
+        points = self._observe(metric, snap, self._attribute_sets)
+        child = self._children.get(metric.name)
+        if child is not None:
+            points += self._observe(child, snap, self._child_sets)
+        return points
+
+    def _observe(
+        self, metric: Metric, snap: Snapshot, cache: dict[str, dict[Key, dict[str, Any]]]
+    ) -> list[Observation]:
         reading = snap.readings.get(metric.source)
         value = None if reading is None else reading.get(metric.field)
         if value is None:
@@ -77,9 +94,9 @@ class Live:
         cast = metric.value_type
         if not isinstance(value, Mapping):
             return [Observation(cast(value), self._attributes)]
-        sets = self._attribute_sets.get(metric.name)
+        sets = cache.get(metric.name)
         if sets is None or sets.keys() != value.keys():
-            sets = self._attribute_sets[metric.name] = self._renew(metric, value, sets or {})
+            sets = cache[metric.name] = self._renew(metric, value, sets or {})
         return [Observation(cast(v), sets[key]) for key, v in value.items()]
 
     def _renew(

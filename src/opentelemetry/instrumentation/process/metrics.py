@@ -11,9 +11,11 @@ This module is internal: its names may change between releases.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import KW_ONLY, dataclass
 
+from .group import SLOT_ATTRIBUTE
 from .sources import SOURCES
 
 EXTENSION_PREFIX = "process_metrics."
@@ -74,6 +76,15 @@ class Metric:
     def supported(self, platform: str | None = None) -> bool:
         """Whether this metric can be reported on ``platform`` (default: this one)."""
         return SOURCES[self.source].supported(platform, self.field)
+
+    @property
+    def per_child(self) -> Metric | None:
+        """The row of this metric's per-child points in supervisor mode, or ``None``.
+
+        Same name, kind and unit; its source is a children source, and its
+        attributes start with the child's slot (and ``process.pid``, opt-in).
+        """
+        return PER_CHILD.get(self.name)
 
 
 C, U, G = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE
@@ -376,7 +387,7 @@ def _check_table() -> None:
     """
     if len(METRICS_BY_NAME) != len(METRICS):
         raise RuntimeError("metric table: a name is declared twice")
-    for m in METRICS:
+    for m in (*METRICS, *PER_CHILD.values()):
         source = SOURCES.get(m.source)
         if source is None:
             raise RuntimeError(f"metric table: {m.name} names an unknown source {m.source!r}")
@@ -392,6 +403,78 @@ def _check_table() -> None:
                 f"metric table: {m.name} has the attributes {m.attributes}, but field "
                 f"{m.field!r} of source {m.source!r} names {names}"
             )
+
+
+# --- supervisor mode (children=True) ------------------------------------------
+
+CHILD_ATTRIBUTES = (SLOT_ATTRIBUTE, "process.pid")
+"""The attributes every per-child point starts with; ``process.pid`` only with child_pid."""
+
+_TREE_CPU = (
+    "this process's own time, its live descendants' (with what they reaped of theirs) and "
+    "what it reaped of its children (RUSAGE_CHILDREN); never decreases"
+)
+
+TREE_METRICS: tuple[Metric, ...] = (
+    Metric("process_metrics.tree.cpu.time", C, "s",
+           "CPU seconds of this process and all its descendants, those that exited and were "
+           "reaped included, by mode (extension).",
+           group="tree", source="children.tree", field="cpu_time", attributes=("cpu.mode",),
+           value_type=float, option="children", note=_TREE_CPU),
+    Metric("process_metrics.tree.process.count", G, "{process}",
+           "Processes in the tree: this one and its live descendants (extension).",
+           group="tree", source="children.tree", field="count", option="children"),
+    Metric("process_metrics.tree.process.exits", C, "{process}",
+           "Descendants seen to exit since instrument() (extension).",
+           group="tree", source="children.tree", field="exits", option="children",
+           note="a child that lived and was reaped between two collections is not seen"),
+    Metric("process_metrics.tree.process.restarts", C, "{restart}",
+           "Slots given again to a new child after their child exited: restarts seen "
+           "(extension).",
+           group="tree", source="children.tree", field="restarts", option="children"),
+    Metric("process_metrics.tree.memory.usage", U, "By",
+           "Memory of this process and its live descendants: the sum of PSS where PSS is "
+           "enabled, else the sum of RSS (which counts shared pages once per process) "
+           "(extension).",
+           group="tree", source="children.tree", field="memory",
+           attributes=("process_metrics.memory.measure",), option="children",
+           note="process_metrics.memory.measure is pss or rss"),
+)  # fmt: skip
+
+METRICS = METRICS + TREE_METRICS
+METRICS_BY_NAME = {m.name: m for m in METRICS}
+
+_CHILD_FIELDS = {
+    "process.cpu.time": ("children.cpu", "cpu_time"),
+    "process.cpu.utilization": ("children.cpu", "cpu_utilization"),
+    "process.memory.usage": ("children.memory", "rss"),
+    "process.memory.virtual": ("children.memory", "vms"),
+    "process_metrics.memory.pss": ("children.memory_full", "pss"),
+    "process_metrics.memory.uss": ("children.memory_full", "uss"),
+    "process.disk.io": ("children.io", "bytes"),
+    "process.disk.operations": ("children.io", "operations"),
+    "process.thread.count": ("children.num_threads", "count"),
+    "process.unix.file_descriptor.count": ("children.num_fds", "count"),
+    "process.context_switches": ("children.context_switches", "context_switches"),
+    "process.paging.faults": ("children.paging_faults", "paging_faults"),
+    "process.uptime": ("children.uptime", "uptime"),
+}
+"""The process metrics that can be read from outside a process: its per-child source and field.
+
+PSS and USS count only where their own rows exist in the table.
+"""
+
+PER_CHILD: dict[str, Metric] = {
+    name: dataclasses.replace(
+        METRICS_BY_NAME[name],
+        source=source,
+        field=field,
+        attributes=(*CHILD_ATTRIBUTES, *METRICS_BY_NAME[name].attributes),
+    )
+    for name, (source, field) in _CHILD_FIELDS.items()
+    if name in METRICS_BY_NAME
+}
+"""Per-child rows, by the name of the process metric they add points to."""
 
 
 _check_table()

@@ -42,8 +42,14 @@ every point of every collection, so this package bounds them by default.
 ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` overrides it.
 """
 
+DEFAULT_MAX_CHILDREN = 64
+"""Most descendant processes reported one by one with ``children=True``."""
+
 SHARED_METRICS = ("once", "every")
 """Who reports the host, cgroup and pressure metrics: one process of the group, or each."""
+
+TREE_ROOT = ("self", "parent")
+"""Whose descendants supervisor mode reports: this process's, or its parent's."""
 
 THREAD_SERIES_BY = ("thread", "name")
 """What a per-thread series stands for: one thread, or one thread-name pattern."""
@@ -257,6 +263,26 @@ class ProcessMetricsOptions:
     ones (``system.*``), the container and cgroup ones and the pressure
     stalls; the group elects its reporter by a lock the kernel frees when the
     holder dies, and another process takes over at its next collection.
+    """
+
+    children: bool = option(False, BOOLEAN, gates=True)
+    """Supervisor mode: also report every descendant process (the workers), each by its slot.
+
+    Adds per-child points to the process metrics that can be read from outside
+    (attribute ``process_metrics.worker.slot``) and the ``process_metrics.tree.*``
+    totals of this process and all its descendants.
+    """
+    max_children: int = option(DEFAULT_MAX_CHILDREN, whole_number())
+    """Cap on descendants reported one by one: the lowest slots are kept; tree totals count all."""
+    child_pid: bool = option(False, BOOLEAN)
+    """Add ``process.pid`` to per-child points (it churns a series at every restart)."""
+    tree_root: str = option("self", choice(TREE_ROOT))
+    """``"self"``: the tree is this process and its descendants. ``"parent"``: its parent's.
+
+    ``"parent"`` is for a helper process of a server (a uWSGI mule) that reports
+    the whole server, so that the master itself runs no Python thread. The tree
+    then counts the parent, all its descendants (this process included) and
+    what the parent reaped; this process gets no per-child points of its own.
     """
 
     def __post_init__(self) -> None:

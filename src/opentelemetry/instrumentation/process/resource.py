@@ -22,11 +22,8 @@ import uuid
 
 from opentelemetry.sdk.resources import Resource, ResourceDetector
 
-from .group import keys, slots
+from .group import SLOT_ATTRIBUTE, keys, slots
 from .group.rundir import faults
-
-SLOT_ATTRIBUTE = "process_metrics.worker.slot"
-"""The slot number of this worker (int), in this package's namespace."""
 
 NAMESPACE = uuid.UUID("5b0f7e1c-3d55-4c1e-9f43-0c9a6f5d2b71")
 """The UUIDv5 namespace of the ``service.instance.id`` values this detector makes."""

@@ -10,11 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from . import host, process, runtime, saturation
+from . import children, host, process, runtime, saturation
 from .base import Delta, Key, ReadContext, Reading, Source, Value
 
 SOURCES: Mapping[str, Source] = {
-    s.name: s for s in (*process.SOURCES, *runtime.SOURCES, *host.SOURCES, *saturation.SOURCES)
+    s.name: s
+    for s in (
+        *process.SOURCES,
+        *runtime.SOURCES,
+        *host.SOURCES,
+        *saturation.SOURCES,
+        *children.SOURCES,
+    )
 }
 
 __all__ = ["SOURCES", "Delta", "Key", "ReadContext", "Reading", "Source", "Value"]

@@ -1,0 +1,638 @@
+"""Sources about the descendants of this process (supervisor mode): each child, and the tree.
+
+One *pass* per refresh lists the descendants (on Linux from each task's
+``children`` file, else psutil's ``children(recursive=True)``), gives each new
+one a slot, and reads each child once, inside its own ``Process.oneshot()``.
+Every children source of that refresh takes its fields from the same pass;
+the pass reads only what the enabled sources need (each source's open hook
+says it is wanted).
+
+Slots: a child gets the lowest slot free among the live children, reused
+after it exits, unless it is a direct child that holds a slot of its own from
+the per-worker resource detector: then it gets that one. Per-child points are
+given for the ``max_children`` lowest slots; the tree totals count every child.
+
+Faults: a child that exits during its read drops its points for that
+collection; a read the master may not make (another user, hidepid, a process
+not dumpable after ``setuid``) drops that read's points of that child. Both are
+logged at most once per fault period.
+
+Nothing here knows about OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from ..group import SLOT_ATTRIBUTE
+from ..linux import children as linux_children
+from ..platforms import LINUX, POSIX, WINDOWS
+from .base import Delta, Key, ReadContext, Reading, Source, Value, attributes
+
+try:
+    import resource as _resource
+except ImportError:  # Windows
+    _resource = None  # type: ignore[assignment]
+
+_WANTED = "children.wanted"
+"""Where the open hooks keep the names of the children sources of this process."""
+_STATE = "children"
+"""Where the pass keeps the children, their slots and the counts between refreshes."""
+
+RECORDED_SLOT_WINDOW = 60.0
+"""Seconds after its first sight during which a child's own recorded slot is looked for.
+
+A worker claims its slot in its post-fork hook, which may run after the
+master first sees it; a child with no record after this is not a detector's.
+"""
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass
+class Child:
+    """One descendant, as the master sees it."""
+
+    pid: int
+    process: psutil.Process
+    parent: int | None
+    first_seen: float
+    slot: int = -1
+    recorded: bool = False
+    """Whether ``slot`` is the child's own, from the resource detector."""
+    cpu: float = -1.0
+    """User + system seconds at the last read: less next time means the pid was reused."""
+    util: Delta = field(default_factory=Delta)
+
+
+@dataclass
+class Tree:
+    """The children of this process between refreshes."""
+
+    live: dict[int, Child] = field(default_factory=dict)
+    used_slots: set[int] = field(default_factory=set)
+    """Every slot given so far: giving one again is a restart."""
+    zombies: set[int] = field(default_factory=set)
+    """Zombie pids already counted as exits."""
+    exits: int = 0
+    restarts: int = 0
+    cap_warned: bool = False
+
+
+_CHILD = (SLOT_ATTRIBUTE, "process.pid")  # process.pid is None unless child_pid=True
+_ONE = attributes(*_CHILD)
+_MODE = attributes(*_CHILD, "cpu.mode")
+_DIRECTION = attributes(*_CHILD, "disk.io.direction")
+_SWITCH = attributes(*_CHILD, "process.context_switch.type")
+_FAULT = attributes(*_CHILD, "system.paging.fault.type")
+_TREE_MODE = attributes("cpu.mode")
+_MEASURE = attributes("process_metrics.memory.measure")
+
+
+@dataclass
+class _Pass:
+    """What one refresh found; each children source reads its fields from it."""
+
+    now: float
+    fields: dict[str, dict[str, Value]] = field(default_factory=dict)
+    failed: Exception | None = None
+    targets: dict[tuple[str, str], dict[Key, float]] = field(default_factory=dict)
+    """The mappings of ``fields`` by (source, field), found once per pass."""
+
+    def target(self, source: str, name: str) -> dict[Key, float]:
+        """The mapping of field ``name`` of ``source``, made empty on first use."""
+        fields = self.fields.setdefault(source, {})
+        found = fields.get(name)
+        if found is None:
+            found = fields[name] = {}
+        return found  # type: ignore[return-value]
+
+
+class _Gone(Exception):
+    """The child exited (or vanished from view) during its read."""
+
+
+# --- the wanted sources -------------------------------------------------------
+
+
+def _wants(name: str) -> Callable[[ReadContext], bool]:
+    def open_(ctx: ReadContext) -> bool:
+        if not ctx.options.children:
+            return False
+        ctx.state.setdefault(_WANTED, set()).add(name)
+        return True
+
+    return open_
+
+
+def _unwants(name: str) -> Callable[[ReadContext], None]:
+    def close(ctx: ReadContext) -> None:
+        ctx.state.get(_WANTED, set()).discard(name)
+
+    return close
+
+
+def wanted(ctx: ReadContext) -> frozenset[str]:
+    """The children sources this process reads."""
+    return frozenset(ctx.state.get(_WANTED, ()))
+
+
+# --- finding the descendants --------------------------------------------------
+
+
+def root(ctx: ReadContext) -> int:
+    """The pid whose tree is reported: this process, or its parent (``tree_root``)."""
+    return os.getppid() if ctx.options.tree_root == "parent" else os.getpid()
+
+
+def descendants(ctx: ReadContext) -> list[tuple[int, int | None, psutil.Process | None]]:
+    """``(pid, parent pid or None, psutil handle or None)`` of each descendant, parents first.
+
+    The descendants of :func:`root`. The direct Linux read lists each task's
+    ``children`` file; psutil's ``children(recursive=True)`` reads every
+    process's stat file on the host.
+    """
+    pid = root(ctx)
+    found = ctx.direct_read("children", lambda: linux_children.descendant_pids(pid))
+    if found is not None:
+        return [(child, parent, None) for child, parent in found]
+    top = ctx.process if pid == os.getpid() else psutil.Process(pid)
+    return [(p.pid, None, p) for p in top.children(recursive=True)]
+
+
+# --- the pass -----------------------------------------------------------------
+
+
+def _read_pass(ctx: ReadContext) -> _Pass:
+    found: _Pass | None = ctx.state.get("children.pass")
+    if found is not None and found.now == ctx.now:
+        if found.failed is not None:  # once per refresh: every children source fails alike
+            raise found.failed
+        return found
+    found = ctx.state["children.pass"] = _Pass(ctx.now)
+    try:
+        _run(ctx, found, wanted(ctx))
+    except Exception as exc:
+        found.failed = exc
+        raise
+    return found
+
+
+def _own_times(ctx: ReadContext, top: int) -> tuple[float, float, float, float]:
+    """``(user, system, reaped children's user, system)`` of the root ``top``, in seconds."""
+    if top != os.getpid():  # the parent: its stat file (utime, stime, cutime, cstime)
+        t = psutil.Process(top).cpu_times()
+        return t.user, t.system, t.children_user, t.children_system
+    if _resource is not None:
+        own = _resource.getrusage(_resource.RUSAGE_SELF)
+        reaped = _resource.getrusage(_resource.RUSAGE_CHILDREN)
+        return own.ru_utime, own.ru_stime, reaped.ru_utime, reaped.ru_stime
+    t = ctx.process.cpu_times()
+    return t.user, t.system, t.children_user, t.children_system
+
+
+def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
+    tree: Tree = ctx.state.setdefault(_STATE, Tree())
+    with_tree = "children.tree" in want
+    with_pss = "children.memory_full" in want
+    need_cpu = with_tree or "children.cpu" in want
+    need_memory = (with_tree and not with_pss) or "children.memory" in want
+    # The times of this process and of its reaped children first, then each
+    # child, parents before their children: a child reaped during the pass is
+    # then missed once (the floor holds), never counted twice.
+    me = os.getpid()
+    top = root(ctx)
+    user, system, reaped_user, reaped_system = _own_times(ctx, top) if with_tree else (0, 0, 0, 0)
+    listed = descendants(ctx)
+    live: dict[int, Child] = {}
+    readings: dict[int, dict[str, Any]] = {}
+    with contextlib.ExitStack() as stack:
+        for pid, parent, handle in listed:
+            child = tree.live.get(pid)
+            try:
+                if child is None:
+                    child = Child(pid, handle or psutil.Process(pid), parent, out.now)
+                stack.enter_context(child.process.oneshot())
+                reading = _read_first(ctx, child, need_cpu, need_memory, with_pss)
+            except (_Gone, psutil.Error, OSError):  # gone, hidden, or not ours to read
+                if child is not None and pid in tree.live:
+                    live[pid] = child  # listed, so alive: exiting now, or hidden from us
+                continue
+            if reading.get("zombie"):
+                if pid not in tree.live and pid not in tree.zombies:
+                    tree.exits += 1  # exited before it was ever seen alive
+                tree.zombies.add(pid)
+            else:
+                cpu = reading.get("cpu", child.cpu)
+                if cpu < child.cpu - 1 / _CLOCK_TICKS:  # less CPU than before: a reused pid
+                    with contextlib.suppress(psutil.Error):  # a new handle: a new create time
+                        child = Child(pid, psutil.Process(pid), parent, out.now)
+                if child.parent is None:
+                    child.parent = reading.get("ppid")
+                child.cpu = cpu
+                live[pid] = child
+            readings[pid] = reading
+            if with_tree and "times" in reading:
+                u, s, cu, cs = reading["times"]
+                user, system = user + u + cu, system + s + cs
+        tree.zombies &= {pid for pid, _, _ in listed}
+        # Every listed process that is not a zombie is alive, read or not.
+        alive = len(listed) - len(tree.zombies)
+        _count_exits(tree, live)
+        _give_slots(ctx, tree, live, top, out.now)
+        # A helper reporting its parent's tree (tree_root="parent") is not one of the children.
+        kept = sorted(
+            (c for c in live.values() if c.pid in readings and c.pid != me), key=lambda c: c.slot
+        )
+        cap = ctx.options.max_children
+        if len(kept) > cap:
+            if not tree.cap_warned:
+                tree.cap_warned = True
+                ctx.faults.warning(
+                    ("children", "cap"),
+                    "process metrics: %d child processes, more than max_children=%d; the "
+                    "%d lowest slots are reported one by one, and the tree totals count them "
+                    "all. This is logged once.",
+                    len(kept),
+                    cap,
+                    cap,
+                )
+            kept = kept[:cap]
+        for child in kept:
+            _read_rest(ctx, child, readings[child.pid], want, out)
+    tree.live = live
+    if with_tree:
+        times = (user, system, reaped_user, reaped_system)
+        _tree_fields(ctx, tree, alive, readings, out, times, top)
+
+
+def _denied(ctx: ReadContext, what: str, child: Child, exc: BaseException) -> None:
+    ctx.faults.warning(
+        ("children", what, type(exc).__name__),
+        "process metrics: cannot read %s of child process %d (%s: %s): it may belong to "
+        "another user, be hidden (hidepid) or not be dumpable after setuid; its %s points "
+        "are left out while this lasts. This fault is logged at most once per %.0f s.",
+        what,
+        child.pid,
+        type(exc).__name__,
+        exc,
+        what,
+        ctx.faults.period,
+    )
+
+
+def _try(ctx: ReadContext, what: str, child: Child, read: Callable[[], Any]) -> Any:
+    """``read()``; ``None`` if the master may not make it; ``_Gone`` if the child went."""
+    try:
+        return read()
+    except psutil.ZombieProcess:
+        raise _Gone from None
+    except psutil.NoSuchProcess:
+        raise _Gone from None
+    except (psutil.AccessDenied, PermissionError) as exc:
+        _denied(ctx, what, child, exc)
+        return None
+    except (OSError, psutil.Error, ValueError) as exc:
+        _denied(ctx, what, child, exc)
+        return None
+
+
+def _read_first(
+    ctx: ReadContext, child: Child, cpu: bool, memory: bool, pss: bool
+) -> dict[str, Any]:
+    """What the tree needs of every child: its state, CPU times and memory."""
+    p = child.process
+    out: dict[str, Any] = {}
+    status = _try(ctx, "status", child, p.status)
+    if status == psutil.STATUS_ZOMBIE:
+        out["zombie"] = True
+    if child.parent is None:
+        out["ppid"] = _try(ctx, "parent", child, p.ppid)
+    if cpu:
+        t = _try(ctx, "cpu", child, p.cpu_times)
+        if t is not None:
+            cu = getattr(t, "children_user", 0.0)
+            cs = getattr(t, "children_system", 0.0)
+            out["times"] = (t.user, t.system, cu, cs)
+            out["cpu"] = t.user + t.system
+    if out.get("zombie"):
+        return out
+    if memory:
+        m = _try(ctx, "memory", child, p.memory_info)
+        if m is not None:
+            out["rss"], out["vms"] = m.rss, m.vms
+    if pss:
+        full = _try(ctx, "pss", child, p.memory_full_info)
+        if full is not None:
+            out["pss"], out["uss"] = getattr(full, "pss", None), full.uss
+    return out
+
+
+def _count_exits(tree: Tree, live: Mapping[int, Child]) -> None:
+    for pid, child in tree.live.items():
+        if live.get(pid) is not child:  # gone, a zombie, or replaced by a reused pid
+            tree.exits += 1
+
+
+def _give_slots(
+    ctx: ReadContext, tree: Tree, live: Mapping[int, Child], me: int, now: float
+) -> None:
+    """A slot for each new child; a direct child of the root ``me`` keeps its own recorded one."""
+    helper = os.getpid()  # with tree_root="parent", this process: no slot
+    live = {pid: c for pid, c in live.items() if pid != helper}
+    young = [
+        c
+        for c in live.values()
+        if c.parent == me and not c.recorded and now - c.first_seen < RECORDED_SLOT_WINDOW
+    ]
+    recorded = _recorded_slots(me) if young else {}
+    held = {c.slot for c in live.values() if c.slot >= 0}
+    for child in young:
+        own = recorded.get(child.pid)
+        if own is None or own == child.slot:
+            child.recorded = own is not None
+            continue
+        if own in held:  # another child holds it: keep this one's
+            continue
+        if child.slot >= 0:
+            held.discard(child.slot)
+        elif own in tree.used_slots:
+            tree.restarts += 1
+        child.slot, child.recorded = own, True
+        held.add(own)
+        tree.used_slots.add(own)
+    reserved = set(recorded.values())
+    for child in sorted(live.values(), key=lambda c: c.pid):
+        if child.slot >= 0:
+            continue
+        slot = 0
+        while slot in held or slot in reserved:
+            slot += 1
+        if slot in tree.used_slots:
+            tree.restarts += 1
+        child.slot = slot
+        held.add(slot)
+        tree.used_slots.add(slot)
+
+
+def _recorded_slots(parent: int) -> dict[int, int]:
+    """Slots that the per-worker resource detector recorded for the children of ``parent``."""
+    try:
+        from ..group.slots import recorded_slots
+
+        return recorded_slots(parent)
+    except Exception:  # noqa: BLE001 - a record we cannot read: the master's own slots
+        return {}
+
+
+def _read_rest(
+    ctx: ReadContext, child: Child, reading: Mapping[str, Any], want: frozenset[str], out: _Pass
+) -> None:
+    """The per-child fields of one kept child; nothing of it if it exits meanwhile."""
+    pid: int | None = child.pid if ctx.options.child_pid else None
+    slot = child.slot
+    # Kept aside until the child's last read: a child gone meanwhile gives nothing.
+    # Plain value tuples here: each is typed by its field's key type when stored.
+    rows: list[tuple[str, str, tuple[int | str | None, ...], float]] = []
+    add = rows.append
+    p = child.process
+    try:
+        if "children.cpu" in want and "times" in reading:
+            u, s, _, _ = reading["times"]
+            add(("children.cpu", "cpu_time", (slot, pid, "user"), u))
+            add(("children.cpu", "cpu_time", (slot, pid, "system"), s))
+            cpus = ctx.facts.available_cpus or 0.0
+            if cpus:
+                share = child.util.step(
+                    out.now,
+                    {_TREE_MODE(("user",)): u, _TREE_MODE(("system",)): s},
+                    lambda d, e: {k: v / (e * cpus) for k, v in d.items()},
+                )
+                for (mode,), v in (share or {}).items():
+                    add(("children.cpu", "cpu_utilization", (slot, pid, mode), v))
+        if "children.memory" in want and "rss" in reading:
+            add(("children.memory", "rss", (slot, pid), reading["rss"]))
+            add(("children.memory", "vms", (slot, pid), reading["vms"]))
+        if "children.memory_full" in want:
+            if reading.get("pss") is not None:
+                add(("children.memory_full", "pss", (slot, pid), reading["pss"]))
+            if "uss" in reading:
+                add(("children.memory_full", "uss", (slot, pid), reading["uss"]))
+        if "children.io" in want:
+            io = _try(ctx, "I/O", child, p.io_counters)
+            if io is not None:
+                add(("children.io", "bytes", (slot, pid, "read"), io.read_bytes))
+                add(("children.io", "bytes", (slot, pid, "write"), io.write_bytes))
+                add(("children.io", "operations", (slot, pid, "read"), io.read_count))
+                add(("children.io", "operations", (slot, pid, "write"), io.write_count))
+        if "children.num_threads" in want:
+            n = _try(ctx, "threads", child, p.num_threads)
+            if n is not None:
+                add(("children.num_threads", "count", (slot, pid), n))
+        if "children.num_fds" in want:
+            n = _try(ctx, "file descriptors", child, p.num_fds)
+            if n is not None:
+                add(("children.num_fds", "count", (slot, pid), n))
+        if "children.context_switches" in want:
+            cs = _try(ctx, "context switches", child, p.num_ctx_switches)
+            if cs is not None:
+                field = "context_switches"
+                add(("children.context_switches", field, (slot, pid, "voluntary"), cs.voluntary))
+                add(
+                    ("children.context_switches", field, (slot, pid, "involuntary"), cs.involuntary)
+                )
+        if "children.paging_faults" in want and ctx.use_direct("children"):
+            faults = _try(ctx, "page faults", child, lambda: page_faults(child.pid))
+            if faults is not None:
+                add(("children.paging_faults", "paging_faults", (slot, pid, "major"), faults[0]))
+                add(("children.paging_faults", "paging_faults", (slot, pid, "minor"), faults[1]))
+        if "children.uptime" in want:
+            created = _try(ctx, "uptime", child, p.create_time)
+            if created is not None:
+                add(("children.uptime", "uptime", (slot, pid), time.time() - created))
+    except _Gone:
+        return
+    targets = out.targets
+    for source, name, key, value in rows:
+        target = targets.get((source, name))
+        if target is None:
+            target = targets[source, name] = out.target(source, name)
+        target[_KEY_TYPES[source, name](key)] = value
+
+
+def page_faults(pid: int) -> tuple[int, int]:
+    """``(major, minor)`` page faults of process ``pid``, from ``/proc/<pid>/stat``.
+
+    psutil has no API for another process's page faults. Raises
+    ``ProcessLookupError`` when the process has gone.
+    """
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise psutil.NoSuchProcess(pid) from None
+    try:
+        data = os.read(fd, 4096)  # one line of a few hundred bytes
+    except ProcessLookupError:
+        raise psutil.NoSuchProcess(pid) from None
+    finally:
+        os.close(fd)
+    # The name (comm) may itself hold ") ", so split after the last one.
+    fields = data.rpartition(b")")[2].split()
+    return int(fields[9]), int(fields[7])  # majflt, minflt
+
+
+def _tree_fields(
+    ctx: ReadContext,
+    tree: Tree,
+    alive: int,
+    readings: Mapping[int, Mapping[str, Any]],
+    out: _Pass,
+    times: tuple[float, float, float, float],
+    top: int,
+) -> None:
+    user, system, reaped_user, reaped_system = times
+    cpu = ctx.monotonic(
+        "children.tree",
+        {
+            _TREE_MODE(("user",)): user + reaped_user,
+            _TREE_MODE(("system",)): system + reaped_system,
+        },
+    )
+    fields = out.fields.setdefault("children.tree", {})
+    fields["cpu_time"] = cpu
+    fields["count"] = 1 + alive
+    fields["exits"] = tree.exits
+    fields["restarts"] = tree.restarts
+    kind = "pss" if "children.memory_full" in wanted(ctx) else "rss"
+    own = _own_memory(ctx, kind, top)
+    if own is not None:
+        total = own + sum(int(r.get(kind) or 0) for r in readings.values() if not r.get("zombie"))
+        fields["memory"] = {_MEASURE((kind,)): total}
+
+
+def _own_memory(ctx: ReadContext, kind: str, top: int) -> int | None:
+    """The memory of the root ``top`` (this process, or its parent)."""
+    try:
+        process = ctx.process if top == os.getpid() else psutil.Process(top)
+        if kind == "pss":
+            return int(getattr(process.memory_full_info(), "pss", 0)) or None
+        return int(process.memory_info().rss)
+    except (psutil.Error, OSError):
+        return None
+
+
+# --- the sources --------------------------------------------------------------
+
+
+def _source_reader(name: str) -> Callable[[ReadContext], Reading]:
+    def read(ctx: ReadContext) -> Reading:
+        return _read_pass(ctx).fields.get(name, {})
+
+    return read
+
+
+def _source(
+    name: str,
+    fields: Mapping[str, type[Key] | None],
+    cost: str,
+    *,
+    platforms: frozenset[str] | None = None,
+    stateful: bool = False,
+    available: Callable[[], bool] | None = None,
+) -> Source:
+    extra: dict[str, Any] = {}
+    if platforms is not None:
+        extra["platforms"] = platforms
+    if available is not None:
+        extra["available"] = available
+    return Source(
+        name,
+        _source_reader(name),
+        dict(fields),
+        cost,
+        stateful=stateful,
+        open=_wants(name),
+        close=_unwants(name),
+        **extra,
+    )
+
+
+def _has(name: str) -> Callable[[], bool]:
+    return lambda: hasattr(psutil.Process, name)
+
+
+_PROCESS_IO = (POSIX | WINDOWS) - {"darwin", "sunos"}
+_PER_CHILD = "per child, in its oneshot"
+
+SOURCES: tuple[Source, ...] = (
+    _source(
+        "children.cpu",
+        {"cpu_time": _MODE, "cpu_utilization": _MODE},
+        f"/proc/<pid>/stat {_PER_CHILD} (shared with the tree)",
+        stateful=True,
+    ),
+    _source("children.memory", {"rss": _ONE, "vms": _ONE}, f"/proc/<pid>/statm {_PER_CHILD}"),
+    _source(
+        "children.memory_full",
+        {"pss": _ONE, "uss": _ONE},
+        f"/proc/<pid>/smaps_rollup {_PER_CHILD}: its cost grows with the RSS of the child",
+        platforms=LINUX,
+    ),
+    _source(
+        "children.io",
+        {"bytes": _DIRECTION, "operations": _DIRECTION},
+        f"/proc/<pid>/io {_PER_CHILD}",
+        platforms=_PROCESS_IO,
+        available=_has("io_counters"),
+    ),
+    _source("children.num_threads", {"count": _ONE}, f"/proc/<pid>/status {_PER_CHILD}"),
+    _source(
+        "children.num_fds",
+        {"count": _ONE},
+        f"lists /proc/<pid>/fd {_PER_CHILD}",
+        platforms=POSIX,
+        available=_has("num_fds"),
+    ),
+    _source(
+        "children.context_switches",
+        {"context_switches": _SWITCH},
+        f"/proc/<pid>/status {_PER_CHILD} (the main thread only on Linux, as psutil counts)",
+    ),
+    _source(
+        "children.paging_faults",
+        {"paging_faults": _FAULT},
+        "/proc/<pid>/stat per child, read directly (psutil has no API)",
+        platforms=LINUX,
+    ),
+    _source(
+        "children.uptime", {"uptime": _ONE}, "none: the create time of each child is read once"
+    ),
+    _source(
+        "children.tree",
+        {
+            "cpu_time": _TREE_MODE,
+            "count": None,
+            "exits": None,
+            "restarts": None,
+            "memory": _MEASURE,
+        },
+        "getrusage(2) twice, lists the children file of each task (elsewhere: psutil reads every "
+        "process on the host), /proc/<pid>/stat and statm per child",
+        stateful=True,
+    ),
+)
+
+_KEY_TYPES: dict[tuple[str, str], type[Key]] = {
+    (source.name, name): key
+    for source in SOURCES
+    for name, key in source.fields.items()
+    if key is not None
+}
+"""The key type of each per-child field: a child's point is stored under it."""
