@@ -441,6 +441,7 @@ def test_variables_formats_and_gating_options_come_from_the_declarations() -> No
         "saturation",
         "gc_pause_histogram",
         "event_loop",
+        "children",
     )
     assert all(declared(name).form is BOOLEAN for name in ("per_cpu", "direct_reads"))
 

@@ -46,6 +46,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.environment import ENV_VARS, from_environment
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
+from opentelemetry.instrumentation.process.options import OPTION_NAMES, declared
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 from .conftest import DIRECT_READS_VAR, collect
@@ -76,24 +77,14 @@ def examples(ci: int) -> settings:
     return settings(PROFILE, max_examples=size(ci, 10 * ci))
 
 
-FLAGS = (
-    "cpu_frequency",
-    "per_thread",
-    "per_cpu",
-    "direct_reads",
-    "gc_pause_histogram",
-    "event_loop",
-    "children",
-    "child_pid",
-)
-LISTS = ("include", "exclude")
-CHOICES = {
-    "thread_series_by": ("thread", "name"),
-    "shared_metrics": ("once", "every"),
-    "tree_root": ("self", "parent"),
-}
-TRISTATES = ("saturation",)  # True, False, or None for auto
-OPTIONS = (*FLAGS, *LISTS, "max_thread_series", "max_children", "attributes", *CHOICES, *TRISTATES)
+# The options by kind, from their declarations: a new option is tested with no edit here.
+FORMS = {name: declared(name).form for name in OPTION_NAMES}
+FLAGS = tuple(n for n, f in FORMS.items() if f.kind == "bool")
+LISTS = tuple(n for n, f in FORMS.items() if f.kind == "list")
+CHOICES = {n: f.values for n, f in FORMS.items() if f.kind == "choice"}
+CAPS = {n: f.even for n, f in FORMS.items() if f.kind == "int"}  # whole numbers; even or not
+TRISTATES = tuple(n for n, f in FORMS.items() if f.kind == "tristate")  # True, False, None
+OPTIONS = OPTION_NAMES
 DEFAULTS = ProcessMetricsOptions()
 NAMES = sorted(METRICS_BY_NAME)
 GATED = sorted(m.name for m in METRICS if m.option is not None)
@@ -147,27 +138,36 @@ def parse_env(option: str, raw: str) -> Any:
     if option in TRISTATES:
         word = raw.strip().lower()
         return None if word == "auto" else parse_env(FLAGS[0], raw)
-    if option == "max_thread_series":
+    if option in CAPS:
         try:
             number = int(raw.strip())  # Python's int(): also "+7", "1_000", "٣"
         except ValueError:
             return INVALID
-        return number if number >= 0 and number % 2 == 0 else INVALID  # two series a thread
-    if option == "max_children":
-        try:
-            number = int(raw.strip())
-        except ValueError:
-            return INVALID
-        return number if number >= 0 else INVALID
+        return number if number >= 0 and not (CAPS[option] and number % 2) else INVALID
+    return entries(option, raw)[0]
+
+
+def entries(option: str, raw: str) -> tuple[Any, int]:
+    """The entries of a list variable that apply (or ``INVALID``), and how many are left out.
+
+    Each bad entry of a list is left out with a warning of its own, while one
+    entry applies; a list with none that applies, or too long, is invalid whole.
+    """
     patterns = tuple(p.strip() for p in raw.split(",") if p.strip())
-    valid = len(patterns) <= 100 and all(valid_pattern(option, p) for p in patterns)
-    return patterns if valid else INVALID
+    kept = tuple(p for p in patterns if valid_pattern(option, p))
+    if len(patterns) > 100 or not kept:
+        return INVALID, 0
+    return kept, len(patterns) - len(kept)
 
 
-def expected_from(env: Mapping[str, str]) -> tuple[ProcessMetricsOptions, set[str]]:
-    """The options ``env`` should give, and the variables that should be warned about."""
+def expected_from(
+    env: Mapping[str, str],
+) -> tuple[ProcessMetricsOptions, set[str], dict[str, int]]:
+    """The options ``env`` should give, the variables refused whole, and the entries left
+    out of each list variable that applies in part."""
     fields: dict[str, Any] = {}
     invalid: set[str] = set()
+    dropped: dict[str, int] = {}
     for option, var in ENV_VARS.items():
         raw = env.get(var, "")
         if not raw.strip():
@@ -175,9 +175,11 @@ def expected_from(env: Mapping[str, str]) -> tuple[ProcessMetricsOptions, set[st
         value = parse_env(option, raw)
         if value is INVALID:
             invalid.add(var)
-        else:
-            fields[option] = value
-    return ProcessMetricsOptions(**fields), invalid
+            continue
+        fields[option] = value
+        if option in LISTS and entries(option, raw)[1]:
+            dropped[var] = entries(option, raw)[1]
+    return ProcessMetricsOptions(**fields), invalid, dropped
 
 
 def assert_stored_valid(options: ProcessMetricsOptions, option: str) -> None:
@@ -185,11 +187,9 @@ def assert_stored_valid(options: ProcessMetricsOptions, option: str) -> None:
     value = getattr(options, option)
     if option in FLAGS:
         assert type(value) is bool
-    elif option == "max_thread_series":
+    elif option in CAPS:
         assert isinstance(value, int) and not isinstance(value, bool) and value >= 0
-        assert value % 2 == 0
-    elif option == "max_children":
-        assert isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        assert not CAPS[option] or value % 2 == 0
     elif option in CHOICES:
         assert value in CHOICES[option]
     elif option in TRISTATES:
@@ -395,8 +395,7 @@ NEAR = {
 KIND = {
     **dict.fromkeys(FLAGS, "bool"),
     **dict.fromkeys(LISTS, "list"),
-    "max_thread_series": "int",
-    "max_children": "int",
+    **dict.fromkeys(CAPS, "int"),
     **dict.fromkeys(CHOICES, "choice"),
     **dict.fromkeys(TRISTATES, "tristate"),
 }
@@ -420,7 +419,7 @@ def valid_env(option: str) -> st.SearchStrategy[str]:
         return padded(
             st.builds(lambda case, word: case(word), CASE, st.sampled_from(CHOICES[option]))
         )
-    if option in ("max_thread_series", "max_children"):
+    if option in CAPS:
         odd = st.sampled_from(["0", "200", "1_000", "+7", ARABIC_THREE, "9" * 4300])
         return padded(st.one_of(st.integers(0, 10**6).map(str), odd))
     return st.builds(
@@ -483,7 +482,7 @@ ENVIRONMENTS = st.fixed_dictionaries(
 def test_environment_never_breaks_instrument(
     env: dict[str, str], provider: MeterProvider, reader: InMemoryMetricReader
 ) -> None:
-    want, invalid = expected_from(env)
+    want, invalid, dropped = expected_from(env)
     for option, var in ENV_VARS.items():  # shown by --hypothesis-show-statistics
         if var in env:
             state = "invalid" if var in invalid else "valid" if env[var].strip() else "blank"
@@ -503,6 +502,10 @@ def test_environment_never_breaks_instrument(
     for var in ENV_VARS.values():
         # No variable's name is a part of another's, and no generated value holds one.
         about = [r.getMessage() for r in logged if var in r.getMessage()]
+        if var in dropped:  # one warning for each entry left out; the others apply
+            assert len(about) == dropped[var], (var, about)
+            assert all(m.startswith(f"{var}: the entry ") for m in about), about
+            continue
         assert len(about) == (var in invalid), (var, about)
         if about:
             shown = repr(env[var])  # a bounded excerpt of the value, whatever its size
@@ -643,6 +646,17 @@ BAD_ATTRIBUTES = st.one_of(
     st.sets(ATTR_KEY, max_size=2),
     st.frozensets(ATTR_KEY, max_size=2),
 )
+
+
+def bad_choice(values: tuple[str, ...]) -> st.SearchStrategy[Any]:
+    """Not one of ``values``: other words, a right word in another case or padded, other types."""
+    last = values[-1]
+    return st.one_of(
+        st.text(max_size=8).filter(lambda w: w not in values),
+        st.sampled_from([last.capitalize(), f" {last}", None, 1, True, (last,)]),
+    )
+
+
 GOOD: dict[str, st.SearchStrategy[Any]] = {
     **dict.fromkeys(FLAGS, st.booleans()),
     **dict.fromkeys(TRISTATES, st.sampled_from([True, False, None])),
@@ -654,36 +668,28 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
         )
         for option in LISTS
     },
-    "max_thread_series": st.one_of(
-        st.integers(min_value=0).map(lambda n: n - n % 2), st.just(2**63)
-    ),
-    "max_children": st.one_of(st.integers(min_value=0), st.just(2**63)),
+    **{
+        option: st.one_of(
+            st.integers(min_value=0).map(lambda n: n - n % 2) if even else st.integers(min_value=0),
+            st.just(2**63),
+        )
+        for option, even in CAPS.items()
+    },
     "attributes": st.dictionaries(ATTR_KEY, ATTR_VALUE, max_size=3).map(
         lambda d: MappingProxyType(d) if len(d) % 2 else d
     ),
-    "thread_series_by": st.sampled_from(CHOICES["thread_series_by"]),
-    "shared_metrics": st.sampled_from(CHOICES["shared_metrics"]),
-    "tree_root": st.sampled_from(CHOICES["tree_root"]),
+    **{option: st.sampled_from(values) for option, values in CHOICES.items()},
 }
 BAD = {
     **dict.fromkeys(FLAGS, NOT_BOOL),
     **dict.fromkeys(TRISTATES, NOT_BOOL.filter(lambda v: v is not None)),
     "include": bad_list("include"),
     "exclude": bad_list("exclude"),
-    "max_thread_series": BAD_CAP,
-    "max_children": BAD_CAP.filter(lambda v: not (type(v) is int and v >= 0)),
-    "thread_series_by": st.one_of(
-        st.text(max_size=8).filter(lambda w: w not in CHOICES["thread_series_by"]),
-        st.sampled_from(["Name", " name", None, 1, True, ("name",)]),
-    ),
-    "shared_metrics": st.one_of(
-        st.text(max_size=8).filter(lambda w: w not in CHOICES["shared_metrics"]),
-        st.sampled_from(["Once", " every", None, 1, True, ("once",)]),
-    ),
-    "tree_root": st.one_of(
-        st.text(max_size=8).filter(lambda w: w not in CHOICES["tree_root"]),
-        st.sampled_from(["Parent", " self", None, 1, True, ("self",)]),
-    ),
+    **{
+        option: BAD_CAP if even else BAD_CAP.filter(lambda v: not (type(v) is int and v >= 0))
+        for option, even in CAPS.items()
+    },
+    **{option: bad_choice(values) for option, values in CHOICES.items()},
     "attributes": BAD_ATTRIBUTES,
 }
 

@@ -80,6 +80,12 @@ class Form:
     """
     format: str = ""
     """How the variable is written, for the configuration reference."""
+    kind: str = ""
+    """What kind of value it takes: ``bool``, ``tristate``, ``list``, ``choice``, ``int``."""
+    values: tuple[str, ...] = ()
+    """The values a ``choice`` allows."""
+    even: bool = False
+    """An ``int`` that must be even."""
 
 
 _TRUE = {"true", "1", "yes"}
@@ -115,9 +121,11 @@ def _check_boolean_or_auto(name: str, value: object) -> bool | None:
     return value
 
 
-BOOLEAN = Form(_check_boolean, _boolean, _WORDS)
+BOOLEAN = Form(_check_boolean, _boolean, _WORDS, kind="bool")
 """``True`` or ``False``."""
-BOOLEAN_OR_AUTO = Form(_check_boolean_or_auto, _boolean_or_auto, "`auto`, or " + _WORDS)
+BOOLEAN_OR_AUTO = Form(
+    _check_boolean_or_auto, _boolean_or_auto, "`auto`, or " + _WORDS, kind="tristate"
+)
 """``True``, ``False`` or ``None`` (auto: the snapshot side decides)."""
 
 
@@ -138,7 +146,8 @@ def whole_number(*, even_because: str = "") -> Form:
             raise ValueError(f"{name}: expected an even number ({even_because}), got {value}")
         return value
 
-    return Form(check, _whole_number, "a whole, even number" if even_because else "a whole number")
+    written = "a whole, even number" if even_because else "a whole number"
+    return Form(check, _whole_number, written, kind="int", even=bool(even_because))
 
 
 def choice(values: tuple[str, ...]) -> Form:
@@ -153,7 +162,7 @@ def choice(values: tuple[str, ...]) -> Form:
 
     words = [f"`{v}`" for v in values]
     written = ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
-    return Form(check, lambda raw: raw.strip().lower(), f"{written} (any case)")
+    return Form(check, lambda raw: raw.strip().lower(), f"{written} (any case)", "choice", values)
 
 
 def _patterns(raw: str) -> tuple[str, ...]:
@@ -164,9 +173,10 @@ PATTERNS = Form(
     lambda name, value: _check_patterns(name, value),  # defined below
     _patterns,
     "comma-separated names or globs, e.g. `cpython.gc.*,system.disk.io`",
+    kind="list",
 )
 """Metric names or globs: any iterable of str, kept as a tuple."""
-ATTRIBUTES = Form(lambda _name, value: _check_attributes(value))
+ATTRIBUTES = Form(lambda _name, value: _check_attributes(value), kind="attributes")
 """Constant attributes: code only."""
 
 
