@@ -16,7 +16,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric, Metri
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
 
-from . import expected_skips
+from .support import expected_skips
 
 Points = dict[frozenset[tuple[str, Any]], Any]
 
@@ -233,7 +233,7 @@ def _a_hang_fails_under_mutation_testing() -> Iterator[None]:
         signal.signal(signal.SIGVTALRM, previous)
 
 
-# -- every skip names what it waits for (tests/expected_skips.py) -----------------------
+# -- every skip names what it waits for (tests/support/expected_skips.py) ---------------
 # With PROCESS_TESTS_LOG_DIR set (`make test` sets it), a passing run reads green: the
 # summary shows failures and errors only, skips are counted by what they wait for (a
 # missing server or browser in full), and every skip reason and the tracebacks of the
@@ -293,12 +293,14 @@ def _log_path() -> str | None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _unexpected_skips:
-        terminalreporter.section("skips with a reason not in tests/expected_skips.py", red=True)
+        terminalreporter.section(
+            "skips with a reason not in tests/support/expected_skips.py", red=True
+        )
         for line in _unexpected_skips:
             terminalreporter.line(line[:300], red=True)
         terminalreporter.line(
             "A skip must name the platform, server, package or host feature it waits for; "
-            "add its reason to tests/expected_skips.py, or make the test run.",
+            "add its reason to tests/support/expected_skips.py, or make the test run.",
             red=True,
         )
     path = _log_path()

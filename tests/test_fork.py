@@ -20,10 +20,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-from . import cgroups, forkapps
 from .conftest import collect, points, value
-from .forked import HoldUp, in_child
-from .internals import fork_wait_seconds
+from .support import cgroups, forkapps
+from .support.forked import HoldUp, in_child
+from .support.internals import fork_wait_seconds
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 

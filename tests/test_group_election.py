@@ -15,8 +15,8 @@ from opentelemetry.instrumentation.process.group.keys import group_key
 from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
-from .forkapps import c_fork
-from .groupkids import Kid
+from .support.forkapps import c_fork
+from .support.groupkids import Kid
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 

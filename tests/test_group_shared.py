@@ -20,7 +20,7 @@ from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .conftest import collect
-from .groupkids import Kid
+from .support.groupkids import Kid
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS"
 SHARED = {m.name for m in METRICS if SOURCES[m.source].shared}

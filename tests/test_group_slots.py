@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.instrumentation.process.group import keys, slots
 from opentelemetry.instrumentation.process.group.rundir import runtime_dir
 
-from .groupkids import Kid
+from .support.groupkids import Kid
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 

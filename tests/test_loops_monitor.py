@@ -40,7 +40,7 @@ from opentelemetry.instrumentation.process.runtime.loops.monitor import (
 )
 from opentelemetry.instrumentation.process.runtime.loops.window import Window
 
-from .loopapps import (
+from .support.loopapps import (
     UVLOOP_CLOCK,
     Closing,
     Payload,

@@ -28,10 +28,10 @@ from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources.base import psutil_has
 
-from . import forkapps
 from .conftest import OpenRecorder, collect, points
-from .forked import in_child
-from .threadjobs import Job, all_thread_times
+from .support import forkapps
+from .support.forked import in_child
+from .support.threadjobs import Job, all_thread_times
 
 THREAD_CPU = "process_metrics.thread.cpu.time"
 ON_LINUX = sys.platform.startswith("linux")

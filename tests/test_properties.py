@@ -49,7 +49,7 @@ from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NA
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 from .conftest import DIRECT_READS_VAR, collect
-from .stress import size
+from .support.stress import size
 
 LOGGER = "opentelemetry.instrumentation.process"
 CI = os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}

@@ -21,7 +21,7 @@ from opentelemetry.instrumentation.process.resource import (
     ProcessWorkerResourceDetector,
 )
 
-from .groupkids import Kid
+from .support.groupkids import Kid
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

@@ -20,7 +20,7 @@ from typing import Any
 
 from opentelemetry.instrumentation.process.metrics import METRICS
 
-from .linux_cgroups import Cgroup, Child, child_cgroup, flat, nested_cgroup, number
+from .support.cgroups import Cgroup, Child, child_cgroup, flat, nested_cgroup, number
 
 MIB = 1 << 20
 HZ = 100  # USER_HZ, the unit of cpuacct.stat
