@@ -84,16 +84,8 @@ def read_all(files: tuple[KernelFile, ...]) -> tuple[Values, list[Failure]]:
     values: Values = {}
     failures: list[Failure] = []
     for f in files:
-        # read_bytes() and the parse, inline: these files are cheap to read,
-        # so each call here is a visible share of the cost.
         try:
-            fd = os.open(f.path, _FLAGS)
-            try:
-                data = os.read(fd, _CHUNK)
-                if len(data) == _CHUNK:
-                    data += _rest(fd)
-            finally:
-                os.close(fd)
+            data = read_bytes(f.path)
             if data[-1:] != b"\n":
                 raise ValueError("cut short or empty")
             values.update(f.parse(data))

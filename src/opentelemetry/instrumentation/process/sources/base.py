@@ -51,6 +51,12 @@ def numbers(*names: str) -> dict[str, type[Key] | None]:
 Value = int | float | Mapping[Key, int | float]
 Reading = Mapping[str, Value]
 
+
+def known(**facts: int | float | None) -> Reading:
+    """The facts that are known: an unknown one (``None`` or 0) is left out, never reported as 0."""
+    return {k: v for k, v in facts.items() if v}
+
+
 # Utilisation over a shorter window is mostly clock-tick noise: a second
 # reader collecting right after the first reuses the last value instead.
 MIN_UTILIZATION_WINDOW = 0.1
