@@ -3,6 +3,4 @@ imports unchanged.
 Remove once it imports from ``tests.support``.
 """
 
-from .support.cgroups import available_cpus, cpu_quota, memory_limit
-
-__all__ = ["available_cpus", "cpu_quota", "memory_limit"]
+from .support.cgroups import *  # noqa: F403

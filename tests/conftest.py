@@ -8,6 +8,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric, Metri
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
 
 from .support import expected_skips
+from .support.groupkids import Kid
 
 Points = dict[frozenset[tuple[str, Any]], Any]
 
@@ -314,3 +316,24 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     skipped = f"{sum(_skips.values())} skipped ({counted})" if _skips else "no skips"
     failures = f"{len(_xfailed)} expected failure{'' if len(_xfailed) == 1 else 's'}"
     terminalreporter.line(f"{skipped}, {failures}: reasons and tracebacks in {path}")
+
+
+# -- process groups: a runtime directory of its own, and forked kids killed after -----
+
+
+@pytest.fixture
+def rundir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh runtime directory: a group of its own for each test."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def kids() -> Iterator[list[Kid]]:
+    """Forked group members made by the test, killed after it."""
+    made: list[Kid] = []
+    yield made
+    for kid in made:
+        kid.kill()

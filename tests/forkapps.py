@@ -3,6 +3,4 @@ imports unchanged.
 Remove once it imports from ``tests.support``.
 """
 
-from .support.forkapps import c_fork
-
-__all__ = ["c_fork"]
+from .support.forkapps import *  # noqa: F403

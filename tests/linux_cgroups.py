@@ -3,6 +3,4 @@ imports unchanged.
 Remove once it imports from ``tests.support``.
 """
 
-from .support.cgroups import Cgroup, child_cgroup, flat, number
-
-__all__ = ["Cgroup", "child_cgroup", "flat", "number"]
+from .support.cgroups import *  # noqa: F403

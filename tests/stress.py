@@ -3,6 +3,4 @@ imports unchanged.
 Remove once it imports from ``tests.support``.
 """
 
-from .support.stress import seconds, size
-
-__all__ = ["seconds", "size"]
+from .support.stress import *  # noqa: F403

@@ -16,14 +16,6 @@ from .support.groupkids import Kid
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 
-@pytest.fixture
-def kids() -> Iterator[list[Kid]]:
-    made: list[Kid] = []
-    yield made
-    for kid in made:
-        kid.kill()
-
-
 @pytest.fixture(autouse=True)
 def _no_slot_here() -> Iterator[None]:
     slots.release()

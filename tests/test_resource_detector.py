@@ -27,14 +27,6 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 
-@pytest.fixture
-def kids() -> Iterator[list[Kid]]:
-    made: list[Kid] = []
-    yield made
-    for kid in made:
-        kid.kill()
-
-
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
     slots.release()

@@ -3,6 +3,4 @@ imports unchanged.
 Remove once it imports from ``tests.support``.
 """
 
-from .support.threadjobs import Job, all_thread_times, pattern
-
-__all__ = ["all_thread_times", "Job", "pattern"]
+from .support.threadjobs import *  # noqa: F403
