@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -337,3 +338,51 @@ def kids() -> Iterator[list[Kid]]:
     yield made
     for kid in made:
         kid.kill()
+
+
+# -- the package's log: as lines, and its warnings ------------------------------------
+
+LOGGER = "opentelemetry.instrumentation.process"
+
+
+class LogLines(logging.Handler):
+    """Log records as ``LEVEL message``; `` [traceback]`` added when one was logged and asked."""
+
+    def __init__(self, tracebacks: bool = False) -> None:
+        super().__init__(logging.DEBUG)
+        self.tracebacks = tracebacks
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tb = " [traceback]" if self.tracebacks and record.exc_info else ""
+        self.lines.append(f"{record.levelname} {record.getMessage()}{tb}")
+
+
+@contextmanager
+def log_lines(tracebacks: bool = False) -> Iterator[LogLines]:
+    """The package's log records, at every level, while in the block."""
+    handler = LogLines(tracebacks)
+    logger = logging.getLogger(LOGGER)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.fixture
+def logged() -> Iterator[LogLines]:
+    with log_lines() as handler:
+        yield handler
+
+
+def package_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The messages of the package's warnings (and worse) that ``caplog`` holds."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
+    ]

@@ -11,17 +11,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.environment import ENV_VARS
 
-from .conftest import collect
-
-LOGGER = "opentelemetry.instrumentation.process"
-
-
-def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
-    ]
+from .conftest import LOGGER, collect, package_warnings
 
 
 def test_a_bad_include_entry_keeps_the_valid_ones(
@@ -34,7 +24,7 @@ def test_a_bad_include_entry_keeps_the_valid_ones(
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     inst = instrument()
     assert inst.options is not None and inst.options.include == ("system.disk.*",)
-    assert _warnings(caplog) == [
+    assert package_warnings(caplog) == [
         "OTEL_PYTHON_PROCESS_METRICS_INCLUDE: the entry 'bogus.*' is not valid (include: the "
         "glob 'bogus.*' matches no metric; allowed: names or globs over the names in the metric "
         "reference); it is left out, the other entries apply."
@@ -52,7 +42,7 @@ def test_each_bad_exclude_entry_gets_its_own_warning(
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     inst = instrument()
     assert inst.options is not None and inst.options.exclude == ("cpython.gc.*",)
-    got = _warnings(caplog)
+    got = package_warnings(caplog)
     assert len(got) == 2
     assert got[0].startswith("OTEL_PYTHON_PROCESS_METRICS_EXCLUDE: the entry 'zzz*' is not valid")
     assert got[1].startswith(
@@ -73,7 +63,7 @@ def test_a_huge_bad_entry_is_shown_as_a_bounded_excerpt(
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     inst = instrument()
     assert inst.options is not None and inst.options.include == ("system.network.*",)
-    [warning] = _warnings(caplog)
+    [warning] = package_warnings(caplog)
     assert "q" * 150 in warning and len(warning) < 700
 
 
@@ -86,7 +76,7 @@ def test_a_list_with_no_valid_entry_warns_once_and_uses_the_default(
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     inst = instrument()
     assert inst.options is not None and inst.options.include == ()
-    [warning] = _warnings(caplog)
+    [warning] = package_warnings(caplog)
     assert warning.startswith("OTEL_PYTHON_PROCESS_METRICS_INCLUDE='bogus.*,zzz*' is not valid")
     assert warning.endswith("using the default, none.")
 
@@ -100,7 +90,7 @@ def test_too_many_entries_warn_once_not_once_each(
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     inst = instrument()
     assert inst.options is not None and inst.options.exclude == ()
-    [warning] = _warnings(caplog)
+    [warning] = package_warnings(caplog)
     assert "expected at most 100 metric names or globs" in warning
 
 
@@ -120,5 +110,5 @@ def test_a_list_at_the_limit_is_still_filtered_entry_by_entry(
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     inst = instrument()
     assert inst.options is not None and inst.options.exclude == ("cpython.gc.*",) * 99
-    [warning] = _warnings(caplog)
+    [warning] = package_warnings(caplog)
     assert "the entry 'bogus.*' is not valid" in warning

@@ -25,19 +25,12 @@ from opentelemetry.instrumentation.process.sources.base import (
 )
 from opentelemetry.instrumentation.process.sources.process import THREAD_COUNT
 
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.levelname} {record.getMessage()}")
+from .conftest import LogLines
 
 
 @pytest.fixture
-def lines() -> Lines:
-    handler = Lines()
+def lines() -> LogLines:
+    handler = LogLines()
     logger = logging.getLogger("tests.sources_base")
     logger.handlers[:] = [handler]
     logger.setLevel(logging.DEBUG)
@@ -57,7 +50,7 @@ def _context(faults: FaultLog, *, direct: bool = True) -> ReadContext:
     )
 
 
-def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: Lines) -> None:
+def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: LogLines) -> None:
     faults = FaultLog(logger=logging.getLogger("tests.sources_base"))
     ctx = _context(faults)
     assert ctx.use_direct("threads") and ctx.use_direct("sockets")
