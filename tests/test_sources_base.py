@@ -78,11 +78,11 @@ def test_direct_reads_off_are_never_tried() -> None:
 
 def test_a_counter_never_goes_down_and_a_new_key_starts_where_it_is() -> None:
     ctx = _context(FaultLog())
-    assert ctx.monotonic("x", {("a",): 1.0}) == {("a",): 1.0}
+    assert ctx.never_below_previous("x", {("a",): 1.0}) == {("a",): 1.0}
     # a went back (iowait does): held at its floor; b is new: taken as it is.
-    assert ctx.monotonic("x", {("a",): 0.5, ("b",): 3.0}) == {("a",): 1.0, ("b",): 3.0}
-    assert ctx.monotonic("x", {("a",): 2.0, ("b",): 2.0}) == {("a",): 2.0, ("b",): 3.0}
-    assert ctx.monotonic("y", {("a",): 0.0}) == {("a",): 0.0}  # floors are per name
+    assert ctx.never_below_previous("x", {("a",): 0.5, ("b",): 3.0}) == {("a",): 1.0, ("b",): 3.0}
+    assert ctx.never_below_previous("x", {("a",): 2.0, ("b",): 2.0}) == {("a",): 2.0, ("b",): 3.0}
+    assert ctx.never_below_previous("y", {("a",): 0.0}) == {("a",): 0.0}  # floors are per name
 
 
 def _per_second(deltas: Mapping[Key, float], elapsed: float) -> dict[Key, float]:

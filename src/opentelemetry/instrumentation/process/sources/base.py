@@ -151,7 +151,7 @@ class ReadContext:
     def delta(self, name: str) -> Delta:
         return self.deltas.setdefault(name, Delta())
 
-    def monotonic(self, name: str, values: dict[Key, float]) -> dict[Key, float]:
+    def never_below_previous(self, name: str, values: dict[Key, float]) -> dict[Key, float]:
         """``values``, none below its previous reading (a counter never goes down)."""
         floor = self.floors.get(name)
         if floor:

@@ -66,7 +66,7 @@ def _system_cpu(ctx: ReadContext) -> Reading:
                 times[key] = times.get(key, 0.0) + value
     # Linux may move iowait backwards (proc(5)): keep the last value instead.
     # Not mutated: the floor's name is this source's alone, any name would do.
-    times = ctx.monotonic("system.cpu", times)  # pragma: no mutate
+    times = ctx.never_below_previous("system.cpu", times)  # pragma: no mutate
 
     def share(deltas: Mapping[Key, float], _elapsed: float) -> dict[Key, float]:
         totals: dict[Any, float] = {}
