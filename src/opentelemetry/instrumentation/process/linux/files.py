@@ -1,12 +1,9 @@
 """Reading small kernel files: one open, one read, one close, and a strict parse.
 
 Kernel pseudo-files (cgroup files, /proc/pressure) are produced whole at each
-read. A file is opened, read and closed each time: no descriptor is kept.
-Every file the kernel writes ends with a newline, so a file without one was
-cut short and is rejected as garbage rather than half-read.
-
-These files cost about 2.5 µs each to open, read and close, so the parsers are
-lean: positional where the layout allows, checked, never a full split of a long file.
+read; no descriptor is kept. A file without its final newline was cut short
+and is rejected as garbage rather than half-read. The parsers are lean:
+positional where the layout allows, checked, never a full split of a long file.
 """
 
 from __future__ import annotations
