@@ -1,6 +1,6 @@
 """The saturation group through the real instrumentor, in real cgroups the tests create.
 
-A child process (``tests/cgroupchild.py``) is moved into new v1 cgroups with a
+A child process (``tests/support/cgroupchild.py``) is moved into new v1 cgroups with a
 CPU quota or a memory limit, then instrumented with
 ``ProcessInstrumentor().instrument()`` on an SDK MeterProvider with an
 InMemoryMetricReader, in auto mode: the group must turn itself on. What it
