@@ -358,6 +358,21 @@ class LogLines(logging.Handler):
         self.lines.append(f"{record.levelname} {record.getMessage()}{tb}")
 
 
+class Records(logging.Handler):
+    """Every record a logger emits, kept whole."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def lines(self) -> list[str]:
+        """The messages, formatted as the user sees them."""
+        return [r.getMessage() for r in self.records]
+
+
 @contextmanager
 def log_lines(tracebacks: bool = False) -> Iterator[LogLines]:
     """The package's log records, at every level, while in the block."""

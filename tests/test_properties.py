@@ -48,7 +48,7 @@ from opentelemetry.instrumentation.process.environment import ENV_VARS, from_env
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
-from .conftest import DIRECT_READS_VAR, collect
+from .conftest import DIRECT_READS_VAR, Records, collect
 from .support.stress import size
 
 LOGGER = "opentelemetry.instrumentation.process"
@@ -233,20 +233,11 @@ def environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[var] = old
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @contextmanager
 def warnings_logged() -> Iterator[list[logging.LogRecord]]:
     """Warnings on the package's logger while active (per example, unlike caplog)."""
     logger = logging.getLogger(LOGGER)
-    handler = _Records()
+    handler = Records()
     level = logger.level
     logger.setLevel(logging.DEBUG)
     logger.addHandler(handler)
