@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +18,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric, Metri
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
 
-from . import expected_skips
+from .support import expected_skips
+from .support.groupkids import Kid
 
 Points = dict[frozenset[tuple[str, Any]], Any]
 
@@ -233,7 +236,7 @@ def _a_hang_fails_under_mutation_testing() -> Iterator[None]:
         signal.signal(signal.SIGVTALRM, previous)
 
 
-# -- every skip names what it waits for (tests/expected_skips.py) -----------------------
+# -- every skip names what it waits for (tests/support/expected_skips.py) ---------------
 # With PROCESS_TESTS_LOG_DIR set (`make test` sets it), a passing run reads green: the
 # summary shows failures and errors only, skips are counted by what they wait for (a
 # missing server or browser in full), and every skip reason and the tracebacks of the
@@ -293,12 +296,14 @@ def _log_path() -> str | None:
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if _unexpected_skips:
-        terminalreporter.section("skips with a reason not in tests/expected_skips.py", red=True)
+        terminalreporter.section(
+            "skips with a reason not in tests/support/expected_skips.py", red=True
+        )
         for line in _unexpected_skips:
             terminalreporter.line(line[:300], red=True)
         terminalreporter.line(
             "A skip must name the platform, server, package or host feature it waits for; "
-            "add its reason to tests/expected_skips.py, or make the test run.",
+            "add its reason to tests/support/expected_skips.py, or make the test run.",
             red=True,
         )
     path = _log_path()
@@ -312,3 +317,87 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     skipped = f"{sum(_skips.values())} skipped ({counted})" if _skips else "no skips"
     failures = f"{len(_xfailed)} expected failure{'' if len(_xfailed) == 1 else 's'}"
     terminalreporter.line(f"{skipped}, {failures}: reasons and tracebacks in {path}")
+
+
+# -- process groups: a runtime directory of its own, and forked kids killed after -----
+
+
+@pytest.fixture
+def rundir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh runtime directory: a group of its own for each test."""
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    monkeypatch.setenv("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture
+def kids() -> Iterator[list[Kid]]:
+    """Forked group members made by the test, killed after it."""
+    made: list[Kid] = []
+    yield made
+    for kid in made:
+        kid.kill()
+
+
+# -- the package's log: as lines, and its warnings ------------------------------------
+
+LOGGER = "opentelemetry.instrumentation.process"
+
+
+class LogLines(logging.Handler):
+    """Log records as ``LEVEL message``; `` [traceback]`` added when one was logged and asked."""
+
+    def __init__(self, tracebacks: bool = False) -> None:
+        super().__init__(logging.DEBUG)
+        self.tracebacks = tracebacks
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        tb = " [traceback]" if self.tracebacks and record.exc_info else ""
+        self.lines.append(f"{record.levelname} {record.getMessage()}{tb}")
+
+
+class Records(logging.Handler):
+    """Every record a logger emits, kept whole."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def lines(self) -> list[str]:
+        """The messages, formatted as the user sees them."""
+        return [r.getMessage() for r in self.records]
+
+
+@contextmanager
+def log_lines(tracebacks: bool = False) -> Iterator[LogLines]:
+    """The package's log records, at every level, while in the block."""
+    handler = LogLines(tracebacks)
+    logger = logging.getLogger(LOGGER)
+    level = logger.level
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+@pytest.fixture
+def logged() -> Iterator[LogLines]:
+    with log_lines() as handler:
+        yield handler
+
+
+def package_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The messages of the package's warnings (and worse) that ``caplog`` holds."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
+    ]

@@ -33,9 +33,9 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.metrics import METRICS, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
-from . import cgroups, internals
 from .conftest import OpenRecorder, collect, points, value
-from .forked import in_child, python_env
+from .support import cgroups, internals
+from .support.forked import in_child, python_env
 
 LOGGER = "opentelemetry.instrumentation.process"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")

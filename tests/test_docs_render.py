@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from .browser import Chromium, Page, find_chromium
+from .support.browser import Chromium, Page, find_chromium
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from . import expected_skips
+from .support import expected_skips
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -45,7 +45,7 @@ def test_a_skip_with_a_vague_reason_fails_the_run(tmp_path: Path) -> None:
         "def test_fine():\n    pytest.skip('uvloop is not installed')\n",
     )
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "skips with a reason not in tests/expected_skips.py" in done.stdout
+    assert "skips with a reason not in tests/support/expected_skips.py" in done.stdout
     assert "test_vague: asyncio.loops reports nothing on this host" in done.stdout
     assert "test_fine" not in done.stdout.split("expected_skips.py =")[-1].split("A skip")[0]
 

@@ -23,7 +23,7 @@ from opentelemetry.instrumentation.process.linux.cgroup import (
     cgroup_memory_limit,
 )
 
-from . import cgroups
+from .support import cgroups
 
 
 def _tree(root: Path, proc_cgroup: str, files: dict[str, str]) -> tuple[Path, Path]:

@@ -15,19 +15,7 @@ import pytest
 from opentelemetry.instrumentation.process import faultlog
 from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD, FaultLog
 
-
-class Records(logging.Handler):
-    """Every record a logger emits, formatted as the user sees it."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def lines(self) -> list[str]:
-        return [r.getMessage() for r in self.records]
+from .conftest import Records
 
 
 @pytest.fixture

@@ -68,7 +68,7 @@ TARGETS: dict[str, tuple[Any, str]] = {
     "cpython.gc_pauses": (GcPauses, "read"),
     "asyncio.loops": (LoopMonitor, "read_delays"),
     "asyncio.select_timing": (LoopMonitor, "read_utilization"),
-    # Each file's own faults (vanished, unreadable, garbage) are in test_cgroup.py.
+    # Each file's own faults (vanished, unreadable, garbage) are in test_linux_cgroup.py.
     "cgroup.cpu": (saturation_sources, "read_all"),
     "cgroup.memory": (saturation_sources, "read_all"),
     "pressure": (saturation_sources, "read_all"),

@@ -10,7 +10,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -20,10 +20,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-from . import cgroups, forkapps
-from .conftest import collect, points, value
-from .forked import HoldUp, in_child
-from .internals import fork_wait_seconds
+from .conftest import LogLines, collect, log_lines, points, value
+from .support import cgroups, forkapps
+from .support.forked import HoldUp, in_child
+from .support.internals import fork_wait_seconds
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -584,28 +584,10 @@ UNHOOKED_WARNING = (
 )
 
 
-class _Logged(logging.Handler):
-    """Records of the package's loggers, as ``LEVEL message [traceback]``."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        tb = " [traceback]" if record.exc_info else ""
-        self.lines.append(f"{record.levelname} {record.getMessage()}{tb}")
-
-
 @pytest.fixture
-def logged() -> Any:
-    handler = _Logged()
-    logger = logging.getLogger("opentelemetry.instrumentation.process")
-    level = logger.level
-    logger.setLevel(logging.DEBUG)
-    logger.addHandler(handler)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
+def logged() -> Iterator[LogLines]:
+    with log_lines(tracebacks=True) as handler:
+        yield handler
 
 
 def _counting_exporter() -> Any:
@@ -640,7 +622,7 @@ def _bounded(call: Callable[[], object], seconds: float) -> bool:
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
-    logged: _Logged,
+    logged: LogLines,
 ) -> None:
     import math
 
@@ -694,7 +676,7 @@ def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
     instrument: Callable[..., ProcessInstrumentor],
     reader: InMemoryMetricReader,
     monkeypatch: pytest.MonkeyPatch,
-    logged: _Logged,
+    logged: LogLines,
 ) -> None:
     from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 

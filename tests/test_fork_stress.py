@@ -34,10 +34,10 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor, sdk_fork_guard
 from opentelemetry.instrumentation.process.instruments import Live
 
-from . import forkapps
-from .forked import HoldUp
-from .internals import fork_wait_seconds
-from .stress import size
+from .support import forkapps
+from .support.forked import HoldUp
+from .support.internals import fork_wait_seconds
+from .support.stress import size
 
 pytestmark = [
     pytest.mark.skipif(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,29 +14,12 @@ from opentelemetry.instrumentation.process.group.keys import group_key
 from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
-from .forkapps import c_fork
-from .groupkids import Kid
+from .support.forkapps import c_fork
+from .support.groupkids import Kid
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 NOBODY = 65534
-
-
-@pytest.fixture
-def rundir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A fresh runtime directory: a group of its own for each test."""
-    folder = tmp_path / "run"
-    folder.mkdir(mode=0o700)
-    monkeypatch.setenv("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR", str(folder))
-    return folder
-
-
-@pytest.fixture
-def kids() -> Iterator[list[Kid]]:
-    made: list[Kid] = []
-    yield made
-    for kid in made:
-        kid.kill()
 
 
 _mine: list[Election] = []

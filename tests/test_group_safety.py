@@ -18,7 +18,7 @@ from opentelemetry.instrumentation.process.group.keys import group_key
 from opentelemetry.instrumentation.process.group.shared import SharedGate
 from opentelemetry.instrumentation.process.sources import SOURCES
 
-from .groupkids import Kid
+from .support.groupkids import Kid
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")

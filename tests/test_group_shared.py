@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .conftest import collect
-from .groupkids import Kid
+from .support.groupkids import Kid
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS"
 SHARED = {m.name for m in METRICS if SOURCES[m.source].shared}
@@ -50,22 +49,6 @@ def test_the_environment_variable_any_case_and_a_bad_value_warns_once(
         assert from_environment({VAR: "sometimes"}) == {}
     (line,) = [r.getMessage() for r in caplog.records]
     assert VAR in line and "'sometimes'" in line and "'once'" in line
-
-
-@pytest.fixture
-def rundir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "run"
-    folder.mkdir(mode=0o700)
-    monkeypatch.setenv("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR", str(folder))
-    return folder
-
-
-@pytest.fixture
-def kids() -> Iterator[list[Kid]]:
-    made: list[Kid] = []
-    yield made
-    for kid in made:
-        kid.kill()
 
 
 _held: list[Any] = []

@@ -11,17 +11,9 @@ import pytest
 from opentelemetry.instrumentation.process.group import keys, slots
 from opentelemetry.instrumentation.process.group.rundir import runtime_dir
 
-from .groupkids import Kid
+from .support.groupkids import Kid
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-
-
-@pytest.fixture
-def kids() -> Iterator[list[Kid]]:
-    made: list[Kid] = []
-    yield made
-    for kid in made:
-        kid.kill()
 
 
 @pytest.fixture(autouse=True)

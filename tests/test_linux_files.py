@@ -19,6 +19,7 @@ from opentelemetry.instrumentation.process.linux.files import (
     single_value,
 )
 
+V1_MEMORY_STAT = "/sys/fs/cgroup/memory/memory.stat"
 CHUNK = 16384  # one read() of a kernel record: a file that fills it is read on
 
 
@@ -93,12 +94,16 @@ def test_one_key_finds_its_line_anywhere_even_first(tmp_path: Path) -> None:
     assert parse(b"cache 123\nrss 5\n") == {"f": 123}
     assert parse(b"rss 5\ncache 123\n") == {"f": 123}
     assert parse(b"rss 5\ncache 123\nmapped_file 7\n") == {"f": 123}
+    # Alone, first, after a blank line and last.
+    assert parse(b"cache 17\n") == {"f": 17}
+    assert parse(b"cache 17\nrss 5\n") == {"f": 17}
+    assert parse(b"\ncache 17\n") == {"f": 17}
+    assert parse(b"rss 5\ncache 17\n") == {"f": 17}
     # Only whole keys: a longer key ending the same is another line.
     assert parse(b"total_cache 9\ncache 123\n") == {"f": 123}
-    with pytest.raises(ValueError, match=r"^no 'cache' line$"):
-        parse(b"total_cache 9\n")
-    with pytest.raises(ValueError, match=r"^no 'cache' line$"):
-        parse(b"cache_x 9\n")
+    for other in (b"total_cache 9\n", b"cache_x 9\n", b"cach 17\n"):
+        with pytest.raises(ValueError, match=r"^no 'cache' line$"):
+            parse(other)
 
 
 def test_flat_keyed_scales_and_keeps_ints() -> None:
@@ -111,3 +116,36 @@ def test_flat_keyed_scales_and_keeps_ints() -> None:
 def test_single_and_scaled_values() -> None:
     assert single_value("f")(b"4096\n") == {"f": 4096}
     assert scaled_value("f", 1e9)(b"2500000000\n") == {"f": 2.5}
+
+
+# -- edges of the parsers, each parser built inside its test -----------------------
+
+
+def test_a_flat_keyed_line_without_its_value_is_said_so(tmp_path: Path) -> None:
+    content = b"a 1\nb 2\nlonely\n"
+    path = tmp_path / "flat"
+    path.write_bytes(content)
+    parse = flat_keyed((Key("a", "f"), Key("b", "g")))
+    f = KernelFile(str(path), parse, ("f", "g"))
+    values, ((failed, exc),) = read_all((f,))
+    assert (values, failed) == ({}, f)
+    assert str(exc) == f"{path}: a line without its value: {content!r}"
+    with pytest.raises(ValueError, match=r"^a line without its value$"):
+        parse(content)
+
+
+def test_the_first_line_of_a_key_given_twice_wins_in_both_parsers() -> None:
+    data = b"rss 5\ncache 1\ncache 2\n"
+    assert one_key("cache", "f")(data) == {"f": 1}
+    assert flat_keyed((Key("cache", "f"),))(data) == {"f": 1}
+
+
+@pytest.mark.skipif(not os.path.exists(V1_MEMORY_STAT), reason="no v1 memory controller here")
+def test_one_key_reads_each_line_of_the_kernels_memory_stat() -> None:
+    """Every key of a real v1 memory.stat, against the test's own split of the same bytes."""
+    with open(V1_MEMORY_STAT, "rb") as f:
+        data = f.read()
+    lines = [line.split() for line in data.splitlines()]
+    assert lines and all(len(words) == 2 for words in lines)
+    for key, value in lines:
+        assert one_key(key.decode(), "f")(data) == {"f": int(value)}, key

@@ -27,7 +27,7 @@ from opentelemetry.instrumentation.process.runtime.loops import discovery
 from opentelemetry.instrumentation.process.runtime.loops.discovery import hooks_installed
 from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor, watch_loop
 
-from .loopapps import (
+from .support.loopapps import (
     UVLOOP_CLOCK,
     Closing,
     Payload,

@@ -40,7 +40,8 @@ from opentelemetry.instrumentation.process.runtime.loops.monitor import (
 )
 from opentelemetry.instrumentation.process.runtime.loops.window import Window
 
-from .loopapps import (
+from .conftest import Records
+from .support.loopapps import (
     UVLOOP_CLOCK,
     Closing,
     Payload,
@@ -256,15 +257,6 @@ def test_successive_loops_of_one_thread_are_one_series(monitor: LoopMonitor) -> 
     assert_blocked(got["MainThread"], blocks, count)
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @pytest.mark.parametrize("way", ["asyncio.run", *(["uvloop.run"] if uvloop else [])])
 def test_shutdown_leaves_no_task_timer_or_warning(monitor: LoopMonitor, way: str) -> None:
     """asyncio.run returns without waiting for a tick: no task of ours, no live timer."""
@@ -276,7 +268,7 @@ def test_shutdown_leaves_no_task_timer_or_warning(monitor: LoopMonitor, way: str
         seen["me"] = asyncio.current_task()
         return asyncio.get_running_loop()
 
-    records = _Records()
+    records = Records()
     logging.getLogger("asyncio").addHandler(records)
     try:
         with warnings.catch_warnings(record=True) as caught:

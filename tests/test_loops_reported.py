@@ -37,7 +37,7 @@ from opentelemetry.instrumentation.process.sources import runtime as runtime_sou
 from opentelemetry.instrumentation.process.sources.base import ReadContext
 
 from .conftest import collect
-from .loopapps import (
+from .support.loopapps import (
     DELAY_MAX,
     DELAY_MEAN,
     DELAY_P50,

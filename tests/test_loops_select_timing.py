@@ -22,7 +22,7 @@ from opentelemetry.instrumentation.process.runtime.loops.monitor import (
     LoopMonitor,
 )
 
-from .loopapps import in_thread, live_timers, monitor_fixture, selector_timed
+from .support.loopapps import in_thread, live_timers, monitor_fixture, selector_timed
 
 INTERVAL = 0.01
 NO_TICK = 10.0  # an interval no test lasts: only the loop's own work runs

@@ -3,35 +3,27 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
-import functools
-import glob
-import importlib
-import inspect
-import logging
-import os
-import pkgutil
 import re
-import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
-from opentelemetry.instrumentation.process.instruments import SCHEMA_URL
-from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Kind, Metric
+from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Metric
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
 
-from .conftest import cgroup_limited_here, collect, on_by_default, points
+from .conftest import collect, points
+from .support.semconv import (
+    check_shape,
+    needs_current_semconv,
+    semconv_attributes,
+    semconv_shapes,
+)
 
 DEFAULTS = [m for m in METRICS if m.default and m.supported()]
-# Opt-in: off until something turns it on. The automatic saturation group is
-# checked on its own, with saturation=False and True.
-OPT_IN = [m for m in METRICS if not m.default and m.supported() and m.option != "saturation"]
-SATURATION = [m for m in METRICS if m.option == "saturation" and m.supported()]
 
 # Names the semantic conventions deprecated; none may be emitted.
 DEPRECATED = {
@@ -40,104 +32,6 @@ DEPRECATED = {
     "process.runtime.cpython.cpu.utilization",
 }
 DEPRECATED_ATTRIBUTES = {"state", "type", "direction", "process.cpu.state", "cpu"}
-
-
-def _enable(metric: Metric) -> dict[str, Any]:
-    if metric.option is not None:
-        return {metric.option: True}
-    return {"include": [metric.name]}
-
-
-_SEMCONV_KINDS = {
-    "create_counter": Kind.COUNTER,
-    "create_observable_counter": Kind.COUNTER,
-    "create_up_down_counter": Kind.UP_DOWN_COUNTER,
-    "create_observable_up_down_counter": Kind.UP_DOWN_COUNTER,
-    "create_gauge": Kind.GAUGE,
-    "create_observable_gauge": Kind.GAUGE,
-}
-
-
-class _RecordingMeter:
-    """Stands in for a Meter: records which create_* call each semconv helper makes."""
-
-    def __init__(self) -> None:
-        self.shapes: dict[str, tuple[Kind, str]] = {}
-
-    def __getattr__(self, method: str) -> Callable[..., None]:
-        def create(name: str, *_args: Any, unit: str = "", **_kwargs: Any) -> None:
-            if method in _SEMCONV_KINDS:  # histograms are not observable: none of ours
-                self.shapes[name] = (_SEMCONV_KINDS[method], unit)
-
-        return create
-
-
-@functools.cache
-def semconv_shapes() -> dict[str, tuple[Kind, str]]:
-    """Instrument kind and unit of every metric of the installed semantic conventions.
-
-    Taken from the ``create_*`` helpers of ``opentelemetry-semantic-conventions``
-    (stable and incubating), by calling each one with a recording meter: the
-    kind is the meter method it calls, the unit the one it passes.
-    """
-    import opentelemetry.semconv._incubating.metrics as incubating
-    import opentelemetry.semconv.metrics as stable
-
-    meter = _RecordingMeter()
-    for package in (incubating, stable):  # stable last: it wins
-        for module in pkgutil.iter_modules(package.__path__):
-            found = importlib.import_module(f"{package.__name__}.{module.name}")
-            for name, helper in vars(found).items():
-                if name.startswith("create_") and callable(helper):
-                    arity = len(inspect.signature(helper).parameters)
-                    helper(meter, *[None] * (arity - 1))  # (meter[, callbacks])
-    return meter.shapes
-
-
-@functools.cache
-def semconv_attributes() -> dict[str, set[Any] | None]:
-    """Every attribute of the installed semantic conventions, with its enumerated values.
-
-    ``None`` where the conventions list no values. An enum ``XyzValues`` goes
-    with the module's string constant of the same name (``XYZ``).
-    """
-    import opentelemetry.semconv._incubating.attributes as incubating
-    import opentelemetry.semconv.attributes as stable
-
-    found: dict[str, set[Any] | None] = {}
-    for package in (incubating, stable):
-        for module in pkgutil.iter_modules(package.__path__):
-            mod = importlib.import_module(f"{package.__name__}.{module.name}")
-            constants = {
-                k.replace("_", ""): v
-                for k, v in vars(mod).items()
-                if k.isupper() and isinstance(v, str)
-            }
-            for name in constants.values():
-                found.setdefault(name, None)
-            for k, v in vars(mod).items():
-                if isinstance(v, type) and issubclass(v, enum.Enum) and k.endswith("Values"):
-                    attribute = constants.get(k[: -len("Values")].upper())
-                    if attribute is not None:
-                        found[attribute] = {member.value for member in v}
-    return found
-
-
-# Enumerations whose listed values are only the well-known ones: others are allowed.
-OPEN_ENUMS = {"system.filesystem.type"}
-
-
-def semconv_is_current() -> bool:
-    """Whether the installed conventions package knows this package's schema (1.44)."""
-    from opentelemetry.semconv.schemas import Schemas
-
-    return SCHEMA_URL in {s.value for s in Schemas}
-
-
-needs_current_semconv = pytest.mark.skipif(
-    not semconv_is_current(),
-    reason="the installed opentelemetry-semantic-conventions predates this package's schema",
-)
 
 
 @needs_current_semconv
@@ -156,30 +50,6 @@ def test_semconv_metrics_have_the_kind_and_unit_of_the_semantic_conventions() ->
     for m in ours:
         assert m.name in shapes, f"{m.name} is not in the installed semantic conventions"
         assert (m.kind, m.unit) == shapes[m.name], m.name
-
-
-def _check_shape(metric: Metric, reported: Any) -> None:
-    assert reported.unit == metric.unit
-    assert reported.description == metric.description
-    kind = metric.kind
-    current = semconv_is_current()
-    if not metric.extension and current:
-        kind, unit = semconv_shapes()[metric.name]
-        assert reported.unit == unit, metric.name
-    data = reported.data
-    if kind is Kind.GAUGE:
-        assert isinstance(data, Gauge)
-    else:
-        assert isinstance(data, Sum)
-        assert data.is_monotonic is (kind is Kind.COUNTER)
-    assert data.data_points, f"{metric.name} has no points"
-    values = semconv_attributes() if current else {}
-    for attrs, v in points(reported).items():
-        assert {k for k, _ in attrs} <= set(metric.attributes), (metric.name, attrs)
-        assert isinstance(v, metric.value_type), (metric.name, v)
-        for key, attribute in attrs:
-            allowed = values.get(key) if key not in OPEN_ENUMS else None
-            assert allowed is None or attribute in allowed, (metric.name, key, attribute)
 
 
 def test_table_is_consistent() -> None:
@@ -203,110 +73,7 @@ def test_default_metric_is_reported_with_its_shape(
     instrument()
     reported = collect(reader)
     assert metric.name in reported
-    _check_shape(metric, reported[metric.name])
-
-
-def test_defaults_are_exactly_the_default_rows(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
-    assert set(collect(reader)) == on_by_default()
-
-
-@pytest.mark.parametrize("metric", OPT_IN, ids=lambda m: m.name)
-def test_opt_in_metric_only_when_enabled(
-    metric: Metric,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    instrument()
-    assert metric.name not in collect(reader)
-    ProcessInstrumentor().uninstrument()
-    caplog.set_level(logging.INFO, logger="opentelemetry.instrumentation.process")
-    instrument(**_enable(metric))
-    if metric.group == "eventloop":  # a loop must run for its lag to be measured
-        reported = _collect_while_a_loop_runs(reader)
-    else:
-        reported = collect(reader)
-    if metric.name == "system.paging.utilization" and not _swap_total():
-        pytest.skip("no swap on this host: paging utilization is unknown, so it is absent")
-    if metric.name.startswith(EXTENSION_PREFIX + "cpu.frequency."):
-        _check_frequency_limit(metric, reported, caplog)
-        return
-    assert metric.name in reported
-    _check_shape(metric, reported[metric.name])
-
-
-def _collect_while_a_loop_runs(reader: InMemoryMetricReader) -> dict[str, Any]:
-    import asyncio
-    import threading
-
-    ticked, release = threading.Event(), threading.Event()
-
-    async def main() -> None:
-        await asyncio.sleep(0.1)  # a few probe ticks
-        ticked.set()
-        while not release.is_set():
-            await asyncio.sleep(0.01)
-
-    runner = threading.Thread(target=asyncio.run, args=(main(),), name="loop-under-test")
-    runner.start()
-    try:
-        assert ticked.wait(10)
-        return collect(reader)
-    finally:
-        release.set()
-        runner.join()
-
-
-def _check_frequency_limit(
-    metric: Metric, reported: dict[str, Any], caplog: pytest.LogCaptureFixture
-) -> None:
-    """Reported in Hz where the host exposes the limit; else absent, and the log says why."""
-    import psutil
-
-    freq = psutil.cpu_freq() if hasattr(psutil, "cpu_freq") else None
-    mhz = getattr(freq, metric.name.rsplit(".", 1)[1], 0.0) if freq else 0.0
-    if sys.platform.startswith("linux"):
-        # psutil takes the limits from cpufreq in sysfs; no driver, no limits.
-        sysfs = glob.glob("/sys/devices/system/cpu/cpu[0-9]*/cpufreq/scaling_max_freq")
-        assert bool(sysfs) == bool(mhz), (sysfs, freq)
-    if mhz:
-        assert set(points(reported[metric.name]).values()) == {int(mhz * 1e6)}
-        _check_shape(metric, reported[metric.name])
-        return
-    assert metric.name not in reported
-    notes = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
-    assert any("CPU frequency limits are not exposed on this host" in n for n in notes), notes
-
-
-def _swap_total() -> int:
-    import psutil
-
-    return int(psutil.swap_memory().total)
-
-
-def test_frequency_instruments_are_registered_only_when_on(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader, provider: Any
-) -> None:
-    from opentelemetry.instrumentation.process.instruments import _registries
-
-    frequency = {m.name for m in METRICS if m.option == "cpu_frequency"}
-    instrument()
-    assert not frequency & set(_registries[provider].observers)
-    assert not frequency & set(collect(reader))
-    ProcessInstrumentor().uninstrument()
-    instrument(cpu_frequency=True)
-    assert frequency <= set(_registries[provider].observers)
-    import psutil
-
-    freq = psutil.cpu_freq(percpu=True)
-    if freq and any(f.current for f in freq):
-        cpu_freq = collect(reader)["system.cpu.frequency"]
-        for attrs, hz in points(cpu_freq).items():
-            assert dict(attrs).keys() == {"cpu.logical_number"}
-            assert isinstance(hz, int) and hz > 1_000_000
+    check_shape(metric, reported[metric.name])
 
 
 def test_per_cpu_adds_logical_number(
@@ -327,55 +94,6 @@ def test_per_cpu_adds_logical_number(
     assert modes <= {"user", "system", "nice", "idle", "iowait", "interrupt", "steal"}
 
 
-def test_constant_attributes_on_every_point(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument(attributes={"deployment.environment.name": "test", "shard": 3})
-    for metric in collect(reader).values():
-        for attrs in points(metric):
-            assert ("deployment.environment.name", "test") in attrs, metric.name
-            assert ("shard", 3) in attrs, metric.name
-
-
-def test_exclude_glob_drops_host_metrics(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument(exclude=["system.*"], include=["system.disk.io"])
-    names = set(collect(reader))
-    assert names and not any(n.startswith("system.") for n in names)
-
-
-@pytest.mark.skipif(
-    sys.platform == "darwin" and os.geteuid() != 0,
-    reason="psutil.net_connections() needs root on macOS; without it the metric is left out",
-)
-def test_connection_count_needs_its_exact_name(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument(include=["system.network.*"])
-    names = set(collect(reader))
-    assert "system.network.io" in names
-    assert "system.network.connection.count" not in names
-    ProcessInstrumentor().uninstrument()
-    instrument(include=["system.network.connection.count"])
-    assert "system.network.connection.count" in collect(reader)
-
-
-def test_meter_scope(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    from opentelemetry.instrumentation.process import SCOPE_NAME, __version__
-
-    instrument()
-    data = reader.get_metrics_data()
-    assert data is not None
-    scopes = [sm for rm in data.resource_metrics for sm in rm.scope_metrics]
-    ours = [sm for sm in scopes if sm.scope.name == SCOPE_NAME]
-    assert len(ours) == 1
-    assert ours[0].scope.version == __version__
-    assert ours[0].schema_url == "https://opentelemetry.io/schemas/1.44.0"
-
-
 def test_entry_point_is_declared() -> None:
     from importlib.metadata import entry_points
 
@@ -384,23 +102,6 @@ def test_entry_point_is_declared() -> None:
     assert found[0].value == "opentelemetry.instrumentation.process:ProcessInstrumentor"
     assert found[0].load() is ProcessInstrumentor
     assert list(ProcessInstrumentor().instrumentation_dependencies()) == []
-
-
-@pytest.mark.parametrize("metric", SATURATION, ids=lambda m: m.name)
-def test_saturation_metric_follows_its_option(
-    metric: Metric, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument(saturation=False)
-    assert metric.name not in collect(reader)
-    ProcessInstrumentor().uninstrument()
-    instrument(saturation=True)
-    reported = collect(reader)
-    if metric.name == "process_metrics.cgroup.memory.limit" and not cgroup_limited_here():
-        # Absent when there is no limit: never reported as 0, or as "no limit".
-        assert metric.name not in reported
-        return
-    assert metric.name in reported, sorted(reported)
-    _check_shape(metric, reported[metric.name])
 
 
 def test_platform_gaps_are_declared_where_the_value_comes_from() -> None:

@@ -17,8 +17,6 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.environment import (
     ENV_VARS,
-    from_environment,
-    resolve,
 )
 from opentelemetry.instrumentation.process.excerpt import excerpt
 from opentelemetry.instrumentation.process.options import (
@@ -149,107 +147,6 @@ def test_options_object_is_frozen_and_normalised() -> None:
     with pytest.raises(TypeError):
         opts.attributes["c"] = "d"  # type: ignore[index]
     assert ProcessMetricsOptions().max_thread_series == DEFAULT_MAX_THREAD_SERIES
-
-
-@pytest.mark.parametrize("word", ["true", "TRUE", "1", "yes", "Yes", " true "])
-def test_env_booleans_true(word: str) -> None:
-    assert from_environment({ENV_VARS["per_cpu"]: word}) == {"per_cpu": True}
-
-
-@pytest.mark.parametrize("word", ["false", "False", "0", "no", "NO"])
-def test_env_booleans_false(word: str) -> None:
-    assert from_environment({ENV_VARS["per_cpu"]: word}) == {"per_cpu": False}
-
-
-def test_env_lists_and_numbers() -> None:
-    env = {
-        ENV_VARS["include"]: "system.disk.*, system.network.io",
-        ENV_VARS["exclude"]: "cpython.*",
-        ENV_VARS["max_thread_series"]: "10",
-    }
-    assert from_environment(env) == {
-        "include": ("system.disk.*", "system.network.io"),
-        "exclude": ("cpython.*",),
-        "max_thread_series": 10,
-    }
-
-
-_ALLOWED = "allowed: names or globs over the names in the metric reference"
-_ODD = (
-    "max_thread_series: expected an even number (each thread has a user and a system series), got "
-)
-
-# (option, raw value, the reason the warning gives in full)
-BAD_ENV = [
-    ("cpu_frequency", "maybe", "expected one of true, false, 1, 0, yes, no"),
-    ("per_thread", "2", "expected one of true, false, 1, 0, yes, no"),
-    ("saturation", "maybe", "expected auto, or one of true, false, 1, 0, yes, no"),
-    ("max_thread_series", "-5", "max_thread_series: expected a whole number >= 0, got -5"),
-    ("max_thread_series", "many", "expected a whole number >= 0"),
-    ("max_thread_series", "7", _ODD + "7"),
-    # The reason is cut at 300 characters: this one would be 386.
-    ("max_thread_series", "9" * 301, (_ODD + "9" * 301)[:300]),
-    (
-        "include",
-        "process.nope",
-        f"include: unknown metric name 'process.nope' (did you mean 'process.uptime'?); {_ALLOWED}",
-    ),
-    ("exclude", "zzz*", f"exclude: the glob 'zzz*' matches no metric; {_ALLOWED}"),
-    (
-        "thread_series_by",
-        "threads",
-        "thread_series_by: expected one of 'thread', 'name', got 'threads'",
-    ),
-]
-
-
-def _shown(raw: str) -> str:
-    """How a raw value is quoted in a warning: its repr, cut to 200 characters."""
-    text = repr(raw)
-    return text if len(text) <= 200 else text[:195] + "...)'"
-
-
-@pytest.mark.parametrize(("option", "raw", "reason"), BAD_ENV, ids=lambda x: str(x)[:20])
-def test_bad_env_warns_once_and_uses_the_default(
-    option: str,
-    raw: str,
-    reason: str,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-) -> None:
-    var = ENV_VARS[option]
-    monkeypatch.setenv(var, raw)
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = instrument()
-    warnings = [
-        r for r in caplog.records if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
-    ]
-    assert len(warnings) == 1
-    default = getattr(ProcessMetricsOptions(), option)
-    shown = "none" if default == () else repr(default)
-    assert warnings[0].getMessage() == (
-        f"{var}={_shown(raw)} is not valid ({reason}); using the default, {shown}."
-    )
-    assert inst.options is not None
-    assert getattr(inst.options, option) == default
-    assert "process.cpu.time" in collect(reader)
-
-
-def test_precedence_code_then_env_then_default(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ENV_VARS["per_cpu"], "true")
-    monkeypatch.setenv(ENV_VARS["max_thread_series"], "8")
-    resolved = resolve({"max_thread_series": 4})
-    assert resolved.max_thread_series == 4  # code beats env
-    assert resolved.per_cpu is True  # env beats default
-    assert resolved.per_thread is False  # default
-    # A whole options object is explicit about everything: env is not read.
-    whole = resolve({"options": ProcessMetricsOptions(per_thread=True)})
-    assert whole.per_cpu is False and whole.per_thread is True
-    # Keywords override fields of a given options object.
-    mixed = resolve({"options": ProcessMetricsOptions(per_thread=True), "per_cpu": True})
-    assert mixed.per_thread is True and mixed.per_cpu is True
 
 
 def test_options_object_through_instrument(

@@ -49,8 +49,8 @@ from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NA
 from opentelemetry.instrumentation.process.options import OPTION_NAMES, declared
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
-from .conftest import DIRECT_READS_VAR, collect
-from .stress import size
+from .conftest import DIRECT_READS_VAR, Records, collect
+from .support.stress import size
 
 LOGGER = "opentelemetry.instrumentation.process"
 CI = os.environ.get("CI", "").strip().lower() not in {"", "0", "false", "no"}
@@ -247,20 +247,11 @@ def environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ[var] = old
 
 
-class _Records(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 @contextmanager
 def warnings_logged() -> Iterator[list[logging.LogRecord]]:
     """Warnings on the package's logger while active (per example, unlike caplog)."""
     logger = logging.getLogger(LOGGER)
-    handler = _Records()
+    handler = Records()
     level = logger.level
     logger.setLevel(logging.DEBUG)
     logger.addHandler(handler)

@@ -11,17 +11,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-from .conftest import collect
-
-LOGGER = "opentelemetry.instrumentation.process"
-
-
-def _ours(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [
-        r.getMessage()
-        for r in caplog.records
-        if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
-    ]
+from .conftest import LOGGER, collect, package_warnings
 
 
 def test_second_instrument_warns_once_naming_its_options(
@@ -32,12 +22,12 @@ def test_second_instrument_warns_once_naming_its_options(
     caplog.set_level(logging.DEBUG)
     instrument()
     before = set(collect(reader))
-    assert _ours(caplog) == []
+    assert package_warnings(caplog) == []
     ProcessInstrumentor().instrument(per_thread=True, include=["system.disk.*"])
     after = set(collect(reader))
     assert after == before  # still a no-op: the options in force stay
     assert not any(n.startswith("process_metrics.thread.") for n in after)
-    [warning] = _ours(caplog)
+    [warning] = package_warnings(caplog)
     assert warning == (
         "instrument(per_thread=True, include=['system.disk.*']) ignored: already instrumented, "
         "the options in force stay. To apply them, call uninstrument() first, then "
@@ -68,7 +58,7 @@ def test_a_second_call_without_options_adds_no_warning_of_ours(
         inst.instrument(skip_dep_check=True, tracer_provider=None)
     finally:
         inst.uninstrument()
-    assert _ours(caplog) == []
+    assert package_warnings(caplog) == []
     generic = [r for r in caplog.records if "already instrumented" in r.getMessage()]
     assert len(generic) == 2 and not any(r.name.startswith(LOGGER) for r in generic)
 
@@ -79,6 +69,6 @@ def test_a_huge_option_is_shown_as_an_excerpt(
     caplog.set_level(logging.WARNING)
     instrument()
     ProcessInstrumentor().instrument(include=["x" * 10_000] * 1_000, exclude=["y" * 10_000])
-    [warning] = _ours(caplog)
+    [warning] = package_warnings(caplog)
     assert len(warning) < 600
     assert warning.startswith("instrument(include=[") and "uninstrument() first" in warning

@@ -21,18 +21,10 @@ from opentelemetry.instrumentation.process.resource import (
     ProcessWorkerResourceDetector,
 )
 
-from .groupkids import Kid
+from .support.groupkids import Kid
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-
-
-@pytest.fixture
-def kids() -> Iterator[list[Kid]]:
-    made: list[Kid] = []
-    yield made
-    for kid in made:
-        kid.kill()
 
 
 @pytest.fixture(autouse=True)

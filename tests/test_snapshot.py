@@ -19,7 +19,7 @@ from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
 from .conftest import OpenRecorder, collect, on_by_default, points
 from .conftest import value as value_of
-from .internals import snapshot_cache
+from .support.internals import snapshot_cache
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
 
@@ -405,7 +405,7 @@ def _loaded(**options: Any) -> dict[str, list[str]]:
     import json
     import subprocess
 
-    from .forked import python_env
+    from .support.forked import python_env
 
     env = {k: v for k, v in python_env().items() if not k.startswith("OTEL_")}
     done = subprocess.run(

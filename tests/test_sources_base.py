@@ -25,19 +25,12 @@ from opentelemetry.instrumentation.process.sources.base import (
 )
 from opentelemetry.instrumentation.process.sources.process import THREAD_COUNT
 
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.levelname} {record.getMessage()}")
+from .conftest import LogLines
 
 
 @pytest.fixture
-def lines() -> Lines:
-    handler = Lines()
+def lines() -> LogLines:
+    handler = LogLines()
     logger = logging.getLogger("tests.sources_base")
     logger.handlers[:] = [handler]
     logger.setLevel(logging.DEBUG)
@@ -57,7 +50,7 @@ def _context(faults: FaultLog, *, direct: bool = True) -> ReadContext:
     )
 
 
-def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: Lines) -> None:
+def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: LogLines) -> None:
     faults = FaultLog(logger=logging.getLogger("tests.sources_base"))
     ctx = _context(faults)
     assert ctx.use_direct("threads") and ctx.use_direct("sockets")
@@ -85,11 +78,11 @@ def test_direct_reads_off_are_never_tried() -> None:
 
 def test_a_counter_never_goes_down_and_a_new_key_starts_where_it_is() -> None:
     ctx = _context(FaultLog())
-    assert ctx.monotonic("x", {("a",): 1.0}) == {("a",): 1.0}
+    assert ctx.never_below_previous("x", {("a",): 1.0}) == {("a",): 1.0}
     # a went back (iowait does): held at its floor; b is new: taken as it is.
-    assert ctx.monotonic("x", {("a",): 0.5, ("b",): 3.0}) == {("a",): 1.0, ("b",): 3.0}
-    assert ctx.monotonic("x", {("a",): 2.0, ("b",): 2.0}) == {("a",): 2.0, ("b",): 3.0}
-    assert ctx.monotonic("y", {("a",): 0.0}) == {("a",): 0.0}  # floors are per name
+    assert ctx.never_below_previous("x", {("a",): 0.5, ("b",): 3.0}) == {("a",): 1.0, ("b",): 3.0}
+    assert ctx.never_below_previous("x", {("a",): 2.0, ("b",): 2.0}) == {("a",): 2.0, ("b",): 3.0}
+    assert ctx.never_below_previous("y", {("a",): 0.0}) == {("a",): 0.0}  # floors are per name
 
 
 def _per_second(deltas: Mapping[Key, float], elapsed: float) -> dict[Key, float]:

@@ -19,9 +19,9 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-from . import cgroups
 from .conftest import HOST_MODES, collect, points, value
-from .forked import in_child
+from .support import cgroups
+from .support.forked import in_child
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
 # Tests that fork while a thread of the test process may run (Python 3.12+ warns).
@@ -122,10 +122,12 @@ def test_first_collection_is_divided_by_the_cgroup_cpu_quota(
     collect(reader)
     # Half a CPU: a busy loop gets at most that, and so uses all of its allowance.
     quota = {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000"}
-    with cgroups.sub_cgroup("cpu", quota) as procs:
+    with cgroups.child_cgroup("cpu") as group:
+        for name, setting in quota.items():
+            group.write(name, setting)
 
         def throttled() -> dict[str, float]:
-            procs.write_text(str(os.getpid()))
+            group.add(os.getpid())
             return _first_collection(provider, reader, busy=0.4)
 
         got = in_child(throttled)
@@ -250,10 +252,11 @@ def test_memory_utilization_is_divided_by_the_cgroup_memory_limit(
     limit = 1 << 30
     if _host_memory() < 4 * limit:
         pytest.skip("the host has too little memory for a limit well below it")
-    with cgroups.sub_cgroup("memory", {"memory.limit_in_bytes": str(limit)}) as procs:
+    with cgroups.child_cgroup("memory") as group:
+        group.write("memory.limit_in_bytes", str(limit))
 
         def limited() -> dict[str, Any]:
-            procs.write_text(str(os.getpid()))
+            group.add(os.getpid())
             # The limit is a static fact: instrument again to read it.
             ProcessInstrumentor().uninstrument()
             ProcessInstrumentor().instrument(meter_provider=provider)

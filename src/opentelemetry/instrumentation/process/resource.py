@@ -1,18 +1,12 @@
 """A resource detector that gives each worker of a pre-fork server a stable identity.
 
-``ProcessWorkerResourceDetector`` claims a worker slot (the lowest number free
-among the live workers of the same parent, see ``group/slots.py``) and sets
-``service.instance.id`` to a UUIDv5 of the host, the parent and the slot: a
-worker that replaces a recycled one gets the same id, so a backend keeps the
-same series. It is registered as ``process_worker`` under the SDK's
-``opentelemetry_resource_detector`` entry point, for
-``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process_worker``, and can be called in
-a ``post_fork`` hook::
-
-    resource = Resource.create({...}).merge(ProcessWorkerResourceDetector().detect())
-
-This module needs the OpenTelemetry SDK (``opentelemetry-sdk``); the rest of
-the package does not import it.
+``ProcessWorkerResourceDetector`` claims a worker slot (``group/slots.py``)
+and sets ``service.instance.id`` to a UUIDv5 of the host, the parent and the
+slot, so a worker that replaces a recycled one keeps the same series. It is
+the ``process_worker`` entry point of ``opentelemetry_resource_detector``
+(``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=process_worker``), or is called in a
+``post_fork`` hook. This module needs the OpenTelemetry SDK; the rest of the
+package does not import it.
 """
 
 from __future__ import annotations

@@ -1,53 +1,13 @@
 """A guard for two OpenTelemetry SDK locks that a fork can leave held in the child.
 
 This module touches private state of the SDK (``opentelemetry-sdk``), and
-only that; it is kept apart so that it is easy to review and to delete.
-
-The problem, upstream: the SDK holds one lock per meter provider (its
-measurement consumer's ``_lock``) across every observable callback of a
-collection, and does not re-create it in a forked child
-(open-telemetry/opentelemetry-python#4345; the fix proposed upstream is PR
-#4767). A fork while the export thread collects leaves every collection in
-the child waiting forever: 17-19 % of children did in our fork-stress test.
-A periodic reader's ``_export_lock`` can be left held the same way by an
-export in flight.
-
-What this guard does, as the logging module does for its own locks:
-
-- before a fork, it takes each guarded provider's collection lock (waiting at
-  most ``FORK_WAIT_SECONDS``), so no collection is in flight, and releases it
-  on both sides afterwards;
-- in the child, a periodic reader's export lock that is held (its holder does
-  not exist there) is replaced by a fresh one, and so is a collection lock
-  that the fork did not wait out.
-
-Every private attribute is feature-detected. Checked against SDK 1.28 to 1.45
-(``_real_meter_provider`` of the API's proxy; ``_measurement_consumer._lock``,
-``_reader_storages`` and ``_sdk_config.metric_readers`` of the SDK provider;
-``_export_lock`` of ``PeriodicExportingMetricReader``). Where a provider is an
-SDK provider without them, the guard does nothing for it and says so once, at
-DEBUG level, on this module's logger.
-
-The hooks above run only where Python's at-fork hooks run. A fork made in C
-that skips them (uWSGI's default; ``tests/test_fork_stress.py`` section 4
-forks through ``ctypes``) gets no ``_before`` and no ``_after_in_child``, and
-no SDK hook either: its export thread is not restarted in the child. What
-remains is the child's first collection, where the snapshot cache notices the
-new pid and calls :func:`after_fork_without_hooks`:
-
-- a held export lock is replaced there, safely: no export of the child can
-  have started before its first collection
-  (``test_c_fork_during_an_export_lets_the_child_flush``);
-- a held collection lock cannot be: that collection waits for it before any
-  callback of this package runs, forever
-  (``test_c_fork_with_the_collection_lock_held_hangs_the_child``);
-- the SDK's shutdown at exit waits its whole timeout for the export thread
-  that the child does not have, and exports nothing
-  (``test_c_fork_child_exports_nothing_even_at_shutdown``).
-
-Only setting up OpenTelemetry in each worker after the fork, or making uWSGI
-run the hooks (``--py-call-uwsgi-fork-hooks``), avoids these; the pre-fork page
-says so, and ``tests/e2e/test_uwsgi_forks.py`` shows each mode under uWSGI.
+only that, every attribute feature-detected; it is kept apart so that it is
+easy to review and to delete. Before a fork it takes each guarded provider's
+collection lock (at most ``FORK_WAIT_SECONDS``); in the child it replaces a
+held export lock, and a collection lock the fork did not wait out. A fork made
+in C that skips the at-fork hooks gets :func:`after_fork_without_hooks` at its
+first collection instead. Why, and what stays out of reach: docs/design.md,
+"The SDK's locks across a fork".
 """
 
 from __future__ import annotations

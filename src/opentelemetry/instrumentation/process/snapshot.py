@@ -1,9 +1,8 @@
 """One cached snapshot of every enabled source, shared by all callbacks.
 
 A refresh reads each enabled source once (the process ones inside one
-``Process.oneshot()``) and publishes an immutable :class:`Snapshot`. Readers
+``Process.oneshot()``) and publishes an immutable :class:`Snapshot`; readers
 never see a half-built one. Nothing here knows about OpenTelemetry.
-
 The cache is bound to one process. In a forked child (with or without
 Python's at-fork hooks) its first snapshot re-binds, under the child's own
 lock: a psutil handle, the facts and baselines a fork changes; a child that

@@ -1,19 +1,12 @@
 """The election: one process of a group reports the shared metrics.
 
 The leader is the process that holds an exclusive ``flock`` on
-``<runtime dir>/groups/<group key>.lock`` (see ``keys.group_key``: user,
-cgroup, boot, host). The kernel frees the lock when the leader dies, and
-another process of the group takes it at its next try: no coordinator, no
-network. A process that does not lead tries once per call, with one
-non-blocking ``flock`` on a descriptor it keeps open; a leader only checks
-its pid.
-
-The descriptor is one per process, shared by every :class:`Election` of the
-process (two meter providers, say), so that they agree. It is opened with
-``O_CLOEXEC``, and a forked child never believes it leads: it closes the
-inherited copy (at-fork hook, or the pid check for forks that skip it) and
-tries on its own. Where no safe runtime directory is usable, every process
-reports (the ``"every"`` behaviour), after one warning.
+``<runtime dir>/groups/<group key>.lock`` (see ``keys.group_key``); the kernel
+frees it when the leader dies, and another process takes it at its next try.
+One descriptor per process (``O_CLOEXEC``), shared by every :class:`Election`
+of it; a forked child never believes it leads. Without a safe runtime
+directory every process reports, after one warning. Details: docs/design.md,
+"Worker slots and the election".
 """
 
 from __future__ import annotations

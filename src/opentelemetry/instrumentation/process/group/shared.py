@@ -4,9 +4,8 @@ Shared sources (``Source.shared``: the host, the cgroup and the pressure
 stalls) have the same values in every process of a group. With
 ``shared_metrics="once"`` a process reads them only while the election says
 it leads; a process that does not lead pays one ``flock`` try per refresh and
-reads nothing of them. With ``"every"`` each process reads them.
-
-A process that takes over the role has no baseline for the utilisation of
+reads nothing of them. With ``"every"`` each process reads them. A process
+that takes over the role has no baseline for the utilisation of
 the shared sources (it never read them): its first leading collection reports
 the cumulative values and leaves the utilisation out, never a wrong one.
 """

@@ -1,25 +1,12 @@
 """Worker slots: the lowest number free among the live workers of one parent.
 
 A worker takes slot ``n`` by holding an exclusive ``flock`` on
-``<runtime dir>/slots/<parent key>/<n>.lock``; the kernel frees it when the
-worker dies, so the worker that replaces it takes the same number. The
-descriptor stays open for the process's life: it is the one long-lived
-descriptor of this package, besides the election's, because the lock *is* the
-descriptor. The file then holds the holder's pid in decimal and a newline.
-
-The parent key is ``<boot id>-<parent pid>-<parent start time>``, so a pid
-reused by another parent, or another boot, never shares slots.
-
-Races. :func:`recorded_slots` probes a lock with ``LOCK_SH | LOCK_NB`` and
-releases it at once; a worker claiming at that instant sees the slot busy.
-A claimer therefore retries a busy slot a few times, for a few milliseconds,
-when the file names no live worker of its parent. A worker that has just
-taken a lock and not yet written its pid is seen with the previous pid, which
-is checked (a live child of that parent) before it is reported.
-
-Each claim also removes up to :data:`MAX_PRUNED` folders of parents that are
-gone (another boot, a dead pid), so that restarts of a server leave no trail;
-a file whose lock is held (a worker that outlived its parent) is kept.
+``<runtime dir>/slots/<parent key>/<n>.lock`` (the file holds its pid); the
+kernel frees it when the worker dies, so its replacement takes the same
+number. The parent key is ``<boot id>-<parent pid>-<parent start time>``. The
+lock's descriptor stays open for the process's life. Races and pruning of
+gone parents (at most :data:`MAX_PRUNED` per claim): docs/design.md, "Worker
+slots and the election".
 """
 
 from __future__ import annotations

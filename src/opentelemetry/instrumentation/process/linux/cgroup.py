@@ -1,31 +1,13 @@
 """The process's cgroup: where its folders are, its limits, and the files read per collection.
 
-**Discovery** (:func:`discover`) runs once, at ``instrument()`` and again in a
-forked child. It reads ``/proc/self/cgroup`` and finds, per controller, the
-process's own cgroup folder and its ancestors, on cgroup v2 (the ``0::`` line,
-under ``/sys/fs/cgroup``, or ``/sys/fs/cgroup/unified`` on a hybrid host) or
-v1 (``/sys/fs/cgroup/<controller>``, where ``cpu`` and ``cpuacct`` may share a
-mount). Per controller it takes the hierarchy that has the controller's files:
-v2 when the controller is enabled there, else v1.
-
-**Limits** (:func:`cpu_quota`, :func:`memory_limit`) are read at discovery:
-every ancestor's limit applies, so the tightest one wins.
-
-**Per collection**, :func:`cgroup_files` lists the files to read, each once
-(:class:`~.files.KernelFile`); :func:`~.files.read_all` reads them. A file that
-vanished or cannot be read raises OSError, one that holds garbage raises
-ValueError, and in both cases only that file's fields are missing.
-
-**A process moved to another cgroup at run time** keeps being reported with
-the folders found at discovery: the values are those of the cgroup it was in
-then, as long as that cgroup exists. Once that cgroup is removed its files
-vanish (FileNotFoundError), and the metrics they feed are left out. Nothing
-follows the process to its new cgroup until the next discovery
-(``instrument()`` again); calling :func:`discover` again, for
-instance when a file vanishes, costs one read of ``/proc/self/cgroup`` and a
-few ``stat`` calls.
-
-Nothing here knows about OpenTelemetry.
+:func:`discover` reads ``/proc/self/cgroup`` once (at ``instrument()``, and in
+a forked child) and finds each controller's folder and ancestors, on cgroup v2
+or v1. :func:`cpu_quota` (CPUs) and :func:`memory_limit` (bytes) are the
+tightest limit of any ancestor. :func:`cgroup_files` lists the files a
+collection reads, each once; a file that vanished, cannot be read or holds
+garbage drops only its fields. A process moved to another cgroup keeps the
+folders found at discovery: docs/design.md, "The cgroup". Nothing here knows
+about OpenTelemetry.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Reading small kernel files: one open, one read, one close, and a strict parse.
 
 Kernel pseudo-files (cgroup files, /proc/pressure) are produced whole at each
-read. A file is opened, read and closed each time: no descriptor is kept.
-Every file the kernel writes ends with a newline, so a file without one was
-cut short and is rejected as garbage rather than half-read.
-
-These files cost about 2.5 µs each to open, read and close, so the parsers are
-lean: positional where the layout allows, checked, never a full split of a long file.
+read; no descriptor is kept. A file without its final newline was cut short
+and is rejected as garbage rather than half-read. The parsers are lean:
+positional where the layout allows, checked, never a full split of a long file.
 """
 
 from __future__ import annotations
@@ -84,16 +81,8 @@ def read_all(files: tuple[KernelFile, ...]) -> tuple[Values, list[Failure]]:
     values: Values = {}
     failures: list[Failure] = []
     for f in files:
-        # read_bytes() and the parse, inline: these files are cheap to read,
-        # so each call here is a visible share of the cost.
         try:
-            fd = os.open(f.path, _FLAGS)
-            try:
-                data = os.read(fd, _CHUNK)
-                if len(data) == _CHUNK:
-                    data += _rest(fd)
-            finally:
-                os.close(fd)
+            data = read_bytes(f.path)
             if data[-1:] != b"\n":
                 raise ValueError("cut short or empty")
             values.update(f.parse(data))

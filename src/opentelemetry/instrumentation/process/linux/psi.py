@@ -1,16 +1,11 @@
 """Pressure stall information (PSI): total time tasks stalled on cpu, memory and io.
 
-Each file (``/proc/pressure/<resource>``, or ``<resource>.pressure`` in a v2
-cgroup) has a ``some`` line and, except for cpu on kernels before 5.13, a
-``full`` line: ``some avg10=0.00 avg60=0.00 avg300=0.00 total=<µs>``.
-``some`` is time in which at least one task stalled, ``full`` time in which
-all non-idle tasks stalled at once.
-
-The cgroup's files are read when the process is in a non-root v2 cgroup
-(scope ``"cgroup"``), else the host's (scope ``"host"``). At the host, the
-cpu ``full`` line is left out: the kernel documents it as undefined there and
-reports zeros since 5.18 (psi.rst). A resource whose file is absent is left
-out. Nothing here knows about OpenTelemetry.
+Reads ``/proc/pressure/<resource>``, or ``<resource>.pressure`` in a non-root
+v2 cgroup (scope ``"cgroup"``, else ``"host"``): the ``total=`` of the ``some``
+and ``full`` lines, in microseconds, returned in seconds. At the host the cpu
+``full`` line is left out (undefined there), and so is a resource whose file
+is absent. Details: docs/design.md, "Pressure stall information". Nothing here
+knows about OpenTelemetry.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 psutil's ``memory_full_info()`` gives them too, by reading every mapping of
 ``/proc/<pid>/smaps``; the rollup is one file the kernel sums itself. Both
-walk the page tables, so the cost grows with the resident size (about 20 µs
-per MiB): read only when the metrics are enabled.
+walk the page tables, so the cost grows with the resident size: read only
+when the metrics are enabled. Values in bytes.
 """
 
 from __future__ import annotations

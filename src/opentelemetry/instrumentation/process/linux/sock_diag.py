@@ -1,42 +1,12 @@
 """Counts of the TCP and UDP sockets of this network namespace, from netlink sock_diag.
 
-What it reads: one ``NETLINK_SOCK_DIAG`` socket per call (opened, used, closed)
-and three dump requests on it, in turn: TCP of IPv4 and IPv6 together (the older
-``TCPDIAG_GETSOCK`` request, as ``ss`` does without ``-4``/``-6``, so the kernel walks its TCP
-tables once; a kernel that refuses it gets two ``SOCK_DIAG_BY_FAMILY`` requests,
-one per family), then UDP over AF_INET and over AF_INET6 (``SOCK_DIAG_BY_FAMILY``,
-``inet_diag_req_v2``). Every state is asked for. The kernel answers with one
-``inet_diag_msg`` per socket, of which only the state byte is used. The result
-is a count of sockets (unit ``{connection}``). See sock_diag(7) and
-``include/uapi/linux/inet_diag.h``.
-
-Why it bypasses psutil: ``psutil.net_connections()`` reads ``/proc/net/tcp*``
-and ``/proc/net/udp*`` and also walks the fds of every process on the host to
-attribute sockets to pids, which the connection count never uses: 8-11 ms on a
-quiet host, growing with every process and fd. Reading ``/proc/net/tcp*`` alone
-is no cure either: the kernel walks its socket tables and formats a text line
-per socket. The dump here still walks every bucket of the kernel's TCP
-established hash (its size is set at boot from the RAM), which is the floor of
-its cost; past that it costs a fraction of a microsecond per socket.
-
-The set of sockets is the one psutil lists from ``/proc/net/{tcp,tcp6,udp,udp6}``:
-
-- listening sockets and every socket of the established hash, including
-  TIME_WAIT sockets and pending connection requests (``TCP_NEW_SYN_RECV``),
-  which both interfaces report as SYN_RECV;
-- a TIME_WAIT socket standing for an orphaned FIN_WAIT2 connection reports
-  FIN_WAIT2 in both;
-- bound but inactive TCP sockets (``TCP_BOUND_INACTIVE``, Linux 6.8+) are not in
-  ``/proc/net/tcp*``, so their state bit is left out of the request;
-- an AF_INET6 socket with an IPv4-mapped address is an AF_INET6 socket: listed
-  once, in the AF_INET6 dump and in ``tcp6``/``udp6``.
-
-One difference remains, on psutil's side: psutil returns a *set* of
-``(fd, family, type, laddr, raddr, status, pid)``, so sockets that it cannot
-attribute to a process (``fd=-1, pid=None``: other users' sockets when not
-root, sockets of processes outside this pid namespace, sockets in flight in a
-unix socket) and that share addresses and state (``SO_REUSEPORT`` groups)
-collapse into one. Here each socket counts.
+Reads one ``NETLINK_SOCK_DIAG`` socket per call (opened, used, closed): one
+TCP dump of IPv4 and IPv6 together (``TCPDIAG_GETSOCK``, or one
+``SOCK_DIAG_BY_FAMILY`` request per family where it is refused), then UDP per
+family. Returns counts of sockets (unit ``{connection}``) by state and
+transport, the set psutil lists from ``/proc/net/{tcp,tcp6,udp,udp6}``,
+without psutil's walk of every process's fds. The requests, the states and the
+one difference with psutil: docs/design.md, "Socket counts from netlink sock_diag".
 """
 
 from __future__ import annotations

@@ -1,28 +1,12 @@
 """CPU time of this process's busiest threads, reading only the threads that are kept.
 
-What it reads, in this order:
-
-1. ``/proc/self/task``: the thread ids of this process (one directory listing).
-2. Each thread's CPU-time clock through ``clock_gettime()``: the scheduler's total
-   CPU time of the thread in nanoseconds, without opening a file. It only ranks
-   the threads; it is never reported.
-3. ``/proc/self/task/<tid>/stat`` for the ``limit`` busiest threads only:
-   ``utime`` and ``stime`` in clock ticks, divided by ``SC_CLK_TCK`` into seconds,
-   exactly as psutil's ``Process.threads()`` computes them.
-
-Why it bypasses psutil: ``Process.threads()`` opens and parses the ``stat`` file
-of every thread (20-29 µs each) before the caller keeps the busiest few, so its
-cost grows with the number of threads even when the series are capped. Here the
-per-thread cost is one ``clock_gettime`` system call.
-
-The thread CPU clock id is the kernel's ``MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)``,
-``(~tid << 3) | 6`` (``include/linux/posix-timers.h``), the value glibc's
-``pthread_getcpuclockid()`` returns. The kernel accepts it only for threads of the
-caller's own thread group and answers ``EINVAL`` for any other tid, including a
-thread that has exited.
-
-``/proc/self`` is resolved at every call, so a forked child reads its own threads.
-No file descriptor outlives a call.
+Reads ``/proc/self/task`` (the thread ids), each thread's CPU-time clock
+through ``clock_gettime()`` (nanoseconds, only to rank them, no file opened),
+then ``/proc/self/task/<tid>/stat`` of the ``limit`` busiest threads only:
+``utime`` and ``stime`` in seconds, as psutil's ``Process.threads()`` computes
+them, which would read every thread's file. ``/proc/self`` is resolved at every
+call, and no file descriptor outlives a call. Details: docs/design.md, "The
+busiest threads".
 """
 
 from __future__ import annotations

@@ -51,6 +51,12 @@ def numbers(*names: str) -> dict[str, type[Key] | None]:
 Value = int | float | Mapping[Key, int | float]
 Reading = Mapping[str, Value]
 
+
+def known(**facts: int | float | None) -> Reading:
+    """The facts that are known: an unknown one (``None`` or 0) is left out, never reported as 0."""
+    return {k: v for k, v in facts.items() if v}
+
+
 # Utilisation over a shorter window is mostly clock-tick noise: a second
 # reader collecting right after the first reuses the last value instead.
 MIN_UTILIZATION_WINDOW = 0.1
@@ -145,7 +151,7 @@ class ReadContext:
     def delta(self, name: str) -> Delta:
         return self.deltas.setdefault(name, Delta())
 
-    def monotonic(self, name: str, values: dict[Key, float]) -> dict[Key, float]:
+    def never_below_previous(self, name: str, values: dict[Key, float]) -> dict[Key, float]:
         """``values``, none below its previous reading (a counter never goes down)."""
         floor = self.floors.get(name)
         if floor:

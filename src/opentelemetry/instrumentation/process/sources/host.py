@@ -10,7 +10,7 @@ import psutil
 
 from ..linux import procfs
 from ..platforms import LINUX
-from .base import Key, ReadContext, Reading, Source, attributes, psutil_has
+from .base import Key, ReadContext, Reading, Source, attributes, known, psutil_has
 
 _CPU_MODES = {
     "user": "user",
@@ -66,7 +66,7 @@ def _system_cpu(ctx: ReadContext) -> Reading:
                 times[key] = times.get(key, 0.0) + value
     # Linux may move iowait backwards (proc(5)): keep the last value instead.
     # Not mutated: the floor's name is this source's alone, any name would do.
-    times = ctx.monotonic("system.cpu", times)  # pragma: no mutate
+    times = ctx.never_below_previous("system.cpu", times)  # pragma: no mutate
 
     def share(deltas: Mapping[Key, float], _elapsed: float) -> dict[Key, float]:
         totals: dict[Any, float] = {}
@@ -199,14 +199,12 @@ def _connections(ctx: ReadContext) -> Reading:
 
 def _host_facts(ctx: ReadContext) -> Reading:
     facts = ctx.facts
-    found = {
-        "logical_cpus": facts.logical_cpus,
-        "physical_cpus": facts.physical_cpus,
-        "cpu_freq_min": facts.cpu_freq_min_hz,
-        "cpu_freq_max": facts.cpu_freq_max_hz,
-    }
-    # Unknown is left out, never reported as 0.
-    return {k: v for k, v in found.items() if v}
+    return known(
+        logical_cpus=facts.logical_cpus,
+        physical_cpus=facts.physical_cpus,
+        cpu_freq_min=facts.cpu_freq_min_hz,
+        cpu_freq_max=facts.cpu_freq_max_hz,
+    )
 
 
 SOURCES: tuple[Source, ...] = (
@@ -220,7 +218,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "system.cpu",
         _system_cpu,
-        {"time": _CPU, "utilization": _CPU},
+        dict.fromkeys(("time", "utilization"), _CPU),
         "/proc/stat",
         stateful=True,
         shared=True,

@@ -26,6 +26,7 @@ from .base import (
     State,
     Value,
     attributes,
+    known,
     numbers,
     psutil_has,
 )
@@ -125,6 +126,21 @@ def _num_threads(ctx: ReadContext) -> Reading:
 
 def _num_fds(ctx: ReadContext) -> Reading:
     return {"count": int(ctx.process.num_fds())}
+
+
+def _handle_count(
+    method: str, read: Callable[[ReadContext], Reading], cost: str, platforms: frozenset[str]
+) -> Source:
+    """The source of one psutil count of open descriptors or handles: ``Process.<method>()``."""
+    return Source(
+        f"process.{method}",
+        read,
+        numbers("count"),
+        cost,
+        platforms=platforms,
+        in_process=True,
+        available=psutil_has(f"Process.{method}"),
+    )
 
 
 def _num_handles(ctx: ReadContext) -> Reading:
@@ -268,14 +284,8 @@ def _smaps(ctx: ReadContext) -> Reading:
 
 
 def _static(ctx: ReadContext) -> Reading:
-    facts = ctx.facts
-    found = {
-        "fd_limit": facts.fd_limit,
-        "available_cpus": facts.available_cpus,
-        "memory_limit": facts.memory_limit,
-    }
-    # Unknown is left out, never reported as 0.
-    return {k: v for k, v in found.items() if v}
+    f = ctx.facts
+    return known(fd_limit=f.fd_limit, available_cpus=f.available_cpus, memory_limit=f.memory_limit)
 
 
 def _not_read(ctx: ReadContext) -> Reading:
@@ -358,24 +368,8 @@ SOURCES: tuple[Source, ...] = (
         in_process=True,
         needs=_COUNTED_BY,
     ),
-    Source(
-        "process.num_fds",
-        _num_fds,
-        numbers("count"),
-        "lists /proc/self/fd, in oneshot",
-        platforms=POSIX,
-        in_process=True,
-        available=psutil_has("Process.num_fds"),
-    ),
-    Source(
-        "process.num_handles",
-        _num_handles,
-        numbers("count"),
-        "one Windows API call, in oneshot",
-        platforms=WINDOWS,
-        in_process=True,
-        available=psutil_has("Process.num_handles"),
-    ),
+    _handle_count("num_fds", _num_fds, "lists /proc/self/fd, in oneshot", POSIX),
+    _handle_count("num_handles", _num_handles, "one Windows API call, in oneshot", WINDOWS),
     Source("process.uptime", _uptime, numbers("uptime"), "none: create time is a static fact"),
     Source(
         "static",

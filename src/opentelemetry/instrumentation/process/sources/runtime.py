@@ -130,6 +130,8 @@ def _utilization(ctx: ReadContext) -> Reading:
     return {"utilization": {_LOOP((label,)): u for label, u in busy.items() if u is not None}}
 
 
+_PAUSE_FIELDS = {"time": _GENERATION, "max": _GENERATION, "buckets": _BUCKET}
+
 SOURCES: tuple[Source, ...] = (
     Source(
         "cpython.gc",
@@ -141,7 +143,7 @@ SOURCES: tuple[Source, ...] = (
     Source(
         "cpython.gc_pauses",
         _pauses,
-        {"time": _GENERATION, "max": _GENERATION, "buckets": _BUCKET},
+        _PAUSE_FIELDS,
         "none: a gc.callbacks hook keeps running totals (about 1 µs per garbage collection)",
         available=lambda: _is_cpython() and GcPauses.available(),
         open=_open_pauses,

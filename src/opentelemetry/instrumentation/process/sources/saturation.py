@@ -1,15 +1,12 @@
 """Sources about starvation: the cgroup's CPU throttling and memory, and pressure stalls.
 
-Linux only: psutil has no API for any of these. The cgroup folders and the
-files to read are found once (at ``instrument()``; a forked child, in the same
-cgroup, keeps them) by each source's ``open`` hook; a collection then reads
-each file once. A file that vanishes, cannot be read or holds garbage drops
-only the fields it gives, is logged once per fault period, and its fields
-come back when the file does.
-
-When the ``saturation`` option is ``None`` (auto), the cgroup sources read
-only when a CPU quota or a memory limit applies to the process, and the
-pressure source whenever its files exist.
+Linux only: psutil has no API for any of these. Each source's ``open`` hook
+finds the cgroup folders and files once (at ``instrument()``; a forked child
+keeps them); a collection reads each file once. A file that vanishes, cannot
+be read or holds garbage drops only its fields, is logged once per fault
+period, and its fields come back with it. With ``saturation=None`` (auto) the
+cgroup sources read only under a CPU quota or memory limit, and the pressure
+source whenever its files exist.
 """
 
 from __future__ import annotations

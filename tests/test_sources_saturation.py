@@ -3,7 +3,7 @@
 - Auto mode in a cgroup without limits reports no cgroup metric and opens no
   cgroup file at collection; ``saturation=False`` opens no pressure file either.
 - Faults on a cgroup v2 fixture tree (v2 controllers are not available on the
-  test machine; a vanished v1 cgroup is in ``test_saturation_real.py``): a file
+  test machine; a vanished v1 cgroup is in ``test_sources_saturation_real.py``): a file
   that vanishes, cannot be read (a folder in its place) or holds garbage drops
   only the metrics it feeds, is logged once, never raises, and the metrics come
   back when the file does. Discovery is pointed at the tree by replacing

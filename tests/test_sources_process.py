@@ -8,7 +8,6 @@ from __future__ import annotations
 import collections
 import dataclasses
 import io
-import logging
 import math
 import os
 import sys
@@ -28,36 +27,13 @@ from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources.base import psutil_has
 
-from . import forkapps
-from .conftest import OpenRecorder, collect, points
-from .forked import in_child
-from .threadjobs import Job, all_thread_times
+from .conftest import LogLines, OpenRecorder, collect, points
+from .support import forkapps
+from .support.forked import in_child
+from .support.threadjobs import Job, all_thread_times
 
 THREAD_CPU = "process_metrics.thread.cpu.time"
 ON_LINUX = sys.platform.startswith("linux")
-
-
-class _Lines(logging.Handler):
-    """The package's log records as ``LEVEL message``."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(f"{record.levelname} {record.getMessage()}")
-
-
-@pytest.fixture
-def logged() -> Iterator[_Lines]:
-    handler = _Lines()
-    logger = logging.getLogger("opentelemetry.instrumentation.process")
-    level = logger.level
-    logger.setLevel(logging.DEBUG)
-    logger.addHandler(handler)
-    yield handler
-    logger.removeHandler(handler)
-    logger.setLevel(level)
 
 
 @pytest.fixture
@@ -119,7 +95,7 @@ def test_a_failing_direct_thread_read_is_tried_once_then_psutil_serves(
     instrument: Callable[..., ProcessInstrumentor],
     reader: InMemoryMetricReader,
     monkeypatch: pytest.MonkeyPatch,
-    logged: _Lines,
+    logged: LogLines,
     jobs: list[Job],
 ) -> None:
     calls: list[int] = []
@@ -227,7 +203,7 @@ def _failing_open(
 
 
 def test_each_source_whose_hook_fails_is_said(
-    monkeypatch: pytest.MonkeyPatch, logged: _Lines
+    monkeypatch: pytest.MonkeyPatch, logged: LogLines
 ) -> None:
     def broken(_ctx: ReadContext) -> bool:  # a fault injected: the runtime refuses a hook
         raise RuntimeError("no hook")
@@ -247,7 +223,7 @@ def test_each_source_whose_hook_fails_is_said(
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_after_a_fork_an_open_hook_is_not_run_again_and_a_failing_reset_is_said(
-    monkeypatch: pytest.MonkeyPatch, logged: _Lines
+    monkeypatch: pytest.MonkeyPatch, logged: LogLines
 ) -> None:
     parent = os.getpid()
     opened: list[int] = []
@@ -302,7 +278,7 @@ def test_clean_ups_failing_otherwise_in_two_unhooked_forks_are_each_said(
     instrument: Callable[..., ProcessInstrumentor],
     reader: InMemoryMetricReader,
     monkeypatch: pytest.MonkeyPatch,
-    logged: _Lines,
+    logged: LogLines,
 ) -> None:
     instrument()
     collect(reader)
@@ -333,7 +309,7 @@ def test_clean_ups_failing_otherwise_in_two_unhooked_forks_are_each_said(
 
 
 def test_a_held_export_lock_is_replaced_beside_readers_that_have_none(
-    logged: _Lines,
+    logged: LogLines,
 ) -> None:
     from opentelemetry.sdk.metrics.export import (
         ConsoleMetricExporter,

@@ -22,14 +22,20 @@ from opentelemetry.instrumentation.process.linux.cgroup import discover
 from opentelemetry.instrumentation.process.linux.files import read_all
 from opentelemetry.instrumentation.process.linux.psi import field
 
-from .linux_cgroups import CGROUP_ROOT, Cgroup, Child, child_cgroup, flat, number, own_folder
+from .support.cgroups import (
+    CGROUP_ROOT,
+    Cgroup,
+    Child,
+    between,
+    child_cgroup,
+    flat,
+    number,
+    own_folder,
+    total,
+)
 
 MIB = 1 << 20
 HZ = 100  # USER_HZ, the unit of cpuacct.stat; checked below against sysconf
-
-
-def between(low: float, value: float, high: float) -> bool:
-    return low <= value <= high
 
 
 @contextlib.contextmanager
@@ -117,15 +123,6 @@ def test_cgroup_pressure_of_a_real_v2_cgroup() -> None:
             assert between(low / 1e6, got[field(resource, kind)], high / 1e6), (resource, kind)
     # Throttled by its quota, the child's cgroup stalled on CPU.
     assert got[field("cpu", "some")] > 0
-
-
-def total(data: bytes, kind: str) -> int:
-    """The ``total=`` of the ``kind`` line of a pressure file, parsed by the test."""
-    for line in data.decode().splitlines():
-        name, *pairs = line.split()
-        if name == kind:
-            return int(dict(p.split("=") for p in pairs)["total"])
-    raise AssertionError(f"no {kind} line in {data!r}")
 
 
 def test_memory_usage_working_set_and_limit_match_the_cgroup() -> None:

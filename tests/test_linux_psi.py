@@ -14,8 +14,8 @@ from opentelemetry.instrumentation.process.linux.psi import (
     field,
 )
 
-from .test_cgroup import fake_proc, write_tree
-from .test_cgroup_real import between, total
+from .support.cgroups import between, total
+from .support.trees import fake_proc, write_tree
 
 LINE = "avg10=1.23 avg60=0.80 avg300=0.20"
 

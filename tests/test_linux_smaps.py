@@ -94,7 +94,7 @@ def test_pss_and_uss_metrics_through_include(
 @linux_only
 def test_the_pss_of_forked_workers_adds_up_where_their_rss_overcounts() -> None:
     """A master with 64 MiB of touched memory and 3 forked workers sharing it copy-on-write."""
-    from .groupkids import Kid
+    from .support.groupkids import Kid
 
     def sizes() -> list[int]:
         return [*smaps.pss_uss(), psutil.Process().memory_info().rss]

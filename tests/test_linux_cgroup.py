@@ -31,6 +31,8 @@ from opentelemetry.instrumentation.process.linux.cgroup import (
 )
 from opentelemetry.instrumentation.process.linux.files import read_all
 
+from .support.trees import fake_proc, write_tree
+
 CONTROLLERS = "cpuset cpu io memory hugetlb pids rdma misc\n"
 
 V2_CPU_STAT = """usage_usec 7543210
@@ -83,19 +85,6 @@ oom 2
 oom_kill 1
 oom_group_kill 0
 """
-
-
-def write_tree(root: Path, files: dict[str, str]) -> None:
-    for rel, content in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
-
-
-def fake_proc(root: Path, content: str) -> Path:
-    path = root / "proc-self-cgroup"
-    path.write_text(content)
-    return path
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """The saturation group through the real instrumentor, in real cgroups the tests create.
 
-A child process (``tests/cgroupchild.py``) is moved into new v1 cgroups with a
+A child process (``tests/support/cgroupchild.py``) is moved into new v1 cgroups with a
 CPU quota or a memory limit, then instrumented with
 ``ProcessInstrumentor().instrument()`` on an SDK MeterProvider with an
 InMemoryMetricReader, in auto mode: the group must turn itself on. What it
@@ -20,7 +20,7 @@ from typing import Any
 
 from opentelemetry.instrumentation.process.metrics import METRICS
 
-from .linux_cgroups import Cgroup, Child, child_cgroup, flat, nested_cgroup, number
+from .support.cgroups import Cgroup, Child, child_cgroup, flat, nested_cgroup, number
 
 MIB = 1 << 20
 HZ = 100  # USER_HZ, the unit of cpuacct.stat

@@ -34,8 +34,8 @@ from opentelemetry.instrumentation.process.sources import host
 from opentelemetry.instrumentation.process.sources.base import Key, ReadContext
 
 from .conftest import HOST_MODES, collect, points
-from .forked import in_child
-from .test_linux_sock_diag import Scene, build_all_states
+from .support.forked import in_child
+from .support.sockets import Scene, build_all_states
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="namespaces and /proc are Linux-only"

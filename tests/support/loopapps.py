@@ -1,0 +1,129 @@
+"""Shared helpers of the event-loop tests: apps that block their loop, threads, asyncio's truth."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics.export import Metric
+
+from opentelemetry.instrumentation.process.runtime.loops.discovery import hooks_installed
+from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor
+
+from ..conftest import points
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop is in the test environment
+    uvloop = None
+
+DELAY_MAX = "process_metrics.eventloop.delay.max"
+DELAY_MEAN = "process_metrics.eventloop.delay.mean"
+DELAY_P50 = "process_metrics.eventloop.delay.p50"
+DELAY_P99 = "process_metrics.eventloop.delay.p99"
+UTILIZATION = "process_metrics.eventloop.utilization"
+LOOP_METRICS = (DELAY_MAX, DELAY_MEAN, DELAY_P50, DELAY_P99, UTILIZATION)
+
+UVLOOP_CLOCK = 0.002  # uvloop's clock and timers have 1 ms resolution, each end rounds
+RUNNERS = ["asyncio", "uvloop"]
+
+
+class Payload:
+    """An object the test watches with a weak reference."""
+
+
+class Closing:
+    """A loop's ``call_soon_threadsafe`` as it fails once the loop closed meanwhile."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        raise RuntimeError("Event loop is closed")
+
+
+def monitor_fixture(interval: float) -> Any:
+    """A fixture: a started monitor ticking every ``interval``; no hook left afterwards."""
+
+    @pytest.fixture
+    def monitor() -> Iterator[LoopMonitor]:
+        m = LoopMonitor(interval=interval)
+        m.start()
+        yield m
+        m.stop()
+        assert hooks_installed() == []
+
+    return monitor
+
+
+def blocking_app(
+    blocks: list[float], count: int = 3, block: float = 0.2, idle: float = 0.8, tail: float = 0.0
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """An app that sleeps ``idle``, then blocks its loop with time.sleep(block), ``count`` times.
+
+    The actual length of each block, by the test's clock, is appended to
+    ``blocks``. A ``tail`` sleep lets the tick delayed by the last block run
+    before the loop stops.
+    """
+
+    async def app() -> None:
+        for _ in range(count):
+            await asyncio.sleep(idle)
+            t0 = time.monotonic()
+            time.sleep(block)
+            blocks.append(time.monotonic() - t0)
+        if tail:
+            await asyncio.sleep(tail)
+
+    return app
+
+
+def periodic_app(
+    blocks: list[float], *, count: int = 3, every: float = 1.0, block: float = 0.2
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """Blocks its loop for ``block`` once per ``every`` seconds, ``count`` times, then idles."""
+    return blocking_app(blocks, count, block, idle=every - block, tail=0.05)
+
+
+def in_thread(name: str, body: Callable[[], Any]) -> threading.Thread:
+    thread = threading.Thread(target=body, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def live_timers(loop: asyncio.AbstractEventLoop) -> int:
+    """Timers of an asyncio loop that are not cancelled (asyncio's truth).
+
+    Those on its heap, and those already due, moved to its ready queue in the
+    iteration that runs the caller.
+    """
+    due = [h for h in loop._ready if isinstance(h, asyncio.TimerHandle)]  # type: ignore[attr-defined]
+    return sum(1 for h in [*loop._scheduled, *due] if not h.cancelled())  # type: ignore[attr-defined]
+
+
+def samples(monitor: LoopMonitor, label: str | None = None) -> int:
+    """Delays recorded since the last read (of ``label``'s loops; every loop's if ``None``)."""
+    return sum(p.window.count for p in monitor._probes if label is None or p.label == label)
+
+
+def selector_timed(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop``'s selector has a ``select`` of its own (ours, or someone's)."""
+    return "select" in vars(loop._selector)  # type: ignore[attr-defined]
+
+
+def run_with(runner: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:
+    if runner == "uvloop":
+        if uvloop is None:
+            pytest.skip("uvloop is not installed")
+        return uvloop.run  # type: ignore[no-any-return]
+    return asyncio.run
+
+
+def by_loop(metrics: dict[str, Metric], name: str) -> dict[str, float]:
+    metric = metrics.get(name)
+    return {} if metric is None else {dict(k)["thread.name"]: v for k, v in points(metric).items()}
