@@ -254,6 +254,12 @@ _run_name: list[str] = []
 
 
 @pytest.hookimpl(tryfirst=True)  # before the terminal reporter reads the option
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The supervisor-mode tests first: they report every child of the test process,
+    and the end-to-end servers that later tests start live on as its children."""
+    items.sort(key=lambda item: not item.path.name.startswith("test_children"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get(LOG_DIR_VAR):
         config.option.reportchars = "fE"

@@ -19,7 +19,9 @@ EXPECTED: dict[str, str] = {
     r"^namespaces and /proc are Linux-only$": "platform",
     r"^netlink sock_diag is Linux-only$": "platform",
     r"^(the direct read is|direct reads are) Linux-only$": "platform",
-    r"^(needs os\.fork|gunicorn needs fork|needs CPU affinity|POSIX file descriptors)$": "platform",
+    r"^(needs os\.fork|needs fork|gunicorn needs fork|needs CPU affinity)$": "platform",
+    r"^POSIX file descriptors$": "platform",
+    r"^smaps_rollup is Linux only$": "platform",
     r"^(getrusage\(2\)|getrusage\(\) is POSIX only|iowait is a Linux field)$": "platform",
     r"^(forks from C through glibc|times the child with CLOCK_BOOTTIME \(Linux\))$": "platform",
     r"^(counts the opens of /proc files|counts descriptors|sleeping threads .* in /proc)$": (
@@ -37,6 +39,9 @@ EXPECTED: dict[str, str] = {
     # Host features: cgroups, swap, privileges, namespaces.
     r"^a swap file needs root": "host",
     r"^needs root to drop to nobody$": "host",
+    r"^needs root(, to setuid| to become another user| to mount)$": "host",
+    r"^needs root to give a directory away$": "host",
+    r"^cannot mount a tmpfs: ": "host",
     r"^creating a cgroup and moving a process into it needs root$": "host",
     r"^this host has nothing for \S+ to read \(no such device or cgroup\)$": "host",
     r"^this kernel has no /proc/pressure": "host",
@@ -61,7 +66,9 @@ EXPECTED: dict[str, str] = {
     r"^hatchling is not installed \(it comes with the test extra\)$": "package",
     r"^could not import '[\w.]+'": "package",  # importorskip() without a reason
     r" is missing$": "file",  # an example the sdist may leave out
-    # Versions of the cell: the lowest allowed SDK and conventions.
+    r"^no interpreters in .+/bin \(make pythons\)$": "package",
+    # Versions of the cell: the lowest allowed SDK and conventions; the build of Python.
+    r"^needs a free-threaded build$": "version",
     r"^the installed opentelemetry-semantic-conventions predates": "version",
     r"^reading pyproject\.toml needs Python 3\.11\+$": "version",
     r"^the docs quote SDK 1\.45's memory per attribute set; this is ": "version",
