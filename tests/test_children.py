@@ -24,7 +24,7 @@ from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME, PER_C
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
 
 from .conftest import collect, points
-from .groupkids import Kid
+from .support.groupkids import Kid
 
 linux_only = pytest.mark.skipif(not ON_LINUX, reason="reads /proc")
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]

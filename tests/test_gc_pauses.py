@@ -19,13 +19,11 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -41,6 +39,18 @@ from opentelemetry.instrumentation.process.runtime.gc_pauses import (
     quantile_bound,
 )
 
+from .support.gc import (
+    FREE_THREADED,
+    GRAPH,
+    callbacks_kept,
+    collections,
+    cyclic_garbage,
+    gc_off,
+    minus,
+    steady,
+    timed_collect,
+)
+
 # The time around gc.collect() exceeds the pause by what happens outside it: the
 # call into gc.collect(), building the info dict, calling the callbacks, the
 # return. That is tens of microseconds here; 1 ms leaves room for a cache-cold
@@ -50,53 +60,6 @@ from opentelemetry.instrumentation.process.runtime.gc_pauses import (
 TOLERANCE = 0.001
 ATTEMPTS = 5
 
-# Objects in the cyclic graph: a full collection of it takes tens of ms here.
-GRAPH = 300_000
-
-# Without the GIL every collection is a full stop-the-world one (about 25 ms in
-# this test process, against microseconds for a young collection): the tests
-# that make thousands of gc.collect(0) calls make fewer there.
-FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
-
-
-@contextmanager
-def gc_off() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
-def collections() -> tuple[int, ...]:
-    return tuple(s["collections"] for s in gc.get_stats())
-
-
-def steady(recorder: GcPauses) -> tuple[tuple[int, ...], GcPauseReading]:
-    """CPython's counts and our reading with no collection between them."""
-    with gc_off():  # 3.12.1 may still run one collection it had scheduled: retry
-        while True:
-            before = collections()
-            reading = recorder.read()
-            if collections() == before:
-                return before, reading
-
-
-def minus(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(x - y for x, y in zip(a, b, strict=True))
-
-
-@contextmanager
-def callbacks_kept() -> Iterator[None]:
-    """Whatever a test adds to gc.callbacks goes when it ends."""
-    saved = list(gc.callbacks)
-    try:
-        yield
-    finally:
-        gc.callbacks[:] = saved
-
 
 @pytest.fixture(params=[False, True], ids=["timing", "histogram"])
 def recorder(request: pytest.FixtureRequest) -> Iterator[GcPauses]:
@@ -105,20 +68,6 @@ def recorder(request: pytest.FixtureRequest) -> Iterator[GcPauses]:
         assert rec.start()
         yield rec
         rec.stop()
-
-
-def cyclic_garbage(n: int = GRAPH) -> None:
-    """``n`` lists in one ring, left for the collector."""
-    nodes: list[list[Any]] = [[] for _ in range(n)]
-    for i, node in enumerate(nodes):
-        node.append(nodes[i - 1])
-    del nodes
-
-
-def timed_collect() -> float:
-    t0 = time.perf_counter()
-    gc.collect()
-    return time.perf_counter() - t0
 
 
 # --- truth ---------------------------------------------------------------------------

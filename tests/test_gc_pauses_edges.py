@@ -22,7 +22,7 @@ from opentelemetry.instrumentation.process.runtime.gc_pauses import (
     quantile_bound,
 )
 
-from .test_gc_pauses import callbacks_kept, cyclic_garbage, gc_off, minus, steady
+from .support.gc import callbacks_kept, cyclic_garbage, gc_off, minus, steady
 
 
 @pytest.mark.parametrize("histogram", [False, True])

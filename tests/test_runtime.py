@@ -32,8 +32,16 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
 from .conftest import collect, points
-from .forkapps import c_fork
-from .loopapps import (
+from .support.forkapps import c_fork
+from .support.gc import (
+    FREE_THREADED,
+    collections,
+    cyclic_garbage,
+    gc_off,
+    minus,
+    timed_collect,
+)
+from .support.loopapps import (
     DELAY_MAX,
     LOOP_METRICS,
     by_loop,
@@ -41,14 +49,6 @@ from .loopapps import (
     live_timers,
     periodic_app,
     uvloop,
-)
-from .test_gc_pauses import (
-    FREE_THREADED,
-    collections,
-    cyclic_garbage,
-    gc_off,
-    minus,
-    timed_collect,
 )
 
 TIME = "process_metrics.cpython.gc.pause.time"

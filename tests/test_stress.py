@@ -57,7 +57,7 @@ from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources import process as process_sources
 
 from .conftest import Points, cgroup_limited_here, collect, ours, points
-from .stress import seconds, size
+from .support.stress import seconds, size
 
 # Concurrency: readers collecting at once for this long, per variant.
 CONCURRENT_SECONDS = seconds(3, 10)

@@ -18,7 +18,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
 from .conftest import collect, points
-from .threadjobs import Job, all_thread_times, pattern
+from .support.threadjobs import Job, all_thread_times, pattern
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir("/proc/self/task"), reason="sleeping threads are told apart in /proc"

@@ -21,8 +21,8 @@ from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.metrics import Kind, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
-from .. import cgroups
 from ..conftest import HOST_MODES, on_by_default
+from ..support import cgroups
 from . import procfs
 from .servers import VictoriaMetrics, wait_until
 

@@ -25,7 +25,7 @@ import pytest
 
 from opentelemetry.instrumentation.process.metrics import METRICS
 
-from ..linux_cgroups import Cgroup, child_cgroup, flat, number
+from ..support.cgroups import Cgroup, child_cgroup, flat, number
 from .checks import DOTTED, PROMETHEUS, Naming, held, wait_for_names
 from .launch import App, push_app, unique_name
 from .servers import REPO, Children, VictoriaMetrics, wait_until

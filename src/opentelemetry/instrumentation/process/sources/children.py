@@ -498,7 +498,7 @@ def _tree_fields(
     top: int,
 ) -> None:
     user, system, reaped_user, reaped_system = times
-    cpu = ctx.monotonic(
+    cpu = ctx.never_below_previous(
         "children.tree",
         {
             _TREE_MODE(("user",)): user + reaped_user,
