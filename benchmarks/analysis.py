@@ -19,8 +19,11 @@ from subjects import Shape
 # Files that psutil's own calls read a second time when direct reads are off:
 # net_connections() lists every process's fds (ours too), swap_memory() reads
 # meminfo and vmstat, which the memory and page-fault sources read as well, and
-# num_threads() reads status, which signals_pending (no psutil API) reads too.
-PSUTIL_REREADS = frozenset({"/proc/self/fd", "/proc/meminfo", "/proc/vmstat", "/proc/self/status"})
+# num_threads() reads status, which signals_pending (no psutil API) reads too, and
+# memory_full_info() (PSS and USS) reads statm again for the RSS it also returns.
+PSUTIL_REREADS = frozenset(
+    {"/proc/self/fd", "/proc/meminfo", "/proc/vmstat", "/proc/self/status", "/proc/self/statm"}
+)
 
 
 @dataclass
