@@ -42,7 +42,7 @@ def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]
             continue
         try:
             value = _PARSERS[name](raw)
-            if name in ("include", "exclude"):
+            if declared(name).form.kind == "list":  # each bad entry is left out alone
                 value = valid_entries(name, var, value)
             ProcessMetricsOptions(**{name: value})
         except ValueError as exc:
