@@ -92,31 +92,9 @@ fi
 # --------------------------------------------------------------------------
 # Private apt configuration (the same as scripts/get-servers.sh's)
 # --------------------------------------------------------------------------
-detect_mirror() {
-    if [[ -n "${DEBIAN_MIRROR:-}" ]]; then
-        echo "${DEBIAN_MIRROR%/}"
-        return
-    fi
-    local candidates=() f u
-    shopt -s nullglob
-    for f in /etc/apt/sources.list.d/*.sources; do
-        while read -r u; do candidates+=("$u"); done < <(
-            awk 'tolower($1) == "uris:" { for (i = 2; i <= NF; i++) print $i }' "$f")
-    done
-    for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-        [[ -f "$f" ]] || continue
-        while read -r u; do candidates+=("$u"); done < <(
-            awk '$1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/ && $i !~ /=/) { print $i; break } }' "$f")
-    done
-    shopt -u nullglob
-    for u in "${candidates[@]}"; do
-        [[ "$u" =~ ^https?://[^[:space:]]*/debian/?$ ]] && { echo "${u%/}"; return; }
-    done
-    for u in "${candidates[@]}"; do
-        [[ "$u" == http*debian* && "$u" != *security* ]] && { echo "${u%/}"; return; }
-    done
-    echo "http://deb.debian.org/debian"
-}
+# detect_mirror: the Debian mirror this machine uses (shared with get-servers.sh).
+# shellcheck source=lib/debian-mirror.sh
+source "$REPO_ROOT/scripts/lib/debian-mirror.sh"
 
 setup_apt() {  # setup_apt SUITE -> prints the apt.conf path
     local suite="$1" dir="$APT_ROOT/$1" signed=""
