@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import sysconfig
 
 import psutil
 
@@ -26,3 +27,6 @@ def current_platform() -> str:
 
 ON_LINUX = current_platform() == "linux"
 """Whether direct reads of Linux kernel interfaces may be tried here."""
+
+FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+"""Whether this is a free-threaded build of CPython (no GIL, PEP 703)."""

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from .facts import Facts, after_fork, read_facts, started_monotonic, this_process
 from .faultlog import FaultLog
 from .group.shared import SharedGate
-from .platforms import ON_LINUX
+from .platforms import FREE_THREADED, ON_LINUX
 from .sources import SOURCES, ReadContext, Reading, Source
 from .sources.process import REFRESH
 
@@ -251,6 +251,19 @@ class SnapshotCache:
         _live_caches.discard(self)
 
     def _unhooked_fork(self) -> None:
+        if FREE_THREADED:
+            # CPython's free-threaded collector stops the world and waits for the
+            # parent's threads, which only PyOS_AfterFork_Child() would clear: a
+            # child forked while another thread ran hangs at its first collection.
+            # Nothing in Python can mend that; say how to avoid it (docs/pythons.md).
+            self.faults.warning(
+                ("unhooked fork", "free-threaded"),  # pragma: no mutate - a fault key
+                "process metrics: this process was forked without Python's at-fork hooks "
+                "(uWSGI's default) on a free-threaded Python. Such a child hangs at its first "
+                "garbage collection when another thread ran at the fork (an SDK's export "
+                "thread, say). Fork with os.fork(), or have uWSGI run the hooks "
+                "(--py-call-osafterfork or --py-call-uwsgi-fork-hooks).",
+            )
         callback = self.on_unhooked_fork
         if callback is None:
             return
