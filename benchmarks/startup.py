@@ -85,6 +85,8 @@ def _env(pycache: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPYCACHEPREFIX"] = pycache
+    # A group of its own: each child leads, and reads the host metrics as the peer does.
+    env["OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="startup-group-")
     return env
 
 

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.parse
@@ -79,6 +80,10 @@ def clean_env(**extra: str) -> dict[str, str]:
     # opentelemetry-instrument resolves `python` on PATH: use this venv's.
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONUNBUFFERED"] = "1"
+    # A group of its own (mode 0700): an instrumented process elsewhere on the
+    # machine, of this user and cgroup, would otherwise be the one that reports
+    # the host metrics the examples are checked for.
+    env["OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="otel-example-group-")
     env.update(extra)
     return env
 

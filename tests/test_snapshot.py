@@ -404,10 +404,13 @@ def _loaded(**options: Any) -> dict[str, list[str]]:
     """The package's modules a fresh python has loaded after the import, and after a collection."""
     import json
     import subprocess
+    import tempfile
 
     from .support.forked import python_env
 
     env = {k: v for k, v in python_env().items() if not k.startswith("OTEL_")}
+    # A group of its own, so that it reads the shared sources (it leads).
+    env["OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="otel-loaded-")
     done = subprocess.run(
         [sys.executable, "-c", _LOADED, json.dumps(options)],
         capture_output=True,
