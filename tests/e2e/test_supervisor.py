@@ -231,6 +231,7 @@ def test_gunicorn_master_per_slot_and_tree_series_reach_victoriametrics(
     assert len(rows) == 3
 
     def tree() -> dict[str, float]:
+        served()  # keep the workers recycling while the backend catches up
         out = {}
         for name in (
             "process_metrics_tree_cpu_time_seconds_total",
@@ -246,7 +247,7 @@ def test_gunicorn_master_per_slot_and_tree_series_reach_victoriametrics(
         assert out["process_metrics_tree_process_count"] == 4, out
         return out
 
-    totals = wait_until(tree, 30, "the tree metrics in VictoriaMetrics")
+    totals = wait_until(tree, 60, "the tree metrics in VictoriaMetrics", interval=0.5)
     assert totals["process_metrics_tree_memory_usage_bytes"] > 4 * 10 * 2**20
 
     # The dashboard's Workers row: every query finds data, the per-slot ones three slots.
