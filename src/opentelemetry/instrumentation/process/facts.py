@@ -32,8 +32,8 @@ class Facts(NamedTuple):
     """What does not change while a process lives.
 
     Times are seconds since the epoch, sizes are bytes, frequencies are Hz.
-    ``None`` means the platform does not say. A fork changes the first three
-    only; each other fact says why a fork keeps it.
+    ``None`` means the platform does not say. A forked child reads them again
+    (:func:`after_fork`), but the host's CPU frequency limits.
     """
 
     pid: int
@@ -41,19 +41,15 @@ class Facts(NamedTuple):
     start_boottime: float | None
     """Seconds after boot at which the process started (Linux), for a precise uptime."""
     logical_cpus: int | None
-    """Of the host: a fork does not change the host."""
+    """Of the host."""
     physical_cpus: int | None
     """Of the host."""
     available_cpus: float | None
-    """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota.
-
-    A child inherits both, the mask (sched_setaffinity(2)) and its parent's
-    cgroup (cgroups(7)); a later change is not seen, as in the parent.
-    """
+    """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota."""
     memory_limit: int | None
-    """Bytes this process may use: host memory, capped by a cgroup memory limit (inherited)."""
+    """Bytes this process may use: host memory, capped by a cgroup memory limit."""
     fd_limit: int | None
-    """The soft RLIMIT_NOFILE: a child inherits its parent's limits (getrlimit(2))."""
+    """The soft RLIMIT_NOFILE."""
     cpu_freq_min_hz: int | None
     """Of the host's CPUs."""
     cpu_freq_max_hz: int | None
@@ -133,16 +129,16 @@ def read_facts(
 
 
 def after_fork(facts: Facts, process: psutil.Process, *, faults: FaultLog | None = None) -> Facts:
-    """``facts`` in a forked child (``process``, this process): its pid and start read again.
+    """``facts`` in a forked child (``process``, this process), read again but the frequency limits.
 
-    The others are the host's, or inherited across a fork (see :class:`Facts`).
-    Never raises, as :func:`read_facts`.
+    The child starts in its parent's cgroup, affinity and limits as they are at
+    the fork, which may no longer be what the parent found at ``instrument()``
+    (a process moved to another cgroup, say). Only the host's CPU frequency
+    limits, read once and costly, are kept. Never raises, as :func:`read_facts`.
     """
-    log = faults if faults is not None else FaultLog()
-    return facts._replace(
-        pid=process.pid,
-        create_time=_get(log, "the process start time", lambda: float(process.create_time())),
-        start_boottime=_get(log, "the process start tick", lambda: _start_boottime(process.pid)),
+    fresh = read_facts(process, cpu_frequency=False, faults=faults)
+    return fresh._replace(
+        cpu_freq_min_hz=facts.cpu_freq_min_hz, cpu_freq_max_hz=facts.cpu_freq_max_hz
     )
 
 

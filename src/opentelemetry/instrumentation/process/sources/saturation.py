@@ -104,6 +104,14 @@ _MEMORY = State("cgroup.memory", _memory_files)
 _PRESSURE = State("pressure", _pressure_files)
 
 
+def _cgroup_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    # The child starts in its parent's cgroup as it is now, which may not be the
+    # one found at instrument(): find it again at the child's first read.
+    ctx.drop(_CGROUP)
+    for files in (_CPU, _MEMORY, _PRESSURE):
+        ctx.drop(files)
+
+
 def _open_cpu(ctx: ReadContext) -> bool:
     return bool(ctx.state_of(_CPU).files)
 
@@ -212,6 +220,7 @@ SOURCES: tuple[Source, ...] = (
         "the cgroup cpu.stat (v1: and cpuacct.stat)",
         platforms=LINUX,
         open=_open_cpu,
+        after_fork=_cgroup_after_fork,
         shared=True,
     ),
     Source(
@@ -222,6 +231,7 @@ SOURCES: tuple[Source, ...] = (
         "(v1: their *_in_bytes, failcnt and oom_control)",
         platforms=LINUX,
         open=_open_memory,
+        after_fork=_cgroup_after_fork,
         shared=True,
     ),
     Source(
@@ -232,6 +242,7 @@ SOURCES: tuple[Source, ...] = (
         "else /proc/pressure/cpu, memory and io",
         platforms=LINUX,
         open=_open_pressure,
+        after_fork=_cgroup_after_fork,
         shared=True,
     ),
 )
