@@ -225,6 +225,9 @@ def test_a_child_reads_again_only_the_facts_a_fork_changes(
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
+@pytest.mark.skipif(
+    FREE_THREADED, reason="a fork from C beside running threads may hang on a free-threaded build"
+)
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_bind(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
@@ -669,7 +672,8 @@ def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
         provider.shutdown()
     # The held lock was replaced before the export: the flush exported once.
     assert got["flushed"] and got["exports"] == 1 and got["fresh"], got
-    assert got["log"] == ["WARNING " + UNHOOKED_WARNING.format(pid=got["pid"])], got
+    ours = [line for line in got["log"] if FREE_THREADED_HAZARD not in line]
+    assert ours == ["WARNING " + UNHOOKED_WARNING.format(pid=got["pid"])], got
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")

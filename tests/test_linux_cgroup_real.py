@@ -21,6 +21,7 @@ from opentelemetry.instrumentation.process.linux import cgroup as cg
 from opentelemetry.instrumentation.process.linux.cgroup import discover
 from opentelemetry.instrumentation.process.linux.files import read_all
 from opentelemetry.instrumentation.process.linux.psi import field
+from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 
 from .support.cgroups import (
     CGROUP_ROOT,
@@ -150,7 +151,9 @@ def test_memory_usage_working_set_and_limit_match_the_cgroup() -> None:
     peak = sorted(number(f["memory.max_usage_in_bytes"]) for f in (before, after))
     assert between(peak[0], got[cg.MEMORY_PEAK], peak[1])
     assert got[cg.MEMORY_PEAK] >= 40 * MIB
-    assert got[cg.MEMORY_PEAK] > got[cg.MEMORY_USAGE]  # freed since
+    # Freed since, but the free-threaded build's allocator (mimalloc) keeps what was freed
+    # and reuses it: there the usage may stay at the peak.
+    assert got[cg.MEMORY_PEAK] >= got[cg.MEMORY_USAGE] + (0 if FREE_THREADED else 1)
 
 
 def _memory_files(mem: Cgroup) -> dict[str, bytes]:

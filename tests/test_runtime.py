@@ -335,15 +335,11 @@ def test_a_forked_child_starts_its_own_totals_and_probes_its_own_loops(
             # CPython's limit, with or without this package: the free-threaded
             # collector stops the world, and waits for the parent's threads,
             # whose states only PyOS_AfterFork_Child() clears (it aborts when
-            # called late, from the child's Python code). Such a server must
-            # call it at fork (uWSGI: --py-call-osafterfork); docs/pythons.md.
-            def collects() -> dict[str, Any]:
-                gc.collect()
-                return {}
-
-            with pytest.raises(AssertionError, match="did not answer"):
-                _in_child(collects, fork=_c_fork, timeout=5)
-            return
+            # called late, from the child's Python code). Whether the child's
+            # first collection hangs depends on where those threads were: no
+            # test can tell. The package warns in such a child (test_fork.py);
+            # a server must run the hooks at fork (uWSGI: --py-call-osafterfork).
+            pytest.skip("a fork from C beside running threads may hang on a free-threaded build")
 
         def child() -> dict[str, Any]:
             with gc_off():

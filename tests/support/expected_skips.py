@@ -69,6 +69,8 @@ EXPECTED: dict[str, str] = {
     r"^no interpreters in .+/bin \(make pythons\)$": "package",
     # Versions of the cell: the lowest allowed SDK and conventions; the build of Python.
     r"^needs a free-threaded build$": "version",
+    r"^a fork from C beside running threads may hang on a free-threaded build$": "version",
+    r"^the free-threaded allocator returns freed memory in the background": "version",
     r"^the installed opentelemetry-semantic-conventions predates": "version",
     r"^reading pyproject\.toml needs Python 3\.11\+$": "version",
     r"^the docs quote SDK 1\.45's memory per attribute set; this is ": "version",
