@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from opentelemetry.instrumentation.process.metrics import PER_CHILD
 
-from .test_examples import BIN, ROOT, Lines, clean_env, free_port
+from .support.examples import BIN, Lines, free_port, start
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc")
 
@@ -34,16 +34,13 @@ SLOT = "process_metrics_worker_slot"
 
 def _gunicorn(workers: int, *extra: str, **env: str) -> tuple[subprocess.Popen[str], int]:
     port = free_port()
-    proc = subprocess.Popen(
+    proc = start(
         [
             *(str(BIN / "gunicorn"), "-c", CONF, "--bind", f"127.0.0.1:{port}"),
             *("--workers", str(workers), *extra),
         ],
-        env=clean_env(**env),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        text=True,
+        **env,
     )
     return proc, port
 
@@ -231,16 +228,24 @@ def _console_reports(proc: subprocess.Popen[str], want: int, timeout: float = 30
     return reports
 
 
-def test_the_console_variant_exports_from_the_master_only() -> None:
-    proc, port = _gunicorn(2, OTEL_METRICS_EXPORTER="console", OTEL_METRIC_EXPORT_INTERVAL="300")
+def _console_run(want: int, **env: str) -> tuple[int, list[Any], set[int]]:
+    """Two workers with the console exporter: the master's pid, ``want`` reports, the workers."""
+    proc, port = _gunicorn(
+        2, OTEL_METRICS_EXPORTER="console", OTEL_METRIC_EXPORT_INTERVAL="300", **env
+    )
     try:
         _get(f"http://127.0.0.1:{port}/")
-        reports = _console_reports(proc, 6)
+        reports = _console_reports(proc, want)
         workers = {c.pid for c in psutil.Process(proc.pid).children()}
     finally:
         assert _stop(proc) == 0
+    return proc.pid, reports, workers
+
+
+def test_the_console_variant_exports_from_the_master_only() -> None:
+    pid, reports, workers = _console_run(6)
     assert len(reports) >= 6
-    assert {r["process.pid"] for r in reports} == {proc.pid}, "a worker exported"
+    assert {r["process.pid"] for r in reports} == {pid}, "a worker exported"
     assert {r["role"] for r in reports} == {"master"}
     assert len(workers) == 2
     last = reports[-1]["rss_by_slot"]
@@ -248,21 +253,10 @@ def test_the_console_variant_exports_from_the_master_only() -> None:
 
 
 def test_the_mixed_recipe_reports_nothing_twice() -> None:
-    proc, port = _gunicorn(
-        2,
-        OTEL_METRICS_EXPORTER="console",
-        OTEL_METRIC_EXPORT_INTERVAL="300",
-        GUNICORN_WORKER_METRICS="runtime",
-    )
-    try:
-        _get(f"http://127.0.0.1:{port}/")
-        reports = _console_reports(proc, 12)
-        workers = {c.pid for c in psutil.Process(proc.pid).children()}
-    finally:
-        assert _stop(proc) == 0
+    pid, reports, workers = _console_run(12, GUNICORN_WORKER_METRICS="runtime")
     masters = [r for r in reports if r["role"] == "master"]
     by_worker = [r for r in reports if r["role"] == "worker"]
-    assert masters and {r["process.pid"] for r in masters} == {proc.pid}
+    assert masters and {r["process.pid"] for r in masters} == {pid}
     assert {r["process.pid"] for r in by_worker} == workers, "each worker reports its runtime"
     worker_names = {n for r in by_worker for n in r["metrics"]}
     assert worker_names, "the workers reported nothing"

@@ -8,7 +8,6 @@ against the real peer, ``opentelemetry-instrumentation-system-metrics``.
 from __future__ import annotations
 
 import html
-import importlib.util
 import json
 import os
 import re
@@ -25,6 +24,8 @@ from opentelemetry.instrumentation.process import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.environment import ENV_VARS
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
 
+from .support.loading import load_file
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 BIN = Path(sys.executable).parent
@@ -33,12 +34,7 @@ pytest.importorskip("sphinx", reason="the docs extra is not installed")
 
 
 def load(path: Path) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"docs_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, f"docs_{path.stem}")
 
 
 migration_map = load(DOCS / "_ext" / "migration_map.py")

@@ -9,23 +9,18 @@ example file is run by no test.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import queue
 import re
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import psutil
 import pytest
@@ -33,10 +28,10 @@ import pytest
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, PER_CHILD
 
 from .conftest import on_by_default
+from .support.examples import BIN, ROOT, Lines, clean_env, free_port, start
+from .support.loading import load_file
 
-ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
-BIN = Path(sys.executable).parent
 
 # Example files run by the tests in this module.
 RUN_HERE = {
@@ -74,20 +69,6 @@ SERVERS = Path(os.environ.get("SERVERS_CACHE_DIR") or ROOT / ".cache" / "servers
 NOT_CODE = {"README.md"}
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """The environment without any OTEL_* setting of the shell, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    # opentelemetry-instrument resolves `python` on PATH: use this venv's.
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONUNBUFFERED"] = "1"
-    # A group of its own (mode 0700): an instrumented process elsewhere on the
-    # machine, of this user and cgroup, would otherwise be the one that reports
-    # the host metrics the examples are checked for.
-    env["OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="otel-example-group-")
-    env.update(extra)
-    return env
-
-
 def run(args: list[str], timeout: float = 30, **env: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
         args,
@@ -100,34 +81,6 @@ def run(args: list[str], timeout: float = 30, **env: str) -> subprocess.Complete
     )
     assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stderr[-3000:]}"
     return done
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-class Lines:
-    """Lines of a stream, read by a thread so that waiting for one is bounded."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._queue: queue.Queue[str] = queue.Queue()
-        self.seen: list[str] = []
-        threading.Thread(target=self._pump, args=(stream,), daemon=True).start()
-
-    def _pump(self, stream: IO[str]) -> None:
-        for line in stream:
-            self._queue.put(line)
-
-    def next(self, deadline: float) -> str | None:
-        try:
-            line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            return None
-        self.seen.append(line)
-        return line
 
 
 def stop(proc: subprocess.Popen[Any], timeout: float = 15) -> int:
@@ -152,16 +105,6 @@ def json_documents(text: str) -> Iterator[Any]:
             return
         doc, i = decoder.raw_decode(text, start)
         yield doc
-
-
-def load_module(path: Path) -> Any:
-    """Import an example file by path, under a name of its own."""
-    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_example_is_run_somewhere() -> None:
@@ -232,21 +175,15 @@ def test_instrument_configured_by_environment() -> None:
 def test_instrument_with_the_prometheus_exporter() -> None:
     """``OTEL_METRICS_EXPORTER=prometheus``: the no-code way to a pull endpoint."""
     port = free_port()
-    proc = subprocess.Popen(
+    proc = start(
         [str(BIN / "opentelemetry-instrument"), "python", "examples/instrument/app.py"],
-        env=clean_env(
-            OTEL_METRICS_EXPORTER="prometheus",
-            OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
-            OTEL_EXPORTER_PROMETHEUS_PORT=str(port),
-            OTEL_TRACES_EXPORTER="none",
-            OTEL_LOGS_EXPORTER="none",
-            OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="system_metrics",
-            EXAMPLE_SECONDS="30",
-        ),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        OTEL_METRICS_EXPORTER="prometheus",
+        OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
+        OTEL_EXPORTER_PROMETHEUS_PORT=str(port),
+        OTEL_TRACES_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="system_metrics",
+        EXAMPLE_SECONDS="30",
     )
     try:
         # The endpoint may answer before the instrumentors have run: poll.
@@ -269,17 +206,11 @@ def test_instrument_with_the_prometheus_exporter() -> None:
     sys.platform == "win32", reason="stops the example with SIGTERM, which Windows cannot send"
 )
 def test_prometheus_pull_endpoint() -> None:
-    proc = subprocess.Popen(
+    proc = start(
         [sys.executable, "examples/prometheus/app.py"],
-        env=clean_env(
-            OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
-            OTEL_EXPORTER_PROMETHEUS_PORT="0",  # the example prints the port it got
-            EXAMPLE_SECONDS="30",
-        ),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
+        OTEL_EXPORTER_PROMETHEUS_PORT="0",  # the example prints the port it got
+        EXAMPLE_SECONDS="30",
     )
     try:
         assert proc.stdout is not None
@@ -314,21 +245,14 @@ def _http_get(url: str, deadline: float) -> str:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="gunicorn needs fork")
 def test_gunicorn_workers_report_their_own_identity() -> None:
     port = free_port()
-    proc = subprocess.Popen(
+    proc = start(
         [
-            str(BIN / "gunicorn"),
-            "-c",
-            "examples/gunicorn/gunicorn.conf.py",
-            "--bind",
-            f"127.0.0.1:{port}",
-            "--workers",
-            "2",
+            *(str(BIN / "gunicorn"), "-c", "examples/gunicorn/gunicorn.conf.py"),
+            *("--bind", f"127.0.0.1:{port}", "--workers", "2"),
         ],
-        env=clean_env(OTEL_METRICS_EXPORTER="console", OTEL_METRIC_EXPORT_INTERVAL="300"),
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
-        text=True,
+        OTEL_METRICS_EXPORTER="console",
+        OTEL_METRIC_EXPORT_INTERVAL="300",
     )
     by_pid: dict[int, list[dict[str, Any]]] = {}
     try:
@@ -395,7 +319,7 @@ ROW_GROUPS = {"Saturation": "saturation", "Workers (supervisor mode)": "tree"}
 
 def test_dashboard_queries_use_only_default_metrics() -> None:
     """Outside the rows of ROW_GROUPS: those run against an app that has their metrics."""
-    queries = load_module(EXAMPLES / "grafana" / "queries.py")
+    queries = load_file(EXAMPLES / "grafana" / "queries.py", "example_queries")
     found = queries.queries()
     dashboard = queries.load()
     targets = [t for p in dashboard["panels"] for t in p.get("targets", []) if t.get("expr")]
@@ -429,7 +353,7 @@ def test_dashboard_queries_use_only_default_metrics() -> None:
 
 @pytest.mark.parametrize(("row", "group"), sorted(ROW_GROUPS.items()))
 def test_dashboard_rows_of_a_group_use_only_its_metrics(row: str, group: str) -> None:
-    queries = load_module(EXAMPLES / "grafana" / "queries.py")
+    queries = load_file(EXAMPLES / "grafana" / "queries.py", "example_queries")
     found = [q for q in queries.queries() if q.row == row]
     assert found, f"no panel in row {row!r}"
     dashboard = queries.load()

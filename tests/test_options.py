@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import re
 import subprocess
@@ -30,6 +29,7 @@ from opentelemetry.instrumentation.process.options import (
 )
 
 from .conftest import collect
+from .support.loading import load_file
 
 LOGGER = "opentelemetry.instrumentation.process"
 
@@ -289,11 +289,7 @@ MARKDOWN = ROOT / "docs" / "_ext" / "options_markdown.py"
 
 
 def _markdown() -> Any:
-    spec = importlib.util.spec_from_file_location("docs_options_markdown", MARKDOWN)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(MARKDOWN, "docs_options_markdown")
 
 
 def test_the_readme_table_is_the_one_generated_from_the_declarations() -> None:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -17,17 +15,14 @@ import pytest
 import opentelemetry.instrumentation.process as package
 from opentelemetry.instrumentation.process.runtime.loops.monitor import DEFAULT_INTERVAL
 
+from .support.loading import load_file
+
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 PACKAGE = "opentelemetry.instrumentation.process"
 
 
 def load(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCHMARKS / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_file(BENCHMARKS / f"{name}.py", f"bench_{name}")
 
 
 @pytest.mark.parametrize("name", ["gc_pauses", "loop_lag"])

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import psutil
 
@@ -23,8 +24,9 @@ from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 from ..conftest import HOST_MODES, on_by_default
 from ..support import cgroups
+from ..support.loading import load_file
 from . import procfs
-from .servers import VictoriaMetrics, wait_until
+from .servers import REPO, VictoriaMetrics, wait_until
 
 Labels = frozenset[tuple[str, str]]
 
@@ -455,3 +457,12 @@ def pushed_around(
 
     values = wait_until(arrived, timeout, f"a collection of {pid} under {selector}", interval=0.1)
     return procfs.Reported(**values), before, procfs.read(pid)
+
+
+DASHBOARD_QUERIES = REPO / "examples" / "grafana" / "queries.py"
+
+
+def dashboard_queries(**how: Any) -> list[Any]:
+    """The dashboard's queries as ``examples/grafana/queries.py`` extracts them, given ``how``."""
+    queries: list[Any] = load_file(DASHBOARD_QUERIES, "dashboard_queries").queries(**how)
+    return queries

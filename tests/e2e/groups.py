@@ -71,6 +71,12 @@ def identities(vm: VictoriaMetrics, service: str, start: float) -> dict[str, set
     return found
 
 
+def by_pid(vm: VictoriaMetrics, service: str) -> dict[str, dict[str, str]]:
+    """The ``process_uptime_seconds`` series of ``service``, by ``process_pid``."""
+    found = vm.series(f'{PER_PROCESS}{{service_name="{service}"}}')
+    return {s.get("process_pid", "(no process_pid)"): s for s in found}
+
+
 def series_count(vm: VictoriaMetrics, service: str, start: float) -> int:
     """How many series the backend holds for ``service`` since ``start``, all metrics."""
     vm.flush()

@@ -8,8 +8,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from .checks import Naming
-from .servers import VENV_BIN, Child, Children, child_env
+from .checks import Naming, check_names, check_process_values
+from .servers import VENV_BIN, Child, Children, VictoriaMetrics, child_env
 
 APPS = Path(__file__).resolve().parent / "apps"
 PUSH_APP = APPS / "push_app.py"
@@ -57,6 +57,32 @@ def push_app(
         ),
     )
     return App(child, service, instance)
+
+
+BALLAST_MB = 64
+"""Memory that :func:`ballasted_app` holds, in MiB."""
+BURN_S = 0.3
+"""CPU time that :func:`ballasted_app` burns, in seconds."""
+
+
+def ballasted_app(children: Children, name: str, protocol: str, endpoint: str, service: str) -> App:
+    """:func:`push_app` holding ``BALLAST_MB`` of memory and having burned ``BURN_S`` of CPU."""
+    return push_app(
+        children,
+        name,
+        protocol,
+        endpoint,
+        service,
+        E2E_BALLAST_MB=str(BALLAST_MB),
+        E2E_BURN_S=str(BURN_S),
+    )
+
+
+def check_ballasted(backend: VictoriaMetrics, naming: Naming, app: App) -> None:
+    """Every default name arrived, and the values are those of the :func:`ballasted_app`."""
+    check_names(backend, naming, app.selector(naming))  # waits for the data
+    assert app.child.rss() > BALLAST_MB << 20
+    check_process_values(backend, naming, app.selector(naming), app.child.pid, min_cpu=BURN_S * 0.9)
 
 
 def auto_instrumented(

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import psutil
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("SERVERS_CACHE_DIR") or REPO / ".cache" / "servers")
@@ -55,6 +56,15 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
+
+
+def need(binary: Path | None, why: str) -> Path:
+    """``binary``, found; if not, skip the test saying ``why`` (fail it in CI)."""
+    if binary is None:
+        if IN_CI:
+            pytest.fail(f"CI=true and {why}", pytrace=False)
+        pytest.skip(why)
+    return binary
 
 
 def wait_until(check: Callable[[], T], timeout: float, what: str, interval: float = 0.05) -> T:
@@ -123,6 +133,22 @@ def child_env(**extra: str) -> dict[str, str]:
     env[RUNTIME_DIR_VAR] = tempfile.mkdtemp(prefix="otel-e2e-group-")  # mode 0700
     env.update(extra)
     return env
+
+
+OTLP_INTERVAL_MS = 500
+"""The export interval of :func:`otlp_env`, in milliseconds."""
+
+
+def otlp_env(vm: VictoriaMetrics, service: str, **extra: str) -> dict[str, str]:
+    """:func:`child_env` for an app that pushes OTLP/HTTP to ``vm`` as ``service``."""
+    return child_env(
+        OTEL_SERVICE_NAME=service,
+        OTEL_METRICS_EXPORTER="otlp",
+        OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/protobuf",
+        OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=vm.otlp_url,
+        OTEL_METRIC_EXPORT_INTERVAL=str(OTLP_INTERVAL_MS),
+        **extra,
+    )
 
 
 class Child:

@@ -10,36 +10,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from .checks import (
-    DOTTED,
-    PROMETHEUS,
-    Naming,
-    check_names,
-    check_process_values,
-    check_prometheus_examples,
-    held,
-)
-from .launch import App, push_app, unique_name
+from .checks import DOTTED, PROMETHEUS, Naming, check_names, check_prometheus_examples, held
+from .launch import App, ballasted_app, check_ballasted, unique_name
 from .servers import Children, Collector, VictoriaMetrics
 
 pytestmark = pytest.mark.e2e
-
-BALLAST_MB = 64
-BURN_S = 0.3
 
 
 @pytest.fixture(scope="module")
 def app(collector: Collector, tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
     children = Children(tmp_path_factory.mktemp("collector"))
     try:
-        yield push_app(
-            children,
-            "grpc",
-            "grpc",
-            collector.grpc_endpoint,
-            unique_name("collector-grpc"),
-            E2E_BALLAST_MB=str(BALLAST_MB),
-            E2E_BURN_S=str(BURN_S),
+        yield ballasted_app(
+            children, "grpc", "grpc", collector.grpc_endpoint, unique_name("collector-grpc")
         )
     finally:
         children.stop_all()
@@ -61,5 +44,4 @@ def test_values_through_the_collector_are_those_of_the_child(
     naming: Naming, vm: VictoriaMetrics, vm_prom: VictoriaMetrics, app: App
 ) -> None:
     backend = vm_prom if naming.prometheus else vm
-    check_names(backend, naming, app.selector(naming))
-    check_process_values(backend, naming, app.selector(naming), app.child.pid, min_cpu=BURN_S * 0.9)
+    check_ballasted(backend, naming, app)

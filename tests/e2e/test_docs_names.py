@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from types import ModuleType
@@ -11,6 +10,7 @@ import pytest
 
 from opentelemetry.instrumentation.process.metrics import METRICS
 
+from ..support.loading import load_file
 from .launch import unique_name
 from .servers import REPO, VictoriaMetrics, child_env
 
@@ -35,11 +35,7 @@ provider.shutdown()
 
 def _process_docs() -> ModuleType:
     path = REPO / "docs" / "_ext" / "process_docs.py"
-    spec = importlib.util.spec_from_file_location("docs_process_docs", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_file(path, "docs_process_docs")
 
 
 def test_reference_predicts_the_backend_names(vm_prom: VictoriaMetrics) -> None:

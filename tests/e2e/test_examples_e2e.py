@@ -12,15 +12,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-from .checks import PROMETHEUS, default_metrics, wait_for_names
+from .checks import (
+    DASHBOARD_QUERIES,
+    PROMETHEUS,
+    dashboard_queries,
+    default_metrics,
+    wait_for_names,
+)
 from .launch import App, unique_name
 from .servers import (
     REPO,
@@ -36,7 +40,7 @@ pytestmark = pytest.mark.e2e
 EXAMPLES = REPO / "examples"
 PUSH = EXAMPLES / "otlp" / "push.py"
 COLLECTOR_CONFIG = EXAMPLES / "otlp" / "otelcol-config.yaml"
-QUERIES = EXAMPLES / "grafana" / "queries.py"
+QUERIES = DASHBOARD_QUERIES
 DASHBOARD = EXAMPLES / "grafana" / "process-metrics-dashboard.json"
 SECONDS = "1.5"
 
@@ -147,22 +151,13 @@ def test_otlp_example_straight_to_the_backend(
     assert vm_prom.names(selector) == _prom_names()
 
 
-def _load_queries() -> ModuleType:
-    _need(QUERIES, DASHBOARD)
-    spec = importlib.util.spec_from_file_location("dashboard_queries", QUERIES)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_every_dashboard_query_returns_data(
     vm_prom: VictoriaMetrics, straight_to_backend: App
 ) -> None:
+    _need(QUERIES, DASHBOARD)
     queries = [
         q
-        for q in _load_queries().queries(variables={"service": straight_to_backend.service})
+        for q in dashboard_queries(variables={"service": straight_to_backend.service})
         # The Saturation row needs a limited cgroup: test_saturation_e2e.py runs it
         # against one. Event-loop panels need event_loop=True: test_runtime_e2e.py
         # feeds them from a server. The Workers row needs a master with

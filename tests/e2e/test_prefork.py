@@ -21,7 +21,6 @@ it recycles during the run, once per server for the whole module
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import os
@@ -37,17 +36,18 @@ import psutil
 import pytest
 
 from . import groups
-from .checks import PROMETHEUS, check_process_values
+from .checks import PROMETHEUS, check_process_values, dashboard_queries
 from .servers import (
-    IN_CI,
+    OTLP_INTERVAL_MS,
     REPO,
     VENV_BIN,
     Child,
     Children,
     Uwsgi,
     VictoriaMetrics,
-    child_env,
     free_port,
+    need,
+    otlp_env,
     uwsgi_binary,
     wait_until,
 )
@@ -56,36 +56,11 @@ pytestmark = pytest.mark.e2e
 
 CONF = REPO / "examples" / "gunicorn" / "gunicorn.conf.py"
 WORKERS = 2
-"""Workers of the servers that test_uwsgi_forks.py starts."""
+"""Workers of the multiprocessing-pool example (its default)."""
 SLOTS = 3
-INTERVAL_MS = 500
+INTERVAL_MS = OTLP_INTERVAL_MS
 REQUESTS = 40
 """Requests (or tasks) sent: each worker is recycled after 4 of them."""
-
-
-def _series(vm: VictoriaMetrics, service: str) -> dict[str, dict[str, str]]:
-    """The ``process_uptime_seconds`` series of ``service``, by ``process_pid``."""
-    found = vm.series(f'process_uptime_seconds{{service_name="{service}"}}')
-    return {s.get("process_pid", "(no process_pid)"): s for s in found}
-
-
-def _need(binary: Path | None, why: str) -> Path:
-    if binary is None:
-        if IN_CI:
-            pytest.fail(f"CI=true and {why}", pytrace=False)
-        pytest.skip(why)
-    return binary
-
-
-def _otlp_env(vm: VictoriaMetrics, service: str, **extra: str) -> dict[str, str]:
-    return child_env(
-        OTEL_SERVICE_NAME=service,
-        OTEL_METRICS_EXPORTER="otlp",
-        OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/protobuf",
-        OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=vm.otlp_url,
-        OTEL_METRIC_EXPORT_INTERVAL=str(INTERVAL_MS),
-        **extra,
-    )
 
 
 def _get(port: int) -> str:
@@ -148,7 +123,7 @@ def _gunicorn(
     port = free_port()
     argv = [str(VENV_BIN / "gunicorn"), "--config", str(CONF)]
     argv += ["--max-requests", "4"] if recycle else []
-    env = _otlp_env(vm, service, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_WORKERS=str(SLOTS))
+    env = otlp_env(vm, service, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_WORKERS=str(SLOTS))
     child = children.start("gunicorn", argv, env)
     child.port = port  # type: ignore[attr-defined]
     return child
@@ -162,11 +137,11 @@ def _http_load(child: Child) -> None:
 
 
 def _uwsgi(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) -> Child:
-    binary = _need(*uwsgi_binary())
+    binary = need(*uwsgi_binary())
     ini = REPO / "examples" / "uwsgi" / "uwsgi.ini"
     # uWSGI 2.0.31 recycles no worker younger than min-worker-lifetime (10 s by default).
     options = ["--processes", str(SLOTS), "--max-requests", "4", "--min-worker-lifetime", "0"]
-    server = Uwsgi(children, binary, ini, _otlp_env(vm, service), options=options)
+    server = Uwsgi(children, binary, ini, otlp_env(vm, service), options=options)
     server.child.port = server.port  # type: ignore[attr-defined]
     return server.child
 
@@ -176,8 +151,8 @@ CELERY = REPO / "examples" / "celery-worker"
 
 def _celery(children: Children, vm: VictoriaMetrics, service: str, tmp: Path) -> Child:
     celery = VENV_BIN / "celery"
-    _need(celery if celery.is_file() else None, "celery is not installed (pip install celery)")
-    env = _otlp_env(vm, service, CELERY_BROKER_FOLDER=str(tmp / "broker"))
+    need(celery if celery.is_file() else None, "celery is not installed (pip install celery)")
+    env = otlp_env(vm, service, CELERY_BROKER_FOLDER=str(tmp / "broker"))
     argv = [str(celery), "--app=tasks", "worker", "--pool=prefork", f"--concurrency={SLOTS}"]
     argv += ["--max-tasks-per-child=4", "--loglevel=INFO"]
     argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
@@ -209,7 +184,7 @@ def _uvicorn(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) 
     port = free_port()
     argv = [str(VENV_BIN / "uvicorn"), "app:app", "--workers", "2", "--port", str(port)]
     argv += ["--limit-max-requests", "4", "--no-access-log"]
-    child = children.start("uvicorn", argv, _otlp_env(vm, service), cwd=UVICORN)
+    child = children.start("uvicorn", argv, otlp_env(vm, service), cwd=UVICORN)
     child.port = port  # type: ignore[attr-defined]
     return child
 
@@ -218,7 +193,7 @@ POOL = REPO / "examples" / "multiprocessing-pool" / "pool.py"
 
 
 def _pool(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) -> Child:
-    env = _otlp_env(
+    env = otlp_env(
         vm,
         service,
         EXAMPLE_WORKERS=str(SLOTS),
@@ -434,7 +409,7 @@ def test_multiprocessing_pool_workers_last_export_has_their_cpu(
 ) -> None:
     """examples/multiprocessing-pool: each worker's last export, at its exit, carries
     the CPU time that worker burned (no periodic export in a life of about a second)."""
-    env = _otlp_env(vm_prom, service, EXAMPLE_SECONDS="2")
+    env = otlp_env(vm_prom, service, EXAMPLE_SECONDS="2")
     env["OTEL_METRIC_EXPORT_INTERVAL"] = "60000"
     run = children.start("pool", [sys.executable, str(POOL)], env)
     assert run.wait(120) == 0, run.describe()
@@ -453,13 +428,7 @@ def test_multiprocessing_pool_workers_last_export_has_their_cpu(
 
 
 def _dashboard_queries(service: str) -> list[tuple[str, str]]:
-    path = REPO / "examples" / "grafana" / "queries.py"
-    spec = importlib.util.spec_from_file_location("dashboard_queries_server", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    found = module.queries(variables={"service": service}, interval="2s")
+    found = dashboard_queries(variables={"service": service}, interval="2s")
     return [(q.source, q.expr) for q in found if q.row == SERVER_ROW]
 
 
@@ -515,7 +484,7 @@ def test_with_shared_metrics_every_the_one_reporter_check_fails(
 ) -> None:
     """The check above can fail: with the old behaviour every worker reports the shared metrics."""
     port = free_port()
-    env = _otlp_env(
+    env = otlp_env(
         vm_prom,
         service,
         GUNICORN_BIND=f"127.0.0.1:{port}",

@@ -12,22 +12,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from .checks import (
-    DOTTED,
-    PROMETHEUS,
-    Naming,
-    check_names,
-    check_process_values,
-    check_prometheus_examples,
-    held,
-)
-from .launch import App, push_app, unique_name
+from .checks import DOTTED, PROMETHEUS, Naming, check_names, check_prometheus_examples, held
+from .launch import App, ballasted_app, check_ballasted, unique_name
 from .servers import Children, VictoriaMetrics
 
 pytestmark = pytest.mark.e2e
-
-BALLAST_MB = 64
-BURN_S = 0.3
 
 
 @pytest.fixture(scope="module")
@@ -38,14 +27,8 @@ def apps(
     backends = {"dotted": vm, "prometheus": vm_prom}
     try:
         yield {
-            naming: push_app(
-                children,
-                naming,
-                "http",
-                backend.otlp_url,
-                unique_name(f"programmatic-{naming}"),
-                E2E_BALLAST_MB=str(BALLAST_MB),
-                E2E_BURN_S=str(BURN_S),
+            naming: ballasted_app(
+                children, naming, "http", backend.otlp_url, unique_name(f"programmatic-{naming}")
             )
             for naming, backend in backends.items()
         }
@@ -75,6 +58,4 @@ def test_values_are_those_of_the_child_process(
 ) -> None:
     app = apps["prometheus" if naming.prometheus else "dotted"]
     backend = vm_prom if naming.prometheus else vm
-    check_names(backend, naming, app.selector(naming))  # waits for the data
-    assert app.child.rss() > BALLAST_MB << 20
-    check_process_values(backend, naming, app.selector(naming), app.child.pid, min_cpu=BURN_S * 0.9)
+    check_ballasted(backend, naming, app)

@@ -17,21 +17,18 @@ from these servers.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import signal
-import sys
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 import pytest
 
-from .checks import DOTTED, PROMETHEUS, Naming
+from .checks import DOTTED, PROMETHEUS, Naming, dashboard_queries
 from .launch import APPS, App
 from .servers import (
     REPO,
@@ -46,7 +43,6 @@ from .servers import (
 pytestmark = pytest.mark.e2e
 
 ASGI_APP = APPS / "asgi_app.py"
-QUERIES = REPO / "examples" / "grafana" / "queries.py"
 BLOCKS = 3
 # The loop is probed every 20 ms: a block of b reads as b - INTERVAL to b, plus
 # the wake-up latency and the noise of 2 shared cores (SLACK). uvloop's clock
@@ -297,22 +293,12 @@ def test_loop_delay_of_the_main_thread_is_the_block(servers: list[Served], which
         assert max(shares) >= 0.2 / 0.5 * 0.9, shares
 
 
-def _load_queries() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("dashboard_queries_runtime", QUERIES)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_runtime_row_of_the_dashboard_shows_these_servers(
     servers: list[Served], vm_prom: VictoriaMetrics
 ) -> None:
     prom = [s for s in servers if s.naming.prometheus]
     services = "|".join(s.app.service for s in prom)
-    module = _load_queries()
-    everything = module.queries(variables={"service": services})
+    everything = dashboard_queries(variables={"service": services})
     runtime = [q for q in everything if q.row == "Runtime"]
     assert len(runtime) == 5, runtime
     # Every event-loop query of the dashboard is here (the other e2e test leaves them out).

@@ -14,19 +14,17 @@ Needs root; the cgroups are removed afterwards.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
 import re
-import sys
 from collections.abc import Iterator
-from types import ModuleType
 
 import pytest
 
 from opentelemetry.instrumentation.process.metrics import METRICS
 
+from ..support import cgroups
 from ..support.cgroups import Cgroup, child_cgroup, flat, number
-from .checks import DOTTED, PROMETHEUS, Naming, held, wait_for_names
+from .checks import DOTTED, PROMETHEUS, Naming, dashboard_queries, held, wait_for_names
 from .launch import App, push_app, unique_name
 from .servers import REPO, Children, VictoriaMetrics, wait_until
 
@@ -173,28 +171,10 @@ def test_values_are_those_of_the_cgroup(
             process_metrics__pressure__stall_type="some",
             process_metrics__pressure__scope="cgroup",
         )
-        assert 0.3 <= stall <= _total(v2.read("cpu.pressure"), "some") / 1e6, stall
+        assert 0.3 <= stall <= cgroups.total(v2.read("cpu.pressure"), "some") / 1e6, stall
         return True
 
     wait_until(agree, 20, "the saturation values to match the cgroup's files", interval=0.3)
-
-
-def _total(data: bytes, kind: str) -> int:
-    for line in data.decode().splitlines():
-        name, *pairs = line.split()
-        if name == kind:
-            return int(dict(p.split("=") for p in pairs)["total"])
-    raise AssertionError(f"no {kind} line in {data!r}")
-
-
-def _queries() -> ModuleType:
-    path = REPO / "examples" / "grafana" / "queries.py"
-    spec = importlib.util.spec_from_file_location("dashboard_queries_saturation", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_dashboard_saturation_row_shows_the_limited_app(
@@ -202,7 +182,7 @@ def test_the_dashboard_saturation_row_shows_the_limited_app(
 ) -> None:
     app, groups = apps["prometheus"]
     _settled(vm_prom, PROMETHEUS, app, groups)
-    row = [q for q in _queries().queries(variables={"service": app.service}) if q.row == ROW]
+    row = [q for q in dashboard_queries(variables={"service": app.service}) if q.row == ROW]
     assert len(row) == 6, row  # throttling, working set, OOM kills, three stall rates
     by_panel: dict[str, list[float]] = {}
     for q in row:

@@ -14,12 +14,14 @@ import os
 import signal
 import sys
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from .checks import dashboard_queries
 from .servers import (
     REPO,
     VENV_BIN,
@@ -28,11 +30,11 @@ from .servers import (
     VictoriaMetrics,
     child_env,
     free_port,
+    need,
+    otlp_env,
     uwsgi_binary,
     wait_until,
 )
-from .test_examples_e2e import _load_queries
-from .test_prefork import _need
 
 pytestmark = [
     pytest.mark.e2e,
@@ -65,10 +67,8 @@ def _slots(scrape: dict[str, list[tuple[dict[str, str], float]]]) -> dict[int, i
     }
 
 
-def test_uwsgi_default_fork_master_reports_every_worker_and_none_hangs(
-    children: Children,
-) -> None:
-    binary = _need(*uwsgi_binary())
+def _uwsgi_supervisor(children: Children, ini: str) -> tuple[Uwsgi, int]:
+    """uWSGI started from ``examples/uwsgi/<ini>``, scraped on the port returned with it."""
     metrics_port = free_port()
     env = child_env(
         OTEL_METRICS_EXPORTER="prometheus",
@@ -76,7 +76,48 @@ def test_uwsgi_default_fork_master_reports_every_worker_and_none_hangs(
         OTEL_EXPORTER_PROMETHEUS_PORT=str(metrics_port),
         OTEL_PYTHON_PROCESS_METRICS_CHILD_PID="true",
     )
-    server = Uwsgi(children, binary, REPO / "examples" / "uwsgi" / "supervisor.ini", env)
+    binary = need(*uwsgi_binary())
+    return Uwsgi(children, binary, REPO / "examples" / "uwsgi" / ini, env), metrics_port
+
+
+def _kill_and_respawn(
+    server: Uwsgi,
+    first: dict[int, int],
+    listed: Callable[[], dict[int, int]],
+    rounds: int,
+    interval: float = 0.05,
+) -> None:
+    """SIGKILL a worker ``rounds`` times: each time the newcomer must take the freed slot
+    (``listed()`` gives ``pid -> slot``, checked as it goes) and every worker must serve."""
+    for round_ in range(rounds):
+        victim = min(first)
+        os.kill(victim, signal.SIGKILL)
+
+        def replaced(victim: int = victim) -> dict[int, int]:
+            found = listed()
+            assert victim not in found, "not replaced yet"
+            return found
+
+        after = wait_until(replaced, 30, f"respawn {round_}", interval=interval)
+        (newcomer,) = set(after) - set(first)
+        assert after[newcomer] == first[victim], "the new worker did not get the freed slot"
+        # Every worker answers or waits for a connection in uWSGI's loop. A
+        # worker stuck on the GIL would wait on a futex and never serve.
+        served: set[int] = set()
+        for _ in range(300):
+            served.add(int(server.get().split()[-1]))
+            if served == set(after):
+                break
+        for pid in set(after) - served:  # uWSGI's accept is not fair: look at it
+            with open(f"/proc/{pid}/wchan") as f:
+                assert f.read() == "do_epoll_wait", f"worker {pid} is stuck"
+        first = after
+
+
+def test_uwsgi_default_fork_master_reports_every_worker_and_none_hangs(
+    children: Children,
+) -> None:
+    server, metrics_port = _uwsgi_supervisor(children, "supervisor.ini")
     master = psutil.Process(server.pid)
 
     def listed() -> dict[int, int]:
@@ -95,29 +136,7 @@ def test_uwsgi_default_fork_master_reports_every_worker_and_none_hangs(
 
     # Respawns: uWSGI forks new workers from the instrumented master; each
     # must serve (a worker stuck on the GIL would not) and take a freed slot.
-    for round_ in range(3):
-        victim = min(first)
-        os.kill(victim, signal.SIGKILL)
-
-        def replaced(victim: int = victim) -> dict[int, int]:
-            found = listed()
-            assert victim not in found, "not replaced yet"
-            return found
-
-        after = wait_until(replaced, 30, f"respawn {round_}")
-        (newcomer,) = set(after) - set(first)
-        assert after[newcomer] == first[victim], "the new worker did not get the freed slot"
-        # Every worker answers or waits for a connection in uWSGI's loop. A
-        # worker stuck on the GIL would wait on a futex and never serve.
-        served: set[int] = set()
-        for _ in range(300):
-            served.add(int(server.get().split()[-1]))
-            if served == set(after):
-                break
-        for pid in set(after) - served:  # uWSGI's accept is not fair: look at it
-            with open(f"/proc/{pid}/wchan") as f:
-                assert f.read() == "do_epoll_wait", f"worker {pid} is stuck"
-        first = after
+    _kill_and_respawn(server, first, listed, rounds=3)
     tree = _scrape(metrics_port)
     assert tree["process_metrics_tree_process_exits_total"][0][1] >= 3
     assert tree["process_metrics_tree_process_restarts_total"][0][1] >= 3
@@ -128,15 +147,7 @@ def test_uwsgi_plain_default_fork_with_a_mule_reporting_never_hangs_a_worker(
     children: Children,
 ) -> None:
     """examples/uwsgi/mule.ini: no fork hooks, no Python thread in the master."""
-    binary = _need(*uwsgi_binary())
-    metrics_port = free_port()
-    env = child_env(
-        OTEL_METRICS_EXPORTER="prometheus",
-        OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
-        OTEL_EXPORTER_PROMETHEUS_PORT=str(metrics_port),
-        OTEL_PYTHON_PROCESS_METRICS_CHILD_PID="true",
-    )
-    server = Uwsgi(children, binary, REPO / "examples" / "uwsgi" / "mule.ini", env)
+    server, metrics_port = _uwsgi_supervisor(children, "mule.ini")
     master = psutil.Process(server.pid)
 
     def workers() -> set[int]:
@@ -155,27 +166,7 @@ def test_uwsgi_plain_default_fork_with_a_mule_reporting_never_hangs_a_worker(
     (mule,) = workers() - set(first)
     # Kill workers while scraping all the time: with the default fork, a
     # metrics thread in the master would hang a respawn now and then.
-    for round_ in range(5):
-        victim = min(first)
-        os.kill(victim, signal.SIGKILL)
-
-        def replaced(victim: int = victim) -> dict[int, int]:
-            found = listed()
-            assert victim not in found, "not replaced yet"
-            return found
-
-        after = wait_until(replaced, 30, f"respawn {round_}", interval=0.005)
-        (newcomer,) = set(after) - set(first)
-        assert after[newcomer] == first[victim], "the new worker did not get the freed slot"
-        served: set[int] = set()
-        for _ in range(300):
-            served.add(int(server.get().split()[-1]))
-            if served == set(after):
-                break
-        for pid in set(after) - served:  # uWSGI's accept is not fair: look at it
-            with open(f"/proc/{pid}/wchan") as f:
-                assert f.read() == "do_epoll_wait", f"worker {pid} is stuck"
-        first = after
+    _kill_and_respawn(server, first, listed, rounds=5, interval=0.005)
     tree = _scrape(metrics_port)
     assert tree["process_metrics_tree_process_restarts_total"][0][1] >= 5
     assert tree["process_metrics_tree_process_count"][0][1] == 5  # master, 3 workers, mule
@@ -195,15 +186,7 @@ def test_gunicorn_master_per_slot_and_tree_series_reach_victoriametrics(
             "--max-requests",
             "4",
         ],
-        child_env(
-            GUNICORN_BIND=f"127.0.0.1:{port}",
-            GUNICORN_WORKERS="3",
-            OTEL_SERVICE_NAME=service,
-            OTEL_METRICS_EXPORTER="otlp",
-            OTEL_EXPORTER_OTLP_METRICS_PROTOCOL="http/protobuf",
-            OTEL_EXPORTER_OTLP_METRICS_ENDPOINT=vm_prom.otlp_url,
-            OTEL_METRIC_EXPORT_INTERVAL="500",
-        ),
+        otlp_env(vm_prom, service, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_WORKERS="3"),
     )
     master = psutil.Process(server.pid)
 
@@ -251,7 +234,7 @@ def test_gunicorn_master_per_slot_and_tree_series_reach_victoriametrics(
     assert totals["process_metrics_tree_memory_usage_bytes"] > 4 * 10 * 2**20
 
     # The dashboard's Workers row: every query finds data, the per-slot ones three slots.
-    queries = _load_queries().queries(variables={"service": service})
+    queries = dashboard_queries(variables={"service": service})
     row = [q for q in queries if q.row == "Workers (supervisor mode)"]
     assert len(row) == 4, row
     for q in row:

@@ -26,9 +26,9 @@ from opentelemetry.instrumentation.process import SCOPE_NAME
 
 from . import procfs
 from .checks import pushed_around
+from .groups import by_pid
 from .launch import APPS
-from .servers import Children, Uwsgi, VictoriaMetrics, uwsgi_binary, wait_until
-from .test_prefork import WORKERS, _need, _otlp_env, _series
+from .servers import Children, Uwsgi, VictoriaMetrics, need, otlp_env, uwsgi_binary, wait_until
 
 pytestmark = [
     pytest.mark.e2e,
@@ -36,6 +36,8 @@ pytestmark = [
 ]
 
 INI = APPS / "uwsgi_master.ini"
+WORKERS = 2
+"""Workers of the server (``processes`` in the ini file)."""
 MERCY = "3"
 """Seconds uWSGI gives a stopping worker before it kills it (its default is 60)."""
 NO_MERCY = "is taking too much time to die...NO MERCY"
@@ -43,10 +45,10 @@ UNHOOKED = "process metrics: process {pid} was forked without Python's at-fork h
 
 
 def _start(children: Children, vm: VictoriaMetrics, service: str, *options: str) -> Uwsgi:
-    env = _otlp_env(vm, service, OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="process")
+    env = otlp_env(vm, service, OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="process")
     return Uwsgi(
         children,
-        _need(*uwsgi_binary()),
+        need(*uwsgi_binary()),
         INI,
         env,
         options=options,
@@ -91,6 +93,15 @@ def _scrape(
     raise AssertionError(f"worker {pid} served none of {tries} scrapes (served by {served})")
 
 
+def _scraped_own(server: Uwsgi, pid: int, master: int) -> tuple[procfs.Reported, dict[str, str]]:
+    """Worker ``pid``'s scrape and resource, checked to be its own values and not the master's."""
+    got, resource, before, after = _scrape(server, pid)
+    # Its scrape connection and its own listing of /proc/self/fd.
+    procfs.check_own(got, before, after, fds_open=2)
+    procfs.differs(got, procfs.read(master), after)
+    return got, resource
+
+
 def test_no_fork_hooks_each_worker_reports_itself_but_exports_nothing(
     vm_prom: VictoriaMetrics, children: Children, service: str
 ) -> None:
@@ -99,10 +110,7 @@ def test_no_fork_hooks_each_worker_reports_itself_but_exports_nothing(
     workers = server.workers(WORKERS)
     master = server.pid
     for pid in workers:
-        got, resource, before, after = _scrape(server, pid)
-        # Its scrape connection and its own listing of /proc/self/fd.
-        procfs.check_own(got, before, after, fds_open=2)
-        procfs.differs(got, procfs.read(master), after)
+        got, resource = _scraped_own(server, pid, master)
         # No export thread: it ran in the master and was never started here.
         assert got.threads == 1, got
         # The resource is the one the master detected.
@@ -113,7 +121,7 @@ def test_no_fork_hooks_each_worker_reports_itself_but_exports_nothing(
 
     # The backend has one pushing process: the master (it alone has the export thread).
     def pushing() -> set[str]:
-        found = set(_series(vm_prom, service))
+        found = set(by_pid(vm_prom, service))
         assert found == {str(master)}, f"pids in the backend: {found}"
         return found
 
@@ -146,7 +154,7 @@ def test_fork_hooks_each_worker_reports_and_exports_itself(
 
     # Each worker pushes under its own pid and instance id; the master too (it is instrumented).
     def pushing() -> dict[str, dict[str, str]]:
-        found = _series(vm_prom, service)
+        found = by_pid(vm_prom, service)
         assert set(found) == {str(p) for p in {*workers, master}}, f"pids: {set(found)}"
         return found
 
@@ -163,9 +171,7 @@ def test_fork_hooks_each_worker_reports_and_exports_itself(
     # Scraped once the workers have pushed: past their at-fork hooks, whose
     # resource detection runs (and ends) a thread of its own.
     for pid in workers:
-        got, resource, before, after = _scrape(server, pid)
-        procfs.check_own(got, before, after, fds_open=2)
-        procfs.differs(got, procfs.read(master), after)
+        got, resource = _scraped_own(server, pid, master)
         assert got.threads == 2, got
         assert resource["process_pid"] == str(pid), resource
         assert UNHOOKED.format(pid=pid) not in server.child.output()
