@@ -7,19 +7,16 @@ in the parent that kills it), so a deadlock after fork fails the test as
 
 from __future__ import annotations
 
-import json
 import logging
 import multiprocessing
 import os
-import select
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -35,7 +32,7 @@ from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumento
 from opentelemetry.instrumentation.process.instruments import Live
 
 from .support import forkapps
-from .support.forked import HoldUp
+from .support.forked import HoldUp, in_child
 from .support.internals import fork_wait_seconds
 from .support.stress import size
 
@@ -152,63 +149,7 @@ def run_child(
     body: Callable[[], dict[str, Any]], name: str, fork: Callable[[], int] = os.fork
 ) -> dict[str, Any]:
     """Run ``body`` in a child made by ``fork``; return its result (a JSON object)."""
-    read_end, write_end = os.pipe()
-    pid = fork()
-    if pid == 0:
-        _child_main(body, read_end, write_end)
-    os.close(write_end)
-    return _await_child(pid, read_end, name)
-
-
-def _child_main(body: Callable[[], dict[str, Any]], read_end: int, write_end: int) -> NoReturn:
-    try:
-        os.close(read_end)
-        # The default action of SIGALRM ends the process even while its only
-        # Python thread is blocked on a lock.
-        signal.signal(signal.SIGALRM, signal.SIG_DFL)
-        signal.alarm(CHILD_TIMEOUT)
-        try:
-            result = body()
-        except BaseException as exc:  # noqa: BLE001 - anything goes back to the parent
-            result = {"error": f"{type(exc).__name__}: {exc}"}
-        data = json.dumps(result).encode()
-        while data:
-            data = data[os.write(write_end, data) :]
-    finally:
-        os._exit(0)  # never back into pytest
-
-
-def _await_child(pid: int, read_end: int, name: str) -> dict[str, Any]:
-    limit = CHILD_TIMEOUT + PARENT_GRACE
-    deadline = time.monotonic() + limit
-    data = b""
-    with os.fdopen(read_end, "rb", buffering=0) as pipe:
-        while (left := deadline - time.monotonic()) > 0:
-            if not select.select([pipe], [], [], left)[0]:
-                break
-            chunk = pipe.read(1 << 16)
-            if not chunk:
-                break
-            data += chunk
-    status = None
-    while status is None and time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done == 0:
-            status = None
-            time.sleep(0.001)
-    if status is None:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        pytest.fail(f"{name} hung: deadlock after fork (no result in {limit:.0f} s; killed)")
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig == signal.SIGALRM:
-            pytest.fail(f"{name} hung: deadlock after fork ({CHILD_TIMEOUT} s alarm fired)")
-        pytest.fail(f"{name} died by signal {signal.Signals(sig).name}")
-    result: dict[str, Any] = json.loads(data or b"{}")
-    if "error" in result:
-        pytest.fail(f"{name} failed: {result['error']}")
-    return result
+    return in_child(body, CHILD_TIMEOUT, fork, name=name, grace=PARENT_GRACE)
 
 
 # -- what a child must report ------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import errno
 import itertools
-import json
 import os
 import sys
 import threading
@@ -16,6 +15,7 @@ import psutil
 import pytest
 
 from .conftest import OpenRecorder
+from .support.forked import in_child
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="reads /proc/self/task and thread CPU clocks"
@@ -270,25 +270,18 @@ def test_name_with_parenthesis_is_parsed_after_the_last_one() -> None:
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_forked_child_reads_its_own_threads(crowd: Crowd) -> None:
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: one thread, while the parent has dozens
-        try:
-            kept = busiest_threads(10_000)
-            out = {
-                "kept": sorted(t.id for t in kept),
-                "me": threading.get_native_id(),
-                # An at-fork hook of another library may start a thread here.
-                "tasks": sorted(int(tid) for tid in os.listdir("/proc/self/task")),
-            }
-        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
-            out = {"error": repr(exc)}
-        os.write(write_end, json.dumps(out).encode())
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        out: dict[str, Any] = json.loads(f.read() or b"{}")
-    os.waitpid(pid, 0)
+    def body() -> dict[str, Any]:  # in the child: one thread, while the parent has dozens
+        kept = busiest_threads(10_000)
+        return {
+            "kept": sorted(t.id for t in kept),
+            "me": threading.get_native_id(),
+            "pid": os.getpid(),
+            # An at-fork hook of another library may start a thread here.
+            "tasks": sorted(int(tid) for tid in os.listdir("/proc/self/task")),
+        }
+
+    out = in_child(body)
+    pid = out["pid"]
     assert out.get("me") == pid, out
     assert out.get("kept") == out.get("tasks"), out  # the child's own, every one
     assert pid in out["kept"] and len(out["kept"]) < len(crowd.threads), out

@@ -27,24 +27,15 @@ from opentelemetry.instrumentation.process.runtime.loops import discovery
 from opentelemetry.instrumentation.process.runtime.loops.discovery import hooks_installed
 from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor, watch_loop
 
-from .support.loopapps import (
-    UVLOOP_CLOCK,
-    Closing,
-    Payload,
-    blocking_app,
-    in_thread,
-    live_timers,
-    monitor_fixture,
-    selector_timed,
-    uvloop,
-)
+from .support import loopapps
+from .support.loopapps import UVLOOP_CLOCK, blocking_app, in_thread, live_timers, uvloop
 
 needs_uvloop = pytest.mark.skipif(uvloop is None, reason="uvloop is not installed")
 
 INTERVAL = 0.01
 SLACK = 0.05  # wake-up latency plus scheduling noise on a shared 2-core machine
 
-monitor = monitor_fixture(INTERVAL)
+monitor = loopapps.monitor_fixture(INTERVAL)
 
 
 def assert_blocked_max(top: float | None, blocks: list[float]) -> None:
@@ -267,7 +258,7 @@ def test_stop_leaves_no_timer_and_no_hook() -> None:
         running.set()
         await release
         holder["after"] = live_timers(loop)
-        holder["select"] = selector_timed(loop)
+        holder["select"] = loopapps.selector_timed(loop)
 
     monitor.start()
     assert asyncio.events._set_running_loop is not originals[0]
@@ -492,7 +483,7 @@ def test_a_watched_loop_is_held_weakly() -> None:
 
 
 def test_a_watched_loop_begins_without_the_watchers_context() -> None:
-    var: contextvars.ContextVar[Payload] = contextvars.ContextVar("var")
+    var: contextvars.ContextVar[loopapps.Payload] = contextvars.ContextVar("var")
     running, release = threading.Event(), threading.Event()
     holder: dict[str, Any] = {}
 
@@ -500,7 +491,7 @@ def test_a_watched_loop_begins_without_the_watchers_context() -> None:
         loop = holder["loop"] = asyncio.get_running_loop()
         running.set()
         release.wait(10)  # blocks the loop: the begin call waits in its queue
-        holder["wrapped"] = selector_timed(loop)
+        holder["wrapped"] = loopapps.selector_timed(loop)
         await asyncio.sleep(0.1)
         # Read while this run goes on: the loop's later runs begin from the hook.
         await loop.run_in_executor(None, lambda: holder.setdefault("got", found.read()))
@@ -508,7 +499,7 @@ def test_a_watched_loop_begins_without_the_watchers_context() -> None:
     found = LoopMonitor(interval=INTERVAL)
     thread = in_thread("elsewhere", lambda: asyncio.run(app()))
     assert running.wait(10)
-    payload = Payload()
+    payload = loopapps.Payload()
     ref = weakref.ref(payload)
     token = var.set(payload)
     try:
@@ -542,7 +533,7 @@ def test_stopped_before_its_queued_begin_ran_a_probe_leaves_nothing_on_the_loop(
         running.set()
         release.wait(10)  # blocks the loop: the begin, then the pause, wait in its queue
         await asyncio.sleep(0.05)  # both have run
-        holder["select"] = selector_timed(loop)
+        holder["select"] = loopapps.selector_timed(loop)
         holder["timers"] = live_timers(loop)
 
     thread = in_thread("queued", lambda: asyncio.run(app()))
@@ -570,7 +561,7 @@ def test_a_loop_closed_between_the_watch_and_the_begin_is_passed_over() -> None:
 
     thread = in_thread("closing", lambda: asyncio.run(app()))
     assert running.wait(10)
-    closing = Closing()
+    closing = loopapps.Closing()
     holder["loop"].call_soon_threadsafe = closing  # the close, injected
     monitor = LoopMonitor(interval=INTERVAL)
     try:

@@ -41,11 +41,13 @@ from opentelemetry.instrumentation.process.runtime.loops.monitor import (
 from opentelemetry.instrumentation.process.runtime.loops.window import Window
 
 from .conftest import Records
+from .support.forked import in_child
 from .support.loopapps import (
     UVLOOP_CLOCK,
     Closing,
     Payload,
     blocking_app,
+    idle_loop,
     in_thread,
     live_timers,
     monitor_fixture,
@@ -647,43 +649,21 @@ def test_measure_takes_a_part_name() -> None:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_fork_forgets_the_parents_loops(monitor: LoopMonitor) -> None:
-    release = threading.Event()
-    running = threading.Event()
+    def body() -> dict[str, Any]:
+        at_fork = sorted(monitor.read())
+        blocks: list[float] = []
+        asyncio.run(blocking_app(blocks, count=1, block=0.1)())
+        got = monitor.read()
+        result: dict[str, Any] = {"at_fork": at_fork, "labels": sorted(got), "blocks": blocks}
+        result["max"] = got["MainThread"].max if "MainThread" in got else None
+        return result
 
-    async def parent_app() -> None:
-        running.set()
-        while not release.is_set():
-            await asyncio.sleep(0.02)
-
-    thread = in_thread("parent-loop", lambda: asyncio.run(parent_app()))
-    assert running.wait(10)
-    time.sleep(0.1)
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-        pid = os.fork()
-    if pid == 0:  # child
-        signal.alarm(20)
-        result: dict[str, Any]
-        try:
-            at_fork = sorted(monitor.read())
-            blocks: list[float] = []
-            asyncio.run(blocking_app(blocks, count=1, block=0.1)())
-            got = monitor.read()
-            result = {"at_fork": at_fork, "labels": sorted(got), "blocks": blocks}
-            result["max"] = got["MainThread"].max if "MainThread" in got else None
-        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
-            result = {"error": repr(exc)}
-        os.write(write_end, json.dumps(result).encode())
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        child = json.loads(f.read() or b"{}")
-    _, status = os.waitpid(pid, 0)
-    parent = monitor.read()
-    release.set()
-    thread.join(10)
-    assert os.WIFEXITED(status) and "error" not in child, child
+    with idle_loop("parent-loop"):
+        time.sleep(0.1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
+            child = in_child(body)
+        parent = monitor.read()
     assert child["at_fork"] == []  # the parent's loop is not the child's
     assert child["labels"] == ["MainThread"]
     assert max(child["blocks"]) - INTERVAL <= child["max"] <= max(child["blocks"]) + SLACK

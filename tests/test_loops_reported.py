@@ -47,6 +47,7 @@ from .support.loopapps import (
     UTILIZATION,
     UVLOOP_CLOCK,
     by_loop,
+    idle_loop,
     in_thread,
     live_timers,
     periodic_app,
@@ -323,16 +324,7 @@ def test_a_failing_loop_read_drops_only_its_points_and_recovers(
     """A fault injected into the monitor's read while a loop runs (test_faults has no loop)."""
 
     instrument(event_loop=True)
-    release, running = threading.Event(), threading.Event()
-
-    async def app() -> None:
-        running.set()
-        while not release.is_set():
-            await asyncio.sleep(0.02)
-
-    thread = in_thread("app-loop", lambda: asyncio.run(app()))
-    try:
-        assert running.wait(10)
+    with idle_loop("app-loop"):
         time.sleep(0.1)
         healthy = collect(reader)
         assert set(LOOP_METRICS) <= set(healthy)
@@ -350,9 +342,6 @@ def test_a_failing_loop_read_drops_only_its_points_and_recovers(
         monkeypatch.setattr(LoopMonitor, read, real)
         time.sleep(0.1)
         back = collect(reader)
-    finally:
-        release.set()
-        thread.join(10)
     for got in failing:
         assert set(got) == set(healthy) - set(fed)
     ours = [r.getMessage() for r in caplog.records if repr(source) in r.getMessage()]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import asyncio.events
 import gc
-import json
 import os
 import subprocess
 import sys
@@ -33,6 +32,7 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor
 
 from .conftest import collect, points
 from .support.forkapps import c_fork
+from .support.forked import in_child
 from .support.gc import (
     FREE_THREADED,
     collections,
@@ -45,6 +45,7 @@ from .support.loopapps import (
     DELAY_MAX,
     LOOP_METRICS,
     by_loop,
+    idle_loop,
     in_thread,
     live_timers,
     periodic_app,
@@ -269,41 +270,6 @@ def _c_fork() -> int:
     return c_fork()
 
 
-def _in_child(
-    body: Callable[[], dict[str, Any]], fork: Callable[[], int], timeout: float = 30
-) -> dict[str, Any]:
-    """Run ``body`` in a child made by ``fork``; return what it returned (as JSON).
-
-    A child that does not answer within ``timeout`` (a deadlock, possibly in an
-    at-fork hook, before ``body`` runs) is killed by its pid, and the test fails.
-    """
-    import select
-    import signal
-
-    read_end, write_end = os.pipe()
-    pid = fork()
-    if pid == 0:  # child
-        os.close(read_end)
-        try:
-            result = body()
-        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
-            result = {"error": repr(exc)}
-        os.write(write_end, json.dumps(result).encode())
-        os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        answered = select.select([f], [], [], timeout)[0]
-        if not answered:
-            os.kill(pid, signal.SIGKILL)
-        data = f.read() if answered else b""
-    _, status = os.waitpid(pid, 0)
-    assert answered, f"the child did not answer in {timeout} s: deadlocked"
-    assert os.WIFEXITED(status), f"child died: status {status}"
-    answer: dict[str, Any] = json.loads(data or b"{}")
-    assert "error" not in answer, answer
-    return answer
-
-
 FORKS = {"os.fork": getattr(os, "fork", None), "C fork, no Python hooks": _c_fork}
 
 
@@ -315,16 +281,7 @@ def test_a_forked_child_starts_its_own_totals_and_probes_its_own_loops(
 ) -> None:
     baseline = list(gc.callbacks)
     instrument(event_loop=True)
-    release, running = threading.Event(), threading.Event()
-
-    async def parent_app() -> None:
-        running.set()
-        while not release.is_set():
-            await asyncio.sleep(0.02)
-
-    thread = in_thread("parent-loop", lambda: asyncio.run(parent_app()))
-    try:
-        assert running.wait(10)
+    with idle_loop("parent-loop"):
         time.sleep(0.1)  # a few ticks
         gc.collect()
         gc.collect()
@@ -365,10 +322,7 @@ def test_a_forked_child_starts_its_own_totals_and_probes_its_own_loops(
         # GC off from before the fork: a collection in the child before its first
         # collection of metrics would rightly count, and make this test flaky.
         with gc_off():
-            got = _in_child(child, fork=FORKS[fork])  # type: ignore[arg-type]
-    finally:
-        release.set()
-        thread.join(10)
+            got = in_child(child, 25, fork=FORKS[fork])  # type: ignore[arg-type]
     zero = {"0": 0.0, "1": 0.0, "2": 0.0}
     assert got["time"] == zero and got["max"] == zero  # nothing of the parent's
     assert got["ours"] == 1  # the parent's callback went, the child's came
@@ -544,7 +498,7 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
 
     try:
         with gc_off():  # from before the fork, as above
-            got = _in_child(child, fork=FORKS[fork])  # type: ignore[arg-type]
+            got = in_child(child, 25, fork=FORKS[fork])  # type: ignore[arg-type]
     finally:
         release.set()
         holder.join()

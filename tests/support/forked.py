@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -28,8 +30,17 @@ def in_child(
     body: Callable[[], dict[str, Any]],
     timeout: int = 20,
     fork: Callable[[], int] = os.fork,
+    *,
+    name: str = "the child",
+    grace: float = 5.0,
 ) -> dict[str, Any]:
-    """Run ``body`` in a child made by ``fork``; return what it returned (a JSON object)."""
+    """Run ``body`` in a child made by ``fork``; return what it returned (a JSON object).
+
+    The child has ``timeout`` seconds (an alarm whose default action ends it even
+    while its only thread is blocked on a lock); the parent waits ``grace``
+    seconds more, then kills it by its pid: a deadlock inside ``fork`` itself, in
+    an at-fork hook before the alarm is set, fails the test too.
+    """
     read_end, write_end = os.pipe()
     pid = fork()
     if pid == 0:  # the child: never back into pytest
@@ -48,16 +59,41 @@ def in_child(
         finally:
             os._exit(0)
     os.close(write_end)
-    with os.fdopen(read_end, "rb") as f:
-        data = f.read()
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + timeout + grace
+    data, status = _read_and_reap(pid, read_end, deadline)
+    if status is None:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail(f"{name} hung: no result in {timeout + grace:.0f} s (killed)")
     if os.WIFSIGNALED(status):
-        pytest.fail(f"the child died by signal {os.WTERMSIG(status)} (SIGALRM: it hung)")
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGALRM:
+            pytest.fail(f"{name} hung: its {timeout} s alarm fired")
+        pytest.fail(f"{name} died by signal {signal.Signals(sig).name}")
     result: dict[str, Any] = json.loads(data or b"{}")
     _add_mutation_hits(result.pop(_HITS, []))
     if "error" in result:
-        pytest.fail(f"the child failed: {result['error']}")
+        pytest.fail(f"{name} failed: {result['error']}")
     return result
+
+
+def _read_and_reap(pid: int, read_end: int, deadline: float) -> tuple[bytes, int | None]:
+    """What child ``pid`` wrote to ``read_end``, and its status (None: not by ``deadline``)."""
+    data = b""
+    with os.fdopen(read_end, "rb", buffering=0) as pipe:
+        while (left := deadline - time.monotonic()) > 0:
+            if not select.select([pipe], [], [], left)[0]:
+                break
+            chunk = pipe.read(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return data, status
+        time.sleep(0.001)
+    return data, None
 
 
 _HITS = "_mutation_hits"

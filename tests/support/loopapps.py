@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
@@ -94,6 +95,25 @@ def in_thread(name: str, body: Callable[[], Any]) -> threading.Thread:
     thread = threading.Thread(target=body, name=name, daemon=True)
     thread.start()
     return thread
+
+
+@contextlib.contextmanager
+def idle_loop(name: str) -> Iterator[threading.Thread]:
+    """A thread named ``name`` running an asyncio loop, ticking every 20 ms until the block ends."""
+    release, running = threading.Event(), threading.Event()
+
+    async def app() -> None:
+        running.set()
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+
+    thread = in_thread(name, lambda: asyncio.run(app()))
+    try:
+        assert running.wait(10)
+        yield thread
+    finally:
+        release.set()
+        thread.join(10)
 
 
 def live_timers(loop: asyncio.AbstractEventLoop) -> int:
