@@ -20,6 +20,7 @@ from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumento
 
 from .support import expected_skips
 from .support.groupkids import Kid
+from .support.threadjobs import Job
 
 Points = dict[frozenset[tuple[str, Any]], Any]
 
@@ -335,6 +336,15 @@ def rundir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir(mode=0o700)
     monkeypatch.setenv("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR", str(folder))
     return folder
+
+
+@pytest.fixture
+def jobs() -> Iterator[list[Job]]:
+    """The test's thread jobs (it appends them): each released after the test."""
+    started: list[Job] = []
+    yield started
+    for job in started:
+        job.release.set()
 
 
 @pytest.fixture

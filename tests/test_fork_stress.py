@@ -35,6 +35,7 @@ from .support import forkapps
 from .support.forked import HoldUp, in_child
 from .support.internals import fork_wait_seconds
 from .support.stress import size
+from .support.waiting import eventually
 
 pytestmark = [
     pytest.mark.skipif(
@@ -104,15 +105,6 @@ class Setup:
     periodic: PeriodicExportingMetricReader | None
 
 
-def _wait(condition: Callable[[], bool], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.001)
-    return True
-
-
 @pytest.fixture
 def setup() -> Iterator[Callable[[bool], Setup]]:
     """Instrument a provider with an in-memory reader, and optionally a 1 ms export thread."""
@@ -133,7 +125,9 @@ def setup() -> Iterator[Callable[[bool], Setup]]:
         assert live is not None
         made.append(Setup(provider, reader, live, exporter, periodic))
         if exporter is not None:
-            assert _wait(lambda: exporter.exports.get(os.getpid(), 0) >= 3, 10), "no exports"
+            assert eventually(lambda: exporter.exports.get(os.getpid(), 0) >= 3, 10, 0.001), (
+                "no exports"
+            )
         return made[-1]
 
     yield _make
@@ -189,9 +183,9 @@ def _loop_child(s: Setup) -> dict[str, Any]:
     first = forkapps.measure(s.reader, allocate_mib=32, busy=0.0)
     refreshes.append(s.live.cache.refreshes)
     # The SDK restarts the export thread in the child: its exports carry this pid.
-    exported = _wait(lambda: exports.get(pid, 0) > 0, CHILD_TIMEOUT / 3)
+    exported = eventually(lambda: exports.get(pid, 0) > 0, CHILD_TIMEOUT / 3, 0.001)
     seen = exports.get(pid, 0)
-    exported_again = _wait(lambda: exports.get(pid, 0) > seen, CHILD_TIMEOUT / 3)
+    exported_again = eventually(lambda: exports.get(pid, 0) > seen, CHILD_TIMEOUT / 3, 0.001)
     second = forkapps.measure(s.reader, allocate_mib=0, busy=0.0)
     refreshes.append(s.live.cache.refreshes)
     return {
@@ -228,7 +222,7 @@ def test_fork_loop_while_the_export_thread_runs(setup: Callable[[bool], Setup]) 
     assert s.live.cache.facts.pid == parent
     exports = s.exporter.exports
     seen = exports[parent]
-    assert _wait(lambda: exports[parent] > seen, 10), "the parent stopped exporting"
+    assert eventually(lambda: exports[parent] > seen, 10, 0.001), "the parent stopped exporting"
 
 
 # -- 2. multiprocessing, fork and spawn --------------------------------------------------
@@ -344,7 +338,7 @@ def _export_child(s: Setup) -> dict[str, Any]:
     assert s.exporter is not None
     exports, pid = s.exporter.exports, os.getpid()
     return {
-        "exported": _wait(lambda: exports.get(pid, 0) > 0, CHILD_TIMEOUT / 3),
+        "exported": eventually(lambda: exports.get(pid, 0) > 0, CHILD_TIMEOUT / 3, 0.001),
         "measured": _measure_child(s),
     }
 

@@ -18,6 +18,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
 
 from .conftest import OpenRecorder, collect, points
+from .support.meminfo import read_meminfo
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux readers")
 
@@ -25,20 +26,10 @@ if sys.platform.startswith("linux"):
     from opentelemetry.instrumentation.process.linux import procfs
 
 
-def _meminfo() -> dict[str, int]:
-    """/proc/meminfo in bytes, read here."""
-    found = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            name, _, rest = line.partition(":")
-            found[name] = int(rest.split()[0]) * 1024
-    return found
-
-
 def test_swap_totals_match_meminfo_and_psutil() -> None:
-    before = _meminfo()
+    before = read_meminfo()
     total, free = procfs.swap_totals()
-    after = _meminfo()
+    after = read_meminfo()
     swap = psutil.swap_memory()
     # The total moves only on swapon/swapoff; free moves with paging.
     assert total == before["SwapTotal"] == after["SwapTotal"] == swap.total
@@ -61,7 +52,7 @@ def test_sysinfo_fields_are_where_the_kernel_puts_them() -> None:
     info = struct()
     assert call(ctypes.byref(info)) == 0
     unit = info.mem_unit
-    meminfo = _meminfo()
+    meminfo = read_meminfo()
     assert info.totalswap * unit == meminfo["SwapTotal"]
     assert abs(info.freeswap * unit - meminfo["SwapFree"]) <= 64 << 20
     # Buffers and Shmem move with I/O and tmpfs between the two reads.
@@ -73,7 +64,7 @@ def test_sysinfo_fields_are_where_the_kernel_puts_them() -> None:
         one_minute = float(f.read().split()[0])
     assert abs(info.loads[0] / 65536 - one_minute) <= 0.5  # fixed point, SI_LOAD_SHIFT 16
     assert unit >= 1
-    assert info.totalram * unit == _meminfo()["MemTotal"]
+    assert info.totalram * unit == read_meminfo()["MemTotal"]
     with open("/proc/uptime") as f:
         uptime = float(f.read().split()[0])
     assert abs(info.uptime - uptime) <= 2
@@ -201,9 +192,9 @@ def real_swap(tmp_path: Path) -> Iterator[int]:
 def test_swap_of_a_real_swap_file(real_swap: int) -> None:
     """The swap totals, and the paging metrics both ways, against /proc/swaps and meminfo."""
     total, free = procfs.swap_totals()
-    assert total == real_swap == _meminfo()["SwapTotal"] == psutil.swap_memory().total > 0
+    assert total == real_swap == read_meminfo()["SwapTotal"] == psutil.swap_memory().total > 0
     assert isinstance(total, int) and isinstance(free, int)
-    assert abs(free - _meminfo()["SwapFree"]) <= 1 << 20  # pages may go out between reads
+    assert abs(free - read_meminfo()["SwapFree"]) <= 1 << 20  # pages may go out between reads
     for direct in (True, False):
         reader = InMemoryMetricReader()
         with ProcessMetrics(
@@ -215,7 +206,7 @@ def test_swap_of_a_real_swap_file(real_swap: int) -> None:
             dict(a)["system.paging.state"]: v for a, v in points(got["system.paging.usage"]).items()
         }
         assert usage["used"] + usage["free"] == real_swap
-        assert abs(usage["free"] - _meminfo()["SwapFree"]) <= 1 << 20
+        assert abs(usage["free"] - read_meminfo()["SwapFree"]) <= 1 << 20
         share = {
             dict(a)["system.paging.state"]: v
             for a, v in points(got["system.paging.utilization"]).items()
@@ -278,7 +269,7 @@ def test_the_sysinfo_call_is_loaded_once(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(procfs, "_load_sysinfo", counted)
     first, second = procfs._sysinfo(), procfs._sysinfo()
     assert len(loads) == 1
-    assert first.totalram == second.totalram == _meminfo()["MemTotal"] // first.mem_unit
+    assert first.totalram == second.totalram == read_meminfo()["MemTotal"] // first.mem_unit
 
 
 def _vmstat() -> dict[str, int]:

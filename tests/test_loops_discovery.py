@@ -70,13 +70,23 @@ def test_the_hook_is_asyncios_set_running_loop_wrapped(monitor: LoopMonitor) -> 
     assert monitor.read()["MainThread"].max is not None
 
 
-def _asyncio_ways() -> dict[str, Callable[[Coroutine[Any, Any, None]], None]]:
-    def loop_run_until_complete(coro: Coroutine[Any, Any, None]) -> None:
-        loop = asyncio.new_event_loop()
+Way = Callable[[Coroutine[Any, Any, None]], None]
+
+
+def _until_complete(new_loop: Callable[[], asyncio.AbstractEventLoop]) -> Way:
+    """Run a coroutine on a loop made by ``new_loop``, then close it."""
+
+    def run(coro: Coroutine[Any, Any, None]) -> None:
+        loop = new_loop()
         try:
             loop.run_until_complete(coro)
         finally:
             loop.close()
+
+    return run
+
+
+def _asyncio_ways() -> dict[str, Way]:
 
     def loop_run_forever(coro: Coroutine[Any, Any, None]) -> None:
         loop = asyncio.new_event_loop()
@@ -89,7 +99,7 @@ def _asyncio_ways() -> dict[str, Callable[[Coroutine[Any, Any, None]], None]]:
 
     ways = {
         "asyncio.run": asyncio.run,
-        "new_event_loop+run_until_complete": loop_run_until_complete,
+        "new_event_loop+run_until_complete": _until_complete(asyncio.new_event_loop),
         "new_event_loop+run_forever": loop_run_forever,
     }
     if sys.version_info >= (3, 11):
@@ -107,7 +117,7 @@ def _asyncio_ways() -> dict[str, Callable[[Coroutine[Any, Any, None]], None]]:
     return ways
 
 
-def _uvloop_ways() -> dict[str, Callable[[Coroutine[Any, Any, None]], None]]:
+def _uvloop_ways() -> dict[str, Way]:
     if uvloop is None:
         return {}
 
@@ -119,14 +129,11 @@ def _uvloop_ways() -> dict[str, Callable[[Coroutine[Any, Any, None]], None]]:
         finally:
             asyncio.set_event_loop_policy(previous)
 
-    def new_loop(coro: Coroutine[Any, Any, None]) -> None:
-        loop = uvloop.new_event_loop()
-        try:
-            loop.run_until_complete(coro)
-        finally:
-            loop.close()
-
-    ways = {"uvloop.run": uvloop.run, "uvloop.EventLoopPolicy": policy, "uvloop.new": new_loop}
+    ways = {
+        "uvloop.run": uvloop.run,
+        "uvloop.EventLoopPolicy": policy,
+        "uvloop.new": _until_complete(uvloop.new_event_loop),
+    }
     if sys.version_info >= (3, 11):
 
         def runner(coro: Coroutine[Any, Any, None]) -> None:

@@ -50,6 +50,7 @@ from .support.loopapps import (
     idle_loop,
     in_thread,
     live_timers,
+    monitor_and_loop,
     monitor_fixture,
     samples,
     uvloop,
@@ -287,19 +288,13 @@ def test_shutdown_leaves_no_task_timer_or_warning(monitor: LoopMonitor, way: str
 
 
 def test_a_stopped_loop_keeps_no_timer_and_resumes() -> None:
-    monitor = LoopMonitor(interval=INTERVAL)
-    monitor.start()
-    loop = asyncio.new_event_loop()
-    try:
+    with monitor_and_loop(INTERVAL) as (monitor, loop):
         loop.run_until_complete(asyncio.sleep(0.1))
         assert live_timers(loop) == 0  # paused with the loop
         first = monitor.read()["MainThread"]
         time.sleep(0.3)  # not running: neither a lag nor idle time
         loop.run_until_complete(asyncio.sleep(0.2))
         second = monitor.read()["MainThread"]
-    finally:
-        loop.close()
-        monitor.stop()
     assert first.max is not None and second.max is not None
     assert second.max is not None and second.max <= IDLE_MAX
     # The second window is the second run only, idle throughout: the 0.3 s
@@ -494,10 +489,7 @@ def test_a_bad_value_is_quoted_whole_up_to_40_characters_then_cut() -> None:
 def test_stop_from_another_thread_keeps_nothing_of_the_callers_context() -> None:
     """The pause queued on a stopped loop runs in the probe's empty context."""
     var: contextvars.ContextVar[Payload] = contextvars.ContextVar("var")
-    monitor = LoopMonitor(interval=INTERVAL)
-    monitor.start()
-    loop = asyncio.new_event_loop()
-    try:
+    with monitor_and_loop(INTERVAL) as (monitor, loop):
         loop.run_until_complete(asyncio.sleep(0.05))  # probed, then stopped
         payload = Payload()
         ref = weakref.ref(payload)
@@ -509,8 +501,6 @@ def test_stop_from_another_thread_keeps_nothing_of_the_callers_context() -> None
         assert ref() is None
         loop.run_until_complete(asyncio.sleep(0))  # the queued pause runs harmlessly
         assert live_timers(loop) == 0
-    finally:
-        loop.close()
 
 
 class _FailingTickClock(asyncio.SelectorEventLoop):
@@ -569,10 +559,7 @@ def test_stop_after_a_probe_failed_leaves_its_loop_clean() -> None:
 
 def test_ticks_keep_nothing_of_the_context_that_started_the_loop() -> None:
     var: contextvars.ContextVar[Payload] = contextvars.ContextVar("var")
-    monitor = LoopMonitor(interval=INTERVAL)
-    monitor.start()
-    loop = asyncio.new_event_loop()
-    try:
+    with monitor_and_loop(INTERVAL) as (_, loop):
         payload = Payload()
         ref = weakref.ref(payload)
         token = var.set(payload)
@@ -581,9 +568,6 @@ def test_ticks_keep_nothing_of_the_context_that_started_the_loop() -> None:
         del payload
         gc.collect()
         assert ref() is None  # the loop is still open, its cancelled tick still on its heap
-    finally:
-        loop.close()
-        monitor.stop()
 
 
 def test_stop_on_a_loop_closed_meanwhile_does_not_raise() -> None:

@@ -22,7 +22,13 @@ from opentelemetry.instrumentation.process.runtime.loops.monitor import (
     LoopMonitor,
 )
 
-from .support.loopapps import in_thread, live_timers, monitor_fixture, selector_timed
+from .support.loopapps import (
+    in_thread,
+    live_timers,
+    monitor_and_loop,
+    monitor_fixture,
+    selector_timed,
+)
 
 INTERVAL = 0.01
 NO_TICK = 10.0  # an interval no test lasts: only the loop's own work runs
@@ -90,16 +96,10 @@ def test_utilisation_alone_times_select_and_sets_no_timer() -> None:
 
 
 def test_a_loop_that_did_not_run_since_the_last_read_has_no_utilisation() -> None:
-    monitor = LoopMonitor(interval=INTERVAL)
-    monitor.start()
-    loop = asyncio.new_event_loop()
-    try:
+    with monitor_and_loop(INTERVAL) as (monitor, loop):
         loop.run_until_complete(asyncio.sleep(0.05))
         first = monitor.read()
         again = monitor.read()  # stopped in between: no running time at all
-    finally:
-        loop.close()
-        monitor.stop()
     assert first["MainThread"].utilization is not None
     assert again == {"MainThread": LoopLag(None, None, None, None, None)}
 
@@ -253,10 +253,7 @@ def test_a_select_wrapped_by_someone_else_first_is_left_alone(monitor: LoopMonit
 
 @pytest.mark.parametrize("wraps", [False, True], ids=["plain", "functools.wraps"])
 def test_stop_leaves_a_select_wrapped_by_someone_else_in_place(wraps: bool) -> None:
-    monitor = LoopMonitor(interval=INTERVAL)
-    monitor.start()
-    loop = asyncio.new_event_loop()
-    try:
+    with monitor_and_loop(INTERVAL) as (monitor, loop):
         loop.run_until_complete(asyncio.sleep(0.05))
         selector: Any = loop._selector  # type: ignore[attr-defined]
         ours = selector.select
@@ -271,9 +268,6 @@ def test_stop_leaves_a_select_wrapped_by_someone_else_in_place(wraps: bool) -> N
         monitor.stop()
         assert vars(selector)["select"] is theirs
         loop.run_until_complete(asyncio.sleep(0.01))  # still works through both
-    finally:
-        loop.close()
-        monitor.stop()
 
 
 def test_utilisation_off_leaves_select_alone() -> None:

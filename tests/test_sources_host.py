@@ -35,6 +35,7 @@ from opentelemetry.instrumentation.process.sources.base import Key, ReadContext
 
 from .conftest import HOST_MODES, collect, points
 from .support.forked import in_child
+from .support.meminfo import read_meminfo
 from .support.sockets import Scene, build_all_states
 
 pytestmark = pytest.mark.skipif(
@@ -366,11 +367,7 @@ def test_interface_counters_are_proc_net_dev() -> None:
 
 
 def meminfo_swap() -> tuple[int, int]:
-    values = {}
-    with open("/proc/meminfo") as f:
-        for line in f:
-            name, _, rest = line.partition(":")
-            values[name] = int(rest.split()[0]) * 1024
+    values = read_meminfo()
     return values["SwapTotal"], values["SwapFree"]
 
 

@@ -11,7 +11,7 @@ import io
 import math
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psutil
@@ -34,14 +34,6 @@ from .support.threadjobs import Job, all_thread_times
 
 THREAD_CPU = "process_metrics.thread.cpu.time"
 ON_LINUX = sys.platform.startswith("linux")
-
-
-@pytest.fixture
-def jobs() -> Iterator[list[Job]]:
-    started: list[Job] = []
-    yield started
-    for job in started:
-        job.release.set()
 
 
 def _by_thread(reader: InMemoryMetricReader) -> dict[int, dict[str, float]]:

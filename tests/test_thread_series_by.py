@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -65,14 +65,6 @@ def _idle(name: str | None) -> Job:
             return job
         job.finish()
     raise AssertionError("every idle thread was charged a clock tick")
-
-
-@pytest.fixture
-def jobs() -> Iterator[list[Job]]:
-    started: list[Job] = []
-    yield started
-    for job in started:
-        job.release.set()
 
 
 def test_exited_threads_stay_in_their_pattern_with_user_and_system_apart(

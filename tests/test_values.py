@@ -22,6 +22,7 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor
 from .conftest import HOST_MODES, collect, points, value
 from .support import cgroups
 from .support.forked import in_child
+from .support.waiting import eventually
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
 # Tests that fork while a thread of the test process may run (Python 3.12+ warns).
@@ -154,16 +155,7 @@ def test_thread_count_follows_threads(
         for t in threads:
             t.join()
     # join() returns before the OS thread is gone; give the kernel a moment.
-    assert _eventually(lambda: value(collect(reader)["process.thread.count"]) == before)
-
-
-def _eventually(check: Callable[[], bool], timeout: float = 2.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    assert eventually(lambda: value(collect(reader)["process.thread.count"]) == before)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file descriptors")
@@ -394,7 +386,7 @@ class TestPerThread:
             after = collect(reader).get("process_metrics.thread.cpu.time")
             return not after or all(("thread.id", worker.native_id) not in a for a in points(after))
 
-        assert _eventually(gone)
+        assert eventually(gone)
 
     def test_series_are_capped(
         self, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader

@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry.instrumentation.process.linux import cgroup, psi
@@ -218,40 +219,30 @@ def logs() -> list[list[Any]]:
     return found
 
 
+COMMANDS: dict[str, Callable[[list[str]], Any]] = {
+    "discover": lambda _: discover(),
+    "read": lambda _: read(),
+    "spin": lambda args: spin(float(args[0])),
+    "pulse": lambda args: pulse(float(args[0])),
+    "alloc": lambda args: alloc(int(args[0])),
+    "free": lambda _: free(),
+    "cache": lambda args: cache(int(args[0])),
+    "oom": lambda args: oom(int(args[0])),
+    "instrument": lambda args: instrument(json.loads(" ".join(args) or "{}")),
+    "uninstrument": lambda _: uninstrument(),
+    "collect": lambda _: collect(),
+    "opens": lambda _: opens(),
+    "forkcollect": lambda _: forkcollect(),
+    "logs": lambda _: logs(),
+}
+"""Each command by its name, called with the words after it."""
+
+
 def main() -> None:
     for line in sys.stdin:
         command, *args = line.split()
-        answer: Any
-        if command == "discover":
-            answer = discover()
-        elif command == "read":
-            answer = read()
-        elif command == "spin":
-            answer = spin(float(args[0]))
-        elif command == "pulse":
-            answer = pulse(float(args[0]))
-        elif command == "alloc":
-            answer = alloc(int(args[0]))
-        elif command == "free":
-            answer = free()
-        elif command == "cache":
-            answer = cache(int(args[0]))
-        elif command == "oom":
-            answer = oom(int(args[0]))
-        elif command == "instrument":
-            answer = instrument(json.loads(" ".join(args) or "{}"))
-        elif command == "uninstrument":
-            answer = uninstrument()
-        elif command == "collect":
-            answer = collect()
-        elif command == "opens":
-            answer = opens()
-        elif command == "forkcollect":
-            answer = forkcollect()
-        elif command == "logs":
-            answer = logs()
-        else:
-            answer = {"error": f"unknown command {command!r}"}
+        run = COMMANDS.get(command)
+        answer = run(args) if run else {"error": f"unknown command {command!r}"}
         print(json.dumps(answer), flush=True)
 
 

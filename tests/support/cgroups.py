@@ -243,31 +243,31 @@ def _read(path: Path) -> str | None:
         return None
 
 
+def _up_to_the_mount(controller: str) -> list[Path]:
+    """This process's cgroup folder of ``controller`` and its ancestors up to the mount."""
+    place = own_dir(controller)
+    if place is None:
+        return []
+    mount, leaf = place
+    folders = [leaf, *leaf.parents]
+    return folders[: folders.index(mount) + 1] if mount in folders else folders
+
+
 def memory_limit() -> int | None:
     """The tightest cgroup memory limit over this process's cgroup and its ancestors."""
-    place = own_dir("memory")
-    if place is None:
-        return None
-    mount, leaf = place
     limits: list[int] = []
-    for folder in [leaf, *leaf.parents]:
+    for folder in _up_to_the_mount("memory"):
         for name in ("memory.max", "memory.limit_in_bytes"):
             raw = _read(folder / name)
             if raw is not None and raw != "max" and int(raw) < V1_UNLIMITED:
                 limits.append(int(raw))
-        if folder == mount:
-            break
     return min(limits) if limits else None
 
 
 def cpu_quota() -> float | None:
     """CPUs allowed by the tightest cgroup CPU quota over this process's cgroup and ancestors."""
-    place = own_dir("cpu")
-    if place is None:
-        return None
-    mount, leaf = place
     quotas: list[float] = []
-    for folder in [leaf, *leaf.parents]:
+    for folder in _up_to_the_mount("cpu"):
         v2 = _read(folder / "cpu.max")
         if v2 is not None and not v2.startswith("max"):
             quota, period = v2.split()
@@ -275,8 +275,6 @@ def cpu_quota() -> float | None:
         v1 = _read(folder / "cpu.cfs_quota_us"), _read(folder / "cpu.cfs_period_us")
         if v1[0] is not None and v1[1] is not None and int(v1[0]) > 0:
             quotas.append(int(v1[0]) / int(v1[1]))
-        if folder == mount:
-            break
     return min(quotas) if quotas else None
 
 

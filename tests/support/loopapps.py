@@ -48,6 +48,19 @@ class Closing:
         raise RuntimeError("Event loop is closed")
 
 
+@contextlib.contextmanager
+def monitor_and_loop(interval: float) -> Iterator[tuple[LoopMonitor, asyncio.AbstractEventLoop]]:
+    """A started monitor ticking every ``interval`` and a new asyncio loop; both closed after."""
+    monitor = LoopMonitor(interval=interval)
+    monitor.start()
+    loop = asyncio.new_event_loop()
+    try:
+        yield monitor, loop
+    finally:
+        loop.close()
+        monitor.stop()
+
+
 def monitor_fixture(interval: float) -> Any:
     """A fixture: a started monitor ticking every ``interval``; no hook left afterwards."""
 
