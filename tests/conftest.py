@@ -144,6 +144,35 @@ def instrument(provider: MeterProvider) -> Iterator[Callable[..., ProcessInstrum
     ProcessInstrumentor().uninstrument()
 
 
+class Sdk:
+    """The test's real SDK MeterProvider, its InMemoryMetricReader, and this package on it."""
+
+    def __init__(
+        self,
+        provider: MeterProvider,
+        reader: InMemoryMetricReader,
+        instrument: Callable[..., ProcessInstrumentor],
+    ) -> None:
+        self.provider = provider
+        self.reader = reader
+        self.instrument = instrument
+        """Instrument with the given options on this provider; undone after the test."""
+
+    def collect(self) -> dict[str, Metric]:
+        """One collection: this package's metrics by name."""
+        return collect(self.reader)
+
+
+@pytest.fixture
+def sdk(
+    provider: MeterProvider,
+    reader: InMemoryMetricReader,
+    instrument: Callable[..., ProcessInstrumentor],
+) -> Sdk:
+    """The ``provider``, ``reader`` and ``instrument`` fixtures in one."""
+    return Sdk(provider, reader, instrument)
+
+
 DIRECT_READS_VAR = "OTEL_PYTHON_PROCESS_METRICS_DIRECT_READS"
 """Kept from the shell: ``=false`` runs the whole suite on psutil's portable path."""
 

@@ -10,7 +10,6 @@ import logging
 from collections.abc import Callable
 
 import pytest
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.environment import (
@@ -19,36 +18,30 @@ from opentelemetry.instrumentation.process.environment import (
     resolve,
 )
 
-from .conftest import LOGGER, collect, package_warnings
+from .conftest import LOGGER, Sdk, package_warnings
 
 
 def test_a_bad_include_entry_keeps_the_valid_ones(
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, sdk: Sdk
 ) -> None:
     monkeypatch.setenv(ENV_VARS["include"], "system.disk.*,bogus.*")
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = instrument()
+    inst = sdk.instrument()
     assert inst.options is not None and inst.options.include == ("system.disk.*",)
     assert package_warnings(caplog) == [
         "OTEL_PYTHON_PROCESS_METRICS_INCLUDE: the entry 'bogus.*' is not valid (include: the "
         "glob 'bogus.*' matches no metric; allowed: names or globs over the names in the metric "
         "reference); it is left out, the other entries apply."
     ]
-    assert "system.disk.io" in collect(reader)
+    assert "system.disk.io" in sdk.collect()
 
 
 def test_each_bad_exclude_entry_gets_its_own_warning(
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, sdk: Sdk
 ) -> None:
     monkeypatch.setenv(ENV_VARS["exclude"], " zzz* , cpython.gc.*, process.nope ")
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = instrument()
+    inst = sdk.instrument()
     assert inst.options is not None and inst.options.exclude == ("cpython.gc.*",)
     got = package_warnings(caplog)
     assert len(got) == 2
@@ -57,7 +50,7 @@ def test_each_bad_exclude_entry_gets_its_own_warning(
         "OTEL_PYTHON_PROCESS_METRICS_EXCLUDE: the entry 'process.nope' is not valid (exclude: "
         "unknown metric name 'process.nope' (did you mean 'process.uptime'?)"
     )
-    names = set(collect(reader))
+    names = set(sdk.collect())
     assert "process.cpu.time" in names
     assert not any(n.startswith("cpython.gc.") for n in names)
 
@@ -190,13 +183,12 @@ def test_bad_env_warns_once_and_uses_the_default(
     reason: str,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
+    sdk: Sdk,
 ) -> None:
     var = ENV_VARS[option]
     monkeypatch.setenv(var, raw)
     caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = instrument()
+    inst = sdk.instrument()
     warnings = [
         r for r in caplog.records if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
     ]
@@ -208,7 +200,7 @@ def test_bad_env_warns_once_and_uses_the_default(
     )
     assert inst.options is not None
     assert getattr(inst.options, option) == default
-    assert "process.cpu.time" in collect(reader)
+    assert "process.cpu.time" in sdk.collect()
 
 
 def test_precedence_code_then_env_then_default(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -38,7 +38,7 @@ from opentelemetry.instrumentation.process.sources import SOURCES
 from opentelemetry.instrumentation.process.sources import process as process_sources
 from opentelemetry.instrumentation.process.sources import saturation as saturation_sources
 
-from .conftest import HOST_MODES, collect, points
+from .conftest import HOST_MODES, Sdk, collect, points
 from .conftest import value as value_of
 
 LOGGER = "opentelemetry.instrumentation.process"
@@ -193,18 +193,17 @@ LOOP_SOURCES = {"asyncio.loops", "asyncio.select_timing"}
 def test_failing_source_drops_only_its_points(
     source: str,
     error: str,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
+    sdk: Sdk,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     owner, name = TARGETS[source]
     real = getattr(owner, name, builtins.open)
-    instrument(**_options_for(source))
+    sdk.instrument(**_options_for(source))
     with contextlib.ExitStack() as stack:
         if source in LOOP_SOURCES:
             stack.enter_context(_event_loop_in_a_thread())
-        _drops_only_its_points(source, error, owner, name, real, reader, monkeypatch, caplog)
+        _drops_only_its_points(source, error, owner, name, real, sdk.reader, monkeypatch, caplog)
 
 
 def _drops_only_its_points(
@@ -281,9 +280,7 @@ def test_unknown_frequency_limits_are_absent_not_zero(
 
 
 def test_known_frequency_limits_are_reported_in_hz(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     freq = type(psutil.cpu_freq())
 
@@ -292,8 +289,8 @@ def test_known_frequency_limits_are_reported_in_hz(
         return [one] if percpu else one
 
     monkeypatch.setattr(psutil, "cpu_freq", bare_metal)
-    instrument(cpu_frequency=True)
-    got = collect(reader)
+    sdk.instrument(cpu_frequency=True)
+    got = sdk.collect()
     assert set(points(got["process_metrics.cpu.frequency.min"]).values()) == {800_000_000}
     assert set(points(got["process_metrics.cpu.frequency.max"]).values()) == {3_600_000_000}
     # A CPU reading 0 MHz does not know its frequency: no point rather than 0.
@@ -301,16 +298,13 @@ def test_known_frequency_limits_are_reported_in_hz(
 
 
 def test_metric_without_a_source_on_this_platform_is_not_registered(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: Any,
-    monkeypatch: pytest.MonkeyPatch,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delattr(psutil.Process, "io_counters", raising=False)
-    instrument()
-    assert "process.disk.io" not in _registries[provider].observers
-    assert "process.disk.operations" not in _registries[provider].observers
-    got = collect(reader)
+    sdk.instrument()
+    assert "process.disk.io" not in _registries[sdk.provider].observers
+    assert "process.disk.operations" not in _registries[sdk.provider].observers
+    got = sdk.collect()
     assert "process.disk.io" not in got
     assert "process.memory.usage" in got
 
@@ -319,14 +313,10 @@ def test_metric_without_a_source_on_this_platform_is_not_registered(
 @pytest.mark.skipif(not ON_LINUX, reason="direct reads are Linux-only")
 @pytest.mark.parametrize("error", ["OSError", "PermissionError"])
 def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
-    error: str,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    error: str, sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Direct reads on, whatever the run-wide switch of conftest says.
-    instrument(
+    sdk.instrument(
         direct_reads=True,
         per_thread=True,
         include=[
@@ -335,7 +325,7 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
             "process_metrics.memory.pss",
         ],
     )
-    healthy = collect(reader)
+    healthy = sdk.collect()
 
     def broken(*_a: Any, **_k: Any) -> Any:
         raise ERRORS[error]()
@@ -346,7 +336,7 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
     for _ in range(3):
         # psutil's thread count on each side: a thread of an earlier test may be ending.
         before = psutil.Process().num_threads()
-        got = collect(reader)
+        got = sdk.collect()
         after = psutil.Process().num_threads()
         assert set(got) == set(healthy), set(got) ^ set(healthy)
         assert min(before, after) <= value_of(got["process.thread.count"]) <= max(before, after)
@@ -360,19 +350,15 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
 @pytest.mark.skipif(
     not ON_LINUX, reason="process.signals_pending is Linux-only (/proc/self/status)"
 )
-def test_signals_source_failure_is_contained(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    instrument(include=["process.signals_pending"])
-    assert "process.signals_pending" in collect(reader)
+def test_signals_source_failure_is_contained(sdk: Sdk, monkeypatch: pytest.MonkeyPatch) -> None:
+    sdk.instrument(include=["process.signals_pending"])
+    assert "process.signals_pending" in sdk.collect()
 
     def denied(*_a: Any, **_k: Any) -> Any:
         raise PermissionError(13, "Permission denied")
 
     monkeypatch.setattr(procfs, "open", denied, raising=False)
-    got = collect(reader)
+    got = sdk.collect()
     assert "process.signals_pending" not in got
     assert "process.memory.usage" in got
 
@@ -411,22 +397,19 @@ def test_fault_log_period_is_documented_and_sane() -> None:
 
 
 def test_flapping_source_resumes_every_time_and_logs_once_per_period(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     switch = Switch(monkeypatch, psutil.Process, "memory_info")
-    instrument()
+    sdk.instrument()
     caplog.set_level(logging.INFO, logger=LOGGER)
     fed = {"process.memory.usage", "process.memory.virtual", "process.memory.utilization"}
     for _ in range(5):
         switch.failing = psutil.AccessDenied(1)
-        got = collect(reader)
+        got = sdk.collect()
         assert not fed & set(got)
         assert "process.cpu.time" in got
         switch.failing = None
-        got = collect(reader)
+        got = sdk.collect()
         assert fed <= set(got), "the metrics must come back when the source recovers"
         assert points(got["process.memory.usage"])
     warnings = _ours(caplog)
@@ -440,64 +423,55 @@ def test_flapping_source_resumes_every_time_and_logs_once_per_period(
 
 
 def test_distinct_faults_of_one_source_are_logged_separately(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     switch = Switch(monkeypatch, psutil, "virtual_memory")
-    instrument()
+    sdk.instrument()
     caplog.set_level(logging.WARNING, logger=LOGGER)
     for error in (psutil.AccessDenied(1), OSError(5, "EIO"), psutil.AccessDenied(1)):
         switch.failing = error
-        assert "system.memory.usage" not in collect(reader)
+        assert "system.memory.usage" not in sdk.collect()
     warnings = _ours(caplog)
     assert len(warnings) == 2, warnings
     assert "AccessDenied" in warnings[0] and "OSError" in warnings[1]
 
 
 def test_a_repeating_fault_is_logged_again_after_the_period_with_a_count(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     switch = Switch(monkeypatch, psutil.Process, "memory_info")  # on every platform
-    instrument()
+    sdk.instrument()
     _cache().faults.period = 0.3  # the real 300 s, scaled down
     caplog.set_level(logging.WARNING, logger=LOGGER)
     switch.failing = psutil.AccessDenied(1)
     for _ in range(4):
-        collect(reader)
+        sdk.collect()
     assert len(_ours(caplog)) == 1
     time.sleep(0.35)
-    collect(reader)
+    sdk.collect()
     warnings = _ours(caplog)
     assert len(warnings) == 2, warnings
     assert "(3 more times since it was last logged" in warnings[1]
 
 
 def test_a_failing_callback_never_raises_into_the_sdk_and_logs_once(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A platform returning a non-number where a number belongs breaks the
     # callback's conversion, not the source's read.
     real = gc.get_stats
     monkeypatch.setattr(gc, "get_stats", lambda: [dict(s, collected="?") for s in real()])
-    instrument()
+    sdk.instrument()
     caplog.set_level(logging.WARNING)
     for _ in range(3):
-        got = collect(reader)
+        got = sdk.collect()
         assert "cpython.gc.collected_objects" not in got
         assert "cpython.gc.collections" in got and "process.cpu.time" in got
     ours = _ours(caplog)
     assert len(ours) == 1 and "cpython.gc.collected_objects" in ours[0], ours
     assert not [r for r in caplog.records if r.name.startswith("opentelemetry.sdk")]
     monkeypatch.setattr(gc, "get_stats", real)
-    assert "cpython.gc.collected_objects" in collect(reader)
+    assert "cpython.gc.collected_objects" in sdk.collect()
 
 
 # (what is read, where to break it, the metrics that need it)
@@ -534,14 +508,13 @@ def test_unreadable_static_facts_leave_out_only_what_needs_them(
     targets: list[tuple[Any, str]],
     needing: set[str],
     error: str,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
+    sdk: Sdk,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     include = ["process_metrics.unix.file_descriptor.limit"] if ON_LINUX else []
-    instrument(include=include)
-    healthy = set(collect(reader))
+    sdk.instrument(include=include)
+    healthy = set(sdk.collect())
     ProcessInstrumentor().uninstrument()
     if not needing & healthy:
         pytest.skip(f"this platform reports none of {sorted(needing)}")
@@ -554,10 +527,10 @@ def test_unreadable_static_facts_leave_out_only_what_needs_them(
         if hasattr(owner, name):
             monkeypatch.setattr(owner, name, functools.wraps(getattr(owner, name))(broken))
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    instrument(include=include)  # must not raise
+    sdk.instrument(include=include)  # must not raise
     assert ProcessInstrumentor().is_instrumented_by_opentelemetry
     monkeypatch.undo()  # only the facts read at instrument() were broken
-    got = set(collect(reader))
+    got = set(sdk.collect())
     # Unknown is left out, never reported as a misleading 0.
     assert got == healthy - needing, (healthy - needing) ^ got
     warnings = _ours(caplog)
@@ -565,18 +538,15 @@ def test_unreadable_static_facts_leave_out_only_what_needs_them(
 
 
 def test_start_time_unreadable_in_the_psutil_constructor_leaves_out_only_uptime(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """psutil before 6.1 reads the start time in ``Process()``, letting an OSError escape.
 
     The older constructor is imitated here, so that every psutil version runs
     this path; the lowest-versions cell of the matrix runs the real one.
     """
-    instrument()
-    healthy = set(collect(reader))
+    sdk.instrument()
+    healthy = set(sdk.collect())
     ProcessInstrumentor().uninstrument()
     real_init = psutil.Process.__init__
 
@@ -592,9 +562,9 @@ def test_start_time_unreadable_in_the_psutil_constructor_leaves_out_only_uptime(
     monkeypatch.setattr(psutil.Process, "create_time", broken)
     monkeypatch.setattr(facts_module, "_start_boottime", broken)
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    instrument()  # must not raise
+    sdk.instrument()  # must not raise
     monkeypatch.undo()
-    assert set(collect(reader)) == healthy - {"process.uptime"}
+    assert set(sdk.collect()) == healthy - {"process.uptime"}
     assert any("could not read the process start time (OSError" in w for w in _ours(caplog))
 
 
@@ -622,9 +592,7 @@ def test_garbage_in_cgroup_files_is_a_warning_not_a_crash(
 
 @pytest.mark.skipif(not ON_LINUX, reason="iowait is a Linux field")
 def test_host_cpu_time_never_goes_down_when_the_kernel_moves_iowait_back(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # proc(5): "the iowait value ... may decrease in certain conditions".
     real = psutil.cpu_times
@@ -636,20 +604,20 @@ def test_host_cpu_time_never_goes_down_when_the_kernel_moves_iowait_back(
         return [fix(r) for r in rows] if percpu else fix(rows)
 
     monkeypatch.setattr(psutil, "cpu_times", drifting)
-    instrument(per_cpu=True)
+    sdk.instrument(per_cpu=True)
     shift["iowait"] = 100.0
-    before = points(collect(reader)["system.cpu.time"])
+    before = points(sdk.collect()["system.cpu.time"])
     shift["iowait"] = 0.0  # iowait drops by 100 s
     time.sleep(0.15)  # past the 0.1 s utilisation window
     a0 = real(percpu=True)
-    after = points(collect(reader)["system.cpu.time"])
+    after = points(sdk.collect()["system.cpu.time"])
     a1 = real(percpu=True)
     assert set(before) == set(after)
     for attributes, value in after.items():
         assert value >= before[attributes], dict(attributes)
     time.sleep(0.3)
     b0 = real(percpu=True)
-    utilization = points(collect(reader)["system.cpu.utilization"])
+    utilization = points(sdk.collect()["system.cpu.utilization"])
     b1 = real(percpu=True)
     # iowait stays at the value it had before it went back: it did not move
     # in this window, and every other mode has its share of what the kernel
@@ -680,13 +648,10 @@ PAUSE_METRICS = {
 
 
 def test_a_source_that_cannot_open_is_left_out_and_says_why(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    instrument()
-    healthy = set(collect(reader))
+    sdk.instrument()
+    healthy = set(sdk.collect())
     ProcessInstrumentor().uninstrument()
     if not healthy >= PAUSE_METRICS:
         pytest.skip("no garbage-collection pauses here (not CPython)")
@@ -696,8 +661,8 @@ def test_a_source_that_cannot_open_is_left_out_and_says_why(
 
     monkeypatch.setattr(GcPauses, "start", broken)
     caplog.set_level(logging.WARNING, logger=LOGGER)
-    instrument()
-    assert set(collect(reader)) == healthy - PAUSE_METRICS
+    sdk.instrument()
+    assert set(sdk.collect()) == healthy - PAUSE_METRICS
     assert _ours(caplog) == [
         "process metrics: could not open source 'cpython.gc_pauses' (RuntimeError: "
         "gc.callbacks is read-only); the metrics it feeds are left out."
@@ -705,13 +670,10 @@ def test_a_source_that_cannot_open_is_left_out_and_says_why(
 
 
 def test_a_source_that_cannot_close_still_lets_uninstrument_finish(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    instrument(event_loop=True)
-    assert collect(reader)
+    sdk.instrument(event_loop=True)
+    assert sdk.collect()
 
     def broken(self: GcPauses) -> None:  # a fault injected: the hook cannot be removed
         raise RuntimeError("gc.callbacks is read-only")
@@ -720,7 +682,7 @@ def test_a_source_that_cannot_close_still_lets_uninstrument_finish(
     caplog.set_level(logging.WARNING, logger=LOGGER)
     ProcessInstrumentor().uninstrument()
     assert not ProcessInstrumentor().is_instrumented_by_opentelemetry
-    assert collect(reader) == {}
+    assert sdk.collect() == {}
     assert _ours(caplog) == [
         "process metrics: could not close source 'cpython.gc_pauses' (RuntimeError: "
         "gc.callbacks is read-only); the metrics it feeds are left out."

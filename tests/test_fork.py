@@ -21,7 +21,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 
-from .conftest import LogLines, collect, log_lines, points, value
+from .conftest import LogLines, Sdk, collect, log_lines, points, value
 from .support import cgroups, forkapps
 from .support.forked import HoldUp, in_child
 from .support.internals import fork_wait_seconds
@@ -39,11 +39,9 @@ def _in_child(
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="times the child with CLOCK_BOOTTIME (Linux)")
-def test_child_reports_its_own_memory_pid_and_cpu(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    inst = instrument()
-    parent = collect(reader)
+def test_child_reports_its_own_memory_pid_and_cpu(sdk: Sdk) -> None:
+    inst = sdk.instrument()
+    parent = sdk.collect()
     parent_rss = value(parent["process.memory.usage"])
     parent_start = time.clock_gettime(time.CLOCK_BOOTTIME) - value(parent["process.uptime"])
     time.sleep(0.2)
@@ -58,7 +56,7 @@ def test_child_reports_its_own_memory_pid_and_cpu(
         while time.thread_time() < end:
             sum(range(2_000))
         t_b0, cpu_b0 = time.monotonic(), _cpu_seconds()
-        got = collect(reader)
+        got = sdk.collect()
         t_b1, cpu_b1 = time.monotonic(), _cpu_seconds()
         live = inst._metrics._live
         assert live is not None
@@ -85,11 +83,9 @@ def test_child_reports_its_own_memory_pid_and_cpu(
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-def test_fork_without_python_hooks_reports_the_child_not_the_parent(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    inst = instrument()
-    seen = collect(reader)
+def test_fork_without_python_hooks_reports_the_child_not_the_parent(sdk: Sdk) -> None:
+    inst = sdk.instrument()
+    seen = sdk.collect()
     parent_rss = value(seen["process.memory.usage"])
     live = inst._metrics._live
     assert live is not None
@@ -100,11 +96,11 @@ def test_fork_without_python_hooks_reports_the_child_not_the_parent(
     assert in_flight.generation != last.generation and in_flight.pid == os.getpid()
 
     def child() -> dict[str, Any]:
-        got = forkapps.measure(reader, allocate_mib=40, busy=0.1)
+        got = forkapps.measure(sdk.reader, allocate_mib=40, busy=0.1)
         with open("/proc/self/stat", "rb") as f:
             ticks = int(f.read().rsplit(b")", 1)[1].split()[19])
         got["own_start"] = ticks / os.sysconf("SC_CLK_TCK")
-        names = collect(reader)
+        names = sdk.collect()
         got["fds"] = value(names["process.unix.file_descriptor.count"])
         got["own_fds"] = len(os.listdir("/proc/self/fd"))  # its own fd counted, as psutil does
         return got
@@ -128,10 +124,8 @@ def _cpu_seconds() -> float:
 
 # Forking with a live thread is the point of this test (Python 3.12+ warns).
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
-def test_lock_held_at_fork_does_not_deadlock_the_child(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    inst = instrument()
+def test_lock_held_at_fork_does_not_deadlock_the_child(sdk: Sdk) -> None:
+    inst = sdk.instrument()
     live = inst._metrics._live
     assert live is not None
     held, release = threading.Event(), threading.Event()
@@ -145,7 +139,7 @@ def test_lock_held_at_fork_does_not_deadlock_the_child(
     holder.start()
     held.wait(5)
     try:
-        got = _in_child(lambda: {"names": sorted(collect(reader))}, timeout=10)
+        got = _in_child(lambda: {"names": sorted(sdk.collect())}, timeout=10)
     finally:
         release.set()
         holder.join()
@@ -153,16 +147,14 @@ def test_lock_held_at_fork_does_not_deadlock_the_child(
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
-def test_parent_is_unaffected_by_the_child(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    inst = instrument()
-    collect(reader)
-    _in_child(lambda: {"n": len(collect(reader))})
+def test_parent_is_unaffected_by_the_child(sdk: Sdk) -> None:
+    inst = sdk.instrument()
+    sdk.collect()
+    _in_child(lambda: {"n": len(sdk.collect())})
     live = inst._metrics._live
     assert live is not None
     assert live.cache.facts.pid == os.getpid()
-    rss = value(collect(reader)["process.memory.usage"])
+    rss = value(sdk.collect()["process.memory.usage"])
     with open("/proc/self/statm") as f:
         assert abs(rss - int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")) < (8 << 20)
 
@@ -170,11 +162,9 @@ def test_parent_is_unaffected_by_the_child(
 # -- the one re-bind: at the child's first snapshot, under the child's own lock ---------
 
 
-def test_a_child_that_does_not_collect_re_binds_nothing(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    inst = instrument()
-    collect(reader)
+def test_a_child_that_does_not_collect_re_binds_nothing(sdk: Sdk) -> None:
+    inst = sdk.instrument()
+    sdk.collect()
     live = inst._metrics._live
     assert live is not None
     cache = live.cache
@@ -183,7 +173,7 @@ def test_a_child_that_does_not_collect_re_binds_nothing(
 
     def child() -> dict[str, Any]:
         before = {"pid": cache.facts.pid, "handle": cache._ctx.process is handle}
-        collect(reader)
+        sdk.collect()
         return {"before": before, "after": cache.facts.pid, "pid": os.getpid()}
 
     got = _in_child(child)
@@ -195,19 +185,17 @@ def test_a_child_that_does_not_collect_re_binds_nothing(
 
 
 @pytest.mark.parametrize("fork", ["os.fork", "C fork"])
-def test_a_child_reads_again_only_the_facts_a_fork_changes(
-    fork: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
+def test_a_child_reads_again_only_the_facts_a_fork_changes(fork: str, sdk: Sdk) -> None:
     if fork == "C fork" and sys.platform != "linux":
         pytest.skip("forks from C through glibc")
-    inst = instrument()
-    collect(reader)
+    inst = sdk.instrument()
+    sdk.collect()
     live = inst._metrics._live
     assert live is not None
     parent = live.cache.facts
 
     def child() -> dict[str, Any]:
-        collect(reader)
+        sdk.collect()
         own = psutil.Process()
         return {"facts": live.cache.facts._asdict(), "created": own.create_time()}
 
@@ -230,10 +218,10 @@ def test_a_child_reads_again_only_the_facts_a_fork_changes(
 )
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_bind(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+    sdk: Sdk,
 ) -> None:
-    inst = instrument()
-    collect(reader)
+    inst = sdk.instrument()
+    sdk.collect()
     live = inst._metrics._live
     assert live is not None
     cache = live.cache
@@ -293,11 +281,9 @@ def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="times the child with CLOCK_BOOTTIME (Linux)")
-def test_an_unhooked_childs_first_utilisation_is_its_own_since_it_started(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
-    collect(reader)
+def test_an_unhooked_childs_first_utilisation_is_its_own_since_it_started(sdk: Sdk) -> None:
+    sdk.instrument()
+    sdk.collect()
     time.sleep(0.2)
     forked = time.monotonic()
 
@@ -307,7 +293,7 @@ def test_an_unhooked_childs_first_utilisation_is_its_own_since_it_started(
         while time.thread_time() < end:
             sum(range(2_000))
         t_b0, cpu_b0 = time.monotonic(), _cpu_seconds()
-        got = collect(reader)
+        got = sdk.collect()
         t_b1, cpu_b1 = time.monotonic(), _cpu_seconds()
         available = cgroups.available_cpus()
         return {
@@ -327,13 +313,11 @@ def test_an_unhooked_childs_first_utilisation_is_its_own_since_it_started(
 
 # Forking while another thread holds a lock is the point of this test (Python 3.12+ warns).
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
-def test_sdk_collection_lock_held_at_fork_does_not_hang_the_child(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader, provider: Any
-) -> None:
+def test_sdk_collection_lock_held_at_fork_does_not_hang_the_child(sdk: Sdk) -> None:
     from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 
-    instrument()
-    found = forks.consumer_lock(provider)
+    sdk.instrument()
+    found = forks.consumer_lock(sdk.provider)
     if found is None:
         pytest.skip("this SDK keeps no collection lock where the guard looks (see the next test)")
     lock = found[1]
@@ -349,7 +333,7 @@ def test_sdk_collection_lock_held_at_fork_does_not_hang_the_child(
     held.wait(5)
     try:
         # Unguarded, the child would inherit the lock held and wait on it forever.
-        got = _in_child(lambda: {"pid": os.getpid(), "names": sorted(collect(reader))}, timeout=5)
+        got = _in_child(lambda: {"pid": os.getpid(), "names": sorted(sdk.collect())}, timeout=5)
     finally:
         release.set()
         holder.join()
@@ -358,22 +342,18 @@ def test_sdk_collection_lock_held_at_fork_does_not_hang_the_child(
 
 
 def test_fork_guard_is_a_no_op_with_one_debug_line_where_the_sdk_differs(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: Any,
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 
-    instrument()
+    sdk.instrument()
     # An SDK that keeps its collection lock elsewhere: the guard must not guess.
-    monkeypatch.delattr(provider, "_measurement_consumer")
+    monkeypatch.delattr(sdk.provider, "_measurement_consumer")
     monkeypatch.setattr(forks, "_said_unsupported", False)
     caplog.set_level(logging.DEBUG, logger=forks.__name__)
-    assert forks.consumer_lock(provider) is None
+    assert forks.consumer_lock(sdk.provider) is None
     for _ in range(2):
-        got = _in_child(lambda: {"pid": os.getpid(), "names": sorted(collect(reader))})
+        got = _in_child(lambda: {"pid": os.getpid(), "names": sorted(sdk.collect())})
         assert got["pid"] != os.getpid() and "process.memory.usage" in got["names"]
     said = [r for r in caplog.records if r.name == forks.__name__]
     assert [r.levelno for r in said] == [logging.DEBUG], [r.getMessage() for r in said]
@@ -434,15 +414,11 @@ IN_FLIGHT = pytest.mark.parametrize("where", ["refresh", "callback"])
 @IN_FLIGHT
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_fork_waits_for_a_short_collection_in_flight(
-    where: str,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: MeterProvider,
-    monkeypatch: pytest.MonkeyPatch,
+    where: str, sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    instrument()
+    sdk.instrument()
     hold = fork_wait_seconds() / 5
-    got = _fork_during_a_collection(where, hold, provider, reader, monkeypatch)
+    got = _fork_during_a_collection(where, hold, sdk.provider, sdk.reader, monkeypatch)
     # Shorter than the documented wait: the fork waited it out.
     assert got["ended_at_fork"], got
     assert abs(got["rss"] - got["statm"]) < (8 << 20), got
@@ -451,15 +427,11 @@ def test_fork_waits_for_a_short_collection_in_flight(
 @IN_FLIGHT
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_fork_does_not_wait_for_a_long_collection_in_flight(
-    where: str,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: MeterProvider,
-    monkeypatch: pytest.MonkeyPatch,
+    where: str, sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    instrument()
+    sdk.instrument()
     hold = fork_wait_seconds() + 3
-    got = _fork_during_a_collection(where, hold, provider, reader, monkeypatch)
+    got = _fork_during_a_collection(where, hold, sdk.provider, sdk.reader, monkeypatch)
     # Longer than the documented wait: the fork went ahead in the middle of
     # it, and the child still collects.
     assert not got["ended_at_fork"], got
@@ -474,32 +446,26 @@ def test_fork_does_not_wait_for_a_long_collection_in_flight(
 )
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_a_child_forked_after_our_callbacks_of_a_long_collection_reports_itself(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: MeterProvider,
-    monkeypatch: pytest.MonkeyPatch,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    instrument()
+    sdk.instrument()
     hold = fork_wait_seconds() + 3
-    got = _fork_during_a_collection("callback", hold, provider, reader, monkeypatch)
+    got = _fork_during_a_collection("callback", hold, sdk.provider, sdk.reader, monkeypatch)
     assert not got["ended_at_fork"], got
     assert abs(got["rss"] - got["statm"]) < (8 << 20), got
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 def test_after_uninstrument_a_fork_does_not_wait_for_a_collection(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: MeterProvider,
-    monkeypatch: pytest.MonkeyPatch,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # prefork.md: "After uninstrument() the provider is no longer guarded."
-    instrument()
+    sdk.instrument()
     ProcessInstrumentor().uninstrument()
     hold = fork_wait_seconds() / 5
-    held = HoldUp("callback", provider, monkeypatch)
+    held = HoldUp("callback", sdk.provider, monkeypatch)
     held.arm(hold)
-    collector = threading.Thread(target=reader.collect)
+    collector = threading.Thread(target=sdk.reader.collect)
     collector.start()
     try:
         assert held.entered.wait(10), "the collection never started"
@@ -561,15 +527,13 @@ def test_a_child_forked_during_an_export_exports() -> None:
     assert got["exported"], "the child's export thread never exported"
 
 
-def test_a_forked_childs_main_thread_keeps_its_name(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
+def test_a_forked_childs_main_thread_keeps_its_name(sdk: Sdk) -> None:
     # CPython leaves the parent's native_id on the child's main thread object.
-    instrument(per_thread=True)
-    collect(reader)
+    sdk.instrument(per_thread=True)
+    sdk.collect()
 
     def child() -> dict[str, Any]:
-        series = points(collect(reader)["process_metrics.thread.cpu.time"])
+        series = points(sdk.collect()["process_metrics.thread.cpu.time"])
         mine = [dict(a) for a in series if ("thread.id", os.getpid()) in a]
         return {"named": [a.get("thread.name") for a in mine], "main": threading.main_thread().name}
 
@@ -678,15 +642,12 @@ def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
 def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    logged: LogLines,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, logged: LogLines
 ) -> None:
     from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 
-    instrument()
-    collect(reader)
+    sdk.instrument()
+    sdk.collect()
 
     def broken(_provider: Any) -> None:  # a fault injected: the SDK's internals moved
         raise RuntimeError("no such lock")
@@ -695,8 +656,8 @@ def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
 
     def child() -> dict[str, Any]:
         logged.lines.clear()
-        got = collect(reader)
-        again = collect(reader)
+        got = sdk.collect()
+        again = sdk.collect()
         return {
             "pid": os.getpid(),
             "rss": value(got["process.memory.usage"]),
@@ -719,19 +680,17 @@ FREE_THREADED_HAZARD = "forked without Python's at-fork hooks (uWSGI's default) 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
 def test_a_fork_without_hooks_on_a_free_threaded_build_says_how_to_avoid_its_hang(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    logged: LogLines,
+    sdk: Sdk, logged: LogLines
 ) -> None:
     """docs/pythons.md: such a child can hang at its first garbage collection; the package
     says so once, at the child's first collection, on free-threaded builds only."""
-    instrument()
-    collect(reader)
+    sdk.instrument()
+    sdk.collect()
 
     def child() -> dict[str, Any]:
         logged.lines.clear()
-        collect(reader)
-        collect(reader)
+        sdk.collect()
+        sdk.collect()
         return {"pid": os.getpid(), "log": list(logged.lines)}
 
     got = _in_child(child, fork=forkapps.c_fork)  # no other thread runs here: no hang

@@ -14,59 +14,51 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-from .conftest import collect, points
+from .conftest import Sdk, collect, points
 
 
-def test_uninstrument_stops_every_point(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument(per_thread=True, include=["system.*"])
-    assert collect(reader)
+def test_uninstrument_stops_every_point(sdk: Sdk) -> None:
+    sdk.instrument(per_thread=True, include=["system.*"])
+    assert sdk.collect()
     ProcessInstrumentor().uninstrument()
-    assert collect(reader) == {}
-    assert collect(reader) == {}
+    assert sdk.collect() == {}
+    assert sdk.collect() == {}
 
 
 def test_reinstrument_with_other_options_resumes_without_duplicates(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING)
-    instrument()
-    first = collect(reader)
+    sdk.instrument()
+    first = sdk.collect()
     ProcessInstrumentor().uninstrument()
-    instrument(per_cpu=True, include=["system.network.io"], exclude=["cpython.*"])
-    second = collect(reader)  # collect() itself asserts no duplicate metric or point
+    sdk.instrument(per_cpu=True, include=["system.network.io"], exclude=["cpython.*"])
+    second = sdk.collect()  # collect() itself asserts no duplicate metric or point
     assert "system.network.io" in second
     assert not any(n.startswith("cpython.") for n in second)
     assert set(first) - set(second) == {n for n in first if n.startswith("cpython.")}
     per_cpu = points(second["system.cpu.time"])
     assert all("cpu.logical_number" in dict(a) for a in per_cpu)
     ProcessInstrumentor().uninstrument()
-    instrument()
-    assert set(collect(reader)) == set(first)
+    sdk.instrument()
+    assert set(sdk.collect()) == set(first)
     duplicates = [r for r in caplog.records if "created already" in r.getMessage()]
     assert duplicates == []
 
 
-def test_instrument_twice_keeps_one_set_of_points(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
-    instrument(per_cpu=True)  # already instrumented: ignored by BaseInstrumentor
-    got = collect(reader)
+def test_instrument_twice_keeps_one_set_of_points(sdk: Sdk) -> None:
+    sdk.instrument()
+    sdk.instrument(per_cpu=True)  # already instrumented: ignored by BaseInstrumentor
+    got = sdk.collect()
     assert all("cpu.logical_number" not in dict(a) for a in points(got["system.cpu.time"]))
 
 
-def test_second_construction_does_not_break_the_live_one(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    live = instrument()
+def test_second_construction_does_not_break_the_live_one(sdk: Sdk) -> None:
+    live = sdk.instrument()
     again = ProcessInstrumentor()
     assert again is live
     assert again.is_instrumented_by_opentelemetry
-    got = collect(reader)
+    got = sdk.collect()
     assert "process.cpu.time" in got and "process.memory.usage" in got
 
 

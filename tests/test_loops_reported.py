@@ -36,7 +36,7 @@ from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMoni
 from opentelemetry.instrumentation.process.sources import runtime as runtime_sources
 from opentelemetry.instrumentation.process.sources.base import ReadContext
 
-from .conftest import collect
+from .conftest import Sdk, collect
 from .support.loopapps import (
     DELAY_MAX,
     DELAY_MEAN,
@@ -84,16 +84,16 @@ def assert_blocked(metrics: dict[str, Metric], label: str, blocks: list[float]) 
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_a_loop_blocked_once_a_second_reports_the_block_as_its_maximum_delay(
-    runner: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+    runner: str, sdk: Sdk
 ) -> None:
     """instrument() before any loop exists (the opentelemetry-instrument case)."""
     run = run_with(runner)
-    instrument(event_loop=True)
+    sdk.instrument(event_loop=True)
     blocks: list[float] = []
     t0 = time.monotonic()
     run(periodic_app(blocks)())
     ran = time.monotonic() - t0
-    got = collect(reader)
+    got = sdk.collect()
     assert set(by_loop(got, DELAY_MAX)) == {"MainThread"}
     assert len(blocks) == 3
     assert_blocked(got, "MainThread", blocks)
@@ -110,12 +110,10 @@ def test_a_loop_blocked_once_a_second_reports_the_block_as_its_maximum_delay(
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
-def test_an_idle_loop_reports_a_few_milliseconds_at_most(
-    runner: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument(event_loop=True)
+def test_an_idle_loop_reports_a_few_milliseconds_at_most(runner: str, sdk: Sdk) -> None:
+    sdk.instrument(event_loop=True)
     run_with(runner)(asyncio.sleep(1.0))
-    got = collect(reader)
+    got = sdk.collect()
     top = by_loop(got, DELAY_MAX)["MainThread"]
     median = by_loop(got, DELAY_P50)["MainThread"]
     assert 0 <= median <= IDLE_MEDIAN and median <= top <= IDLE_MAX, (median, top)
@@ -144,9 +142,7 @@ def test_instrument_inside_a_running_loop(
     assert_blocked(got, "MainThread", blocks)
 
 
-def test_loops_in_several_threads_are_one_series_each(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
+def test_loops_in_several_threads_are_one_series_each(sdk: Sdk) -> None:
     """Each thread blocks for its own length; each series shows its own loop's block.
 
     Three loops and this thread share 2 cores with other jobs, so a loop thread
@@ -154,7 +150,7 @@ def test_loops_in_several_threads_are_one_series_each(
     a 0.2 s slack still tells each loop's series from the others'. One loop is
     uvloop.
     """
-    instrument(event_loop=True)
+    sdk.instrument(event_loop=True)
     lengths = {"alpha": 0.05, "beta": 0.3, "gamma": 0.6}
     runners = {"alpha": "asyncio", "beta": "uvloop" if uvloop else "asyncio", "gamma": "asyncio"}
     blocks: dict[str, list[float]] = {name: [] for name in lengths}
@@ -173,7 +169,7 @@ def test_loops_in_several_threads_are_one_series_each(
     threads = [in_thread(name, lambda n=name: body(n)) for name in lengths]  # type: ignore[misc]
     try:
         assert all(event.wait(20) for event in ready.values())
-        got = collect(reader)
+        got = sdk.collect()
     finally:
         release.set()
         for thread in threads:
@@ -186,15 +182,13 @@ def test_loops_in_several_threads_are_one_series_each(
         assert low <= top <= high, (name, top, blocks[name], length)
 
 
-def test_a_closed_loop_leaves_no_series_at_the_next_collection(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument(event_loop=True)
+def test_a_closed_loop_leaves_no_series_at_the_next_collection(sdk: Sdk) -> None:
+    sdk.instrument(event_loop=True)
     thread = in_thread("short-lived", lambda: asyncio.run(asyncio.sleep(0.3)))
     thread.join(10)
-    last = collect(reader)
+    last = sdk.collect()
     assert "short-lived" in by_loop(last, DELAY_MAX)  # its last window, once
-    after = collect(reader)
+    after = sdk.collect()
     for name in LOOP_METRICS:
         assert "short-lived" not in by_loop(after, name), name
 
@@ -316,17 +310,16 @@ def test_a_failing_loop_read_drops_only_its_points_and_recovers(
     source: str,
     read: str,
     fed: tuple[str, ...],
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
+    sdk: Sdk,
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A fault injected into the monitor's read while a loop runs (test_faults has no loop)."""
 
-    instrument(event_loop=True)
+    sdk.instrument(event_loop=True)
     with idle_loop("app-loop"):
         time.sleep(0.1)
-        healthy = collect(reader)
+        healthy = sdk.collect()
         assert set(LOOP_METRICS) <= set(healthy)
         real = getattr(LoopMonitor, read)
 
@@ -338,10 +331,10 @@ def test_a_failing_loop_read_drops_only_its_points_and_recovers(
         failing = []
         for _ in range(2):
             time.sleep(0.1)  # ticks in each window: the other loop source has points
-            failing.append(collect(reader))
+            failing.append(sdk.collect())
         monkeypatch.setattr(LoopMonitor, read, real)
         time.sleep(0.1)
-        back = collect(reader)
+        back = sdk.collect()
     for got in failing:
         assert set(got) == set(healthy) - set(fed)
     ours = [r.getMessage() for r in caplog.records if repr(source) in r.getMessage()]
@@ -383,13 +376,9 @@ def _one_loop(inst: Callable[[], Any], reader: InMemoryMetricReader) -> dict[str
     [[], [UTILIZATION], ["process_metrics.eventloop.delay.*"]],
     ids=["all", "no utilisation", "no delays"],
 )
-def test_only_what_a_selected_metric_reads_is_measured(
-    exclude: list[str],
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-) -> None:
+def test_only_what_a_selected_metric_reads_is_measured(exclude: list[str], sdk: Sdk) -> None:
     """Utilisation excluded: select is not timed. Delays excluded: the loop gets no timer."""
-    got = _one_loop(lambda: instrument(event_loop=True, exclude=exclude), reader)
+    got = _one_loop(lambda: sdk.instrument(event_loop=True, exclude=exclude), sdk.reader)
     delays = not any("delay" in name for name in exclude)
     busy = UTILIZATION not in exclude
     assert got["timers"] == (1 if delays else 0)

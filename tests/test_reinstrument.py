@@ -7,24 +7,21 @@ from collections.abc import Callable
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-from .conftest import LOGGER, collect, package_warnings
+from .conftest import LOGGER, Sdk, package_warnings
 
 
 def test_second_instrument_warns_once_naming_its_options(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    instrument()
-    before = set(collect(reader))
+    sdk.instrument()
+    before = set(sdk.collect())
     assert package_warnings(caplog) == []
     ProcessInstrumentor().instrument(per_thread=True, include=["system.disk.*"])
-    after = set(collect(reader))
+    after = set(sdk.collect())
     assert after == before  # still a no-op: the options in force stay
     assert not any(n.startswith("process_metrics.thread.") for n in after)
     [warning] = package_warnings(caplog)
@@ -37,14 +34,11 @@ def test_second_instrument_warns_once_naming_its_options(
     assert options is not None and options.per_thread is False
 
 
-def test_the_advice_works(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-) -> None:
-    instrument()
+def test_the_advice_works(sdk: Sdk) -> None:
+    sdk.instrument()
     ProcessInstrumentor().uninstrument()
-    instrument(per_thread=True)
-    assert any(n.startswith("process_metrics.thread.") for n in collect(reader))
+    sdk.instrument(per_thread=True)
+    assert any(n.startswith("process_metrics.thread.") for n in sdk.collect())
 
 
 def test_a_second_call_without_options_adds_no_warning_of_ours(

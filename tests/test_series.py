@@ -10,12 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.instruments import SERIES_WARNING_THRESHOLD
 
-from .conftest import collect, points
+from .conftest import Sdk, points
 
 THREAD_CPU = "process_metrics.thread.cpu.time"
 
@@ -47,16 +46,14 @@ def _wait_gone(ids: list[int], timeout: float = 5.0) -> None:
         time.sleep(0.005)
 
 
-def test_exited_threads_leave_nothing_behind(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    inst = instrument(per_thread=True)
-    ids = _with_threads(5, lambda: collect(reader))
+def test_exited_threads_leave_nothing_behind(sdk: Sdk) -> None:
+    inst = sdk.instrument(per_thread=True)
+    ids = _with_threads(5, lambda: sdk.collect())
     live = inst._metrics._live
     assert live is not None
     cached = {key[1] for key in live._attribute_sets[THREAD_CPU]}
     assert set(ids) <= cached, "the live threads' attribute sets are cached"
-    got = collect(reader)
+    got = sdk.collect()
     reported = {dict(a)["thread.id"] for a in points(got[THREAD_CPU])}
     assert not reported & set(ids), "exited threads are still reported"
     cached = {key[1] for key in live._attribute_sets[THREAD_CPU]}
@@ -64,17 +61,15 @@ def test_exited_threads_leave_nothing_behind(
 
 
 def test_passing_the_sdk_cardinality_limit_is_announced_once(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    caplog: pytest.LogCaptureFixture,
+    sdk: Sdk, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="opentelemetry.instrumentation.process")
-    instrument(per_thread=True, exclude=["system.*", "cpython.*"])
+    sdk.instrument(per_thread=True, exclude=["system.*", "cpython.*"])
     # Two series per thread: the limit is passed by the thread after the limit / 2.
     threads_needed = SERIES_WARNING_THRESHOLD // 2 + 1
     done = 0
     while done < threads_needed + 5:
-        _with_threads(10, lambda: collect(reader))
+        _with_threads(10, lambda: sdk.collect())
         done += 10
         warned = [
             r.getMessage() for r in caplog.records if "distinct attribute sets" in r.getMessage()
@@ -87,10 +82,7 @@ def test_passing_the_sdk_cardinality_limit_is_announced_once(
 
 
 def test_the_cardinality_warning_comes_with_the_first_set_past_the_limit(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    caplog: pytest.LogCaptureFixture,
-    monkeypatch: pytest.MonkeyPatch,
+    sdk: Sdk, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Exactly when the sets reported so far (as the SDK received them) pass the limit."""
     from opentelemetry.instrumentation.process import instruments
@@ -98,11 +90,11 @@ def test_the_cardinality_warning_comes_with_the_first_set_past_the_limit(
     limit = 10  # even: two sets per thread, so the count meets the limit itself on its way
     monkeypatch.setattr(instruments, "SERIES_WARNING_THRESHOLD", limit)
     caplog.set_level(logging.WARNING, logger="opentelemetry.instrumentation.process")
-    instrument(per_thread=True, max_thread_series=1000)
+    sdk.instrument(per_thread=True, max_thread_series=1000)
     reported: set[frozenset[object]] = set()
     got: dict[str, Any] = {}
     while len(reported) <= limit + 2:
-        _with_threads(1, lambda: got.update(collect(reader)))
+        _with_threads(1, lambda: got.update(sdk.collect()))
         reported |= set(points(got[THREAD_CPU]))
         warned = [r.getMessage() for r in caplog.records if THREAD_CPU in r.getMessage()]
         assert len(warned) == (len(reported) > limit), (len(reported), warned)
@@ -139,13 +131,11 @@ def _job(name: str, seconds: float, while_alive: Callable[[], None]) -> None:
         _wait_gone([t.native_id])
 
 
-def test_by_name_keeps_the_time_of_exited_threads_in_one_series(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument(per_thread=True, thread_series_by="name")
+def test_by_name_keeps_the_time_of_exited_threads_in_one_series(sdk: Sdk) -> None:
+    sdk.instrument(per_thread=True, thread_series_by="name")
     for n in range(4):  # a new thread, a new id and name each time: one series
-        _job(f"job-{n}", 0.1, lambda: collect(reader))
-        got = points(collect(reader)[THREAD_CPU])  # the job has exited
+        _job(f"job-{n}", 0.1, lambda: sdk.collect())
+        got = points(sdk.collect()[THREAD_CPU])  # the job has exited
         mine = {a: v for a, v in got.items() if ("thread.name", "job-N") in a}
         assert {dict(a)["cpu.mode"] for a in mine} == {"user", "system"}, got
         assert all("thread.id" not in dict(a) for a in got), "no per-thread id by name"

@@ -6,7 +6,7 @@ import functools
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -17,7 +17,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
-from .conftest import OpenRecorder, collect, on_by_default, points
+from .conftest import OpenRecorder, Sdk, collect, on_by_default, points
 from .conftest import value as value_of
 from .support.internals import snapshot_cache
 
@@ -60,15 +60,11 @@ def _cache() -> SnapshotCache:
     return live.cache
 
 
-def test_one_refresh_per_collection_with_one_reader(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    counter: CallCounter,
-) -> None:
-    instrument()
+def test_one_refresh_per_collection_with_one_reader(sdk: Sdk, counter: CallCounter) -> None:
+    sdk.instrument()
     counter.calls.clear()
     for n in range(1, 4):
-        collect(reader)
+        sdk.collect()
         assert _cache().refreshes == n
     assert counter.calls["Process.memory_info"] == 3
     assert counter.calls["psutil.cpu_times"] == 3
@@ -202,15 +198,11 @@ def test_callers_that_start_one_collection_together_share_one_refresh(
 
 
 @linux_only
-def test_default_collection_opens_only_its_sources(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    opens: OpenRecorder,
-) -> None:
-    instrument()
-    collect(reader)
+def test_default_collection_opens_only_its_sources(sdk: Sdk, opens: OpenRecorder) -> None:
+    sdk.instrument()
+    sdk.collect()
     with opens.recording() as paths:
-        collect(reader)
+        sdk.collect()
     joined = "\n".join(paths)
     for unwanted in ("cpufreq", "/proc/cpuinfo", "diskstats", "/proc/net", "cgroup", "mounts"):
         assert unwanted not in joined, paths
@@ -227,47 +219,31 @@ def test_default_collection_opens_only_its_sources(
 
 
 @linux_only
-def test_frequency_is_read_only_when_on(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    opens: OpenRecorder,
-) -> None:
-    instrument(cpu_frequency=True)
-    collect(reader)
+def test_frequency_is_read_only_when_on(sdk: Sdk, opens: OpenRecorder) -> None:
+    sdk.instrument(cpu_frequency=True)
+    sdk.collect()
     with opens.recording() as paths:
-        collect(reader)
+        sdk.collect()
     assert any("cpufreq" in p or p == "/proc/cpuinfo" for p in paths), paths
 
 
 @linux_only
-def test_disk_group_is_read_only_when_on(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    opens: OpenRecorder,
-) -> None:
-    instrument(include=["system.disk.*"])
+def test_disk_group_is_read_only_when_on(sdk: Sdk, opens: OpenRecorder) -> None:
+    sdk.instrument(include=["system.disk.*"])
     with opens.recording() as paths:
-        collect(reader)
+        sdk.collect()
     assert any(p.endswith("diskstats") for p in paths), paths
 
 
-def test_static_facts_are_not_read_per_collection(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    counter: CallCounter,
-) -> None:
-    instrument(include=["process_metrics.unix.file_descriptor.limit"])
+def test_static_facts_are_not_read_per_collection(sdk: Sdk, counter: CallCounter) -> None:
+    sdk.instrument(include=["process_metrics.unix.file_descriptor.limit"])
     counter.calls.clear()
     for _ in range(3):
-        assert "system.cpu.logical.count" in collect(reader)
+        assert "system.cpu.logical.count" in sdk.collect()
     assert "psutil.cpu_count" not in counter.calls
 
 
-def test_process_files_are_read_in_one_oneshot(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_process_files_are_read_in_one_oneshot(sdk: Sdk, monkeypatch: pytest.MonkeyPatch) -> None:
     depth = {"now": 0, "max": 0, "entered": 0}
     outside: list[str] = []
     real_oneshot = psutil.Process.oneshot
@@ -296,12 +272,12 @@ def test_process_files_are_read_in_one_oneshot(
 
         monkeypatch.setattr(psutil.Process, name, wrapped)
 
-    instrument()
+    sdk.instrument()
     monkeypatch.setattr(psutil.Process, "oneshot", lambda proc: Tracking(proc))
     for name in ("memory_info", "num_threads", "io_counters", "num_fds"):
         if hasattr(psutil.Process, name):
             track(name)
-    collect(reader)
+    sdk.collect()
     assert depth["entered"] == 1
     assert outside == []
 
@@ -353,10 +329,7 @@ PSUTIL_REREADS = {
     ],
 )
 def test_each_file_is_opened_once_per_collection(
-    options: dict[str, Any],
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    opens: OpenRecorder,
+    options: dict[str, Any], sdk: Sdk, opens: OpenRecorder
 ) -> None:
     release = threading.Event()
     extra = [threading.Thread(target=release.wait, daemon=True) for _ in range(4)]
@@ -364,10 +337,10 @@ def test_each_file_is_opened_once_per_collection(
         t.start()
     try:
         # Direct reads as the case says, whatever the run-wide switch of conftest says.
-        instrument(**{"direct_reads": True, **options})
-        collect(reader)
+        sdk.instrument(**{"direct_reads": True, **options})
+        sdk.collect()
         with opens.recording() as paths:
-            got = collect(reader)
+            got = sdk.collect()
         threads = len(os.listdir("/proc/self/task"))
     finally:
         release.set()

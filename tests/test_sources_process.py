@@ -19,7 +19,7 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
+from opentelemetry.instrumentation.process import ProcessMetricsOptions
 from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 from opentelemetry.instrumentation.process.excerpt import excerpt
 from opentelemetry.instrumentation.process.linux import threads as linux_threads
@@ -27,7 +27,7 @@ from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources.base import psutil_has
 
-from .conftest import LogLines, OpenRecorder, collect, points
+from .conftest import LogLines, OpenRecorder, Sdk, collect, points
 from .support import forkapps
 from .support.forked import in_child
 from .support.threadjobs import Job, all_thread_times
@@ -58,11 +58,7 @@ def _ranked(times: dict[int, tuple[float, float]]) -> list[int]:
 
 
 @pytest.mark.skipif(not ON_LINUX, reason="sleeping threads are told apart in /proc")
-def test_psutils_path_keeps_the_busiest_threads_user_plus_system(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    jobs: list[Job],
-) -> None:
+def test_psutils_path_keeps_the_busiest_threads_user_plus_system(sdk: Sdk, jobs: list[Job]) -> None:
     # Idle threads first: lower ids than the burners, so that only CPU time ranks.
     jobs += [Job("idle-1"), Job("idle-2")]
     user = Job("user-burner", user=0.12)
@@ -71,8 +67,8 @@ def test_psutils_path_keeps_the_busiest_threads_user_plus_system(
     ranked = _ranked(all_thread_times())
     keep = max(ranked.index(user.tid), ranked.index(system.tid)) + 1
     assert keep < len(ranked), ranked
-    instrument(per_thread=True, direct_reads=False, max_thread_series=2 * keep)
-    got = _by_thread(reader)
+    sdk.instrument(per_thread=True, direct_reads=False, max_thread_series=2 * keep)
+    got = _by_thread(sdk.reader)
     truth = all_thread_times()  # only threads that are running move, the callers'
     assert set(got) == set(_ranked(truth)[:keep]), (got, truth)
     for job in (user, system):
@@ -84,11 +80,7 @@ def test_psutils_path_keeps_the_busiest_threads_user_plus_system(
 
 @pytest.mark.skipif(not ON_LINUX, reason="the direct read is Linux-only")
 def test_a_failing_direct_thread_read_is_tried_once_then_psutil_serves(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    logged: LogLines,
-    jobs: list[Job],
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, logged: LogLines, jobs: list[Job]
 ) -> None:
     calls: list[int] = []
 
@@ -99,9 +91,9 @@ def test_a_failing_direct_thread_read_is_tried_once_then_psutil_serves(
     monkeypatch.setattr(linux_threads, "busiest_threads", refused)
     job = Job("burner", user=0.05, system=0.03)
     jobs.append(job)
-    instrument(per_thread=True, direct_reads=True, max_thread_series=200)
+    sdk.instrument(per_thread=True, direct_reads=True, max_thread_series=200)
     for _ in range(3):
-        got = _by_thread(reader)
+        got = _by_thread(sdk.reader)
         assert got[job.tid] == _modes(job.times()), got
     assert len(calls) == 1, "the failed direct read is not tried again"
     warnings = [line for line in logged.lines if "direct Linux read" in line]
@@ -119,16 +111,12 @@ def test_a_failing_direct_thread_read_is_tried_once_then_psutil_serves(
     ("direct_reads", "by"), [(True, "thread"), (False, "thread"), (True, "name")]
 )
 def test_the_thread_count_reuses_the_per_thread_listing(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    opens: OpenRecorder,
-    direct_reads: bool,
-    by: str,
+    sdk: Sdk, opens: OpenRecorder, direct_reads: bool, by: str
 ) -> None:
-    instrument(per_thread=True, direct_reads=direct_reads, thread_series_by=by)
-    collect(reader)
+    sdk.instrument(per_thread=True, direct_reads=direct_reads, thread_series_by=by)
+    sdk.collect()
     with opens.recording() as paths:
-        got = collect(reader)
+        got = sdk.collect()
     listed = len(os.listdir("/proc/self/task"))  # no thread started or ended meanwhile
     assert points(got["process.thread.count"]) == {frozenset(): listed}
     # psutil would read the count from status: the listing made it needless.
@@ -267,13 +255,10 @@ def broken_open(_ctx: ReadContext) -> bool:  # a fault injected: the runtime ref
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
 def test_clean_ups_failing_otherwise_in_two_unhooked_forks_are_each_said(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
-    logged: LogLines,
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, logged: LogLines
 ) -> None:
-    instrument()
-    collect(reader)
+    sdk.instrument()
+    sdk.collect()
     parent = os.getpid()
 
     def broken(_provider: Any) -> None:  # a fault injected: the SDK's internals moved
@@ -282,11 +267,11 @@ def test_clean_ups_failing_otherwise_in_two_unhooked_forks_are_each_said(
     monkeypatch.setattr(forks, "after_fork_without_hooks", broken)
 
     def grandchild() -> dict[str, Any]:
-        collect(reader)
+        sdk.collect()
         return {"log": [line for line in logged.lines if "clean-up" in line]}
 
     def child() -> dict[str, Any]:
-        collect(reader)
+        sdk.collect()
         return in_child(grandchild, fork=forkapps.c_fork)
 
     got = in_child(child, fork=forkapps.c_fork)

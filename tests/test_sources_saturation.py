@@ -28,7 +28,7 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.linux import cgroup
 from opentelemetry.instrumentation.process.metrics import METRICS
 
-from .conftest import OpenRecorder, cgroup_limited_here, collect, points, value
+from .conftest import OpenRecorder, Sdk, cgroup_limited_here, collect, points, value
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -50,17 +50,15 @@ def under(paths: list[str], prefix: str) -> list[str]:
 
 
 def test_auto_mode_without_a_limit_reports_no_cgroup_metric_and_reads_no_cgroup_file(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    opens: OpenRecorder,
+    sdk: Sdk, opens: OpenRecorder
 ) -> None:
     if cgroup_limited_here():
         pytest.skip("this process is in a limited cgroup: auto mode turns the group on")
     with opens.recording() as at_start:
-        instrument()
+        sdk.instrument()
     with opens.recording() as collecting:
-        got = collect(reader)
-        got = collect(reader)
+        got = sdk.collect()
+        got = sdk.collect()
     assert not CGROUP_METRICS & set(got)
     # Deciding reads the limit files once; no file a collection would read. (A
     # process in a cgroup v2 of its own reads that cgroup's pressure files.)
@@ -84,14 +82,12 @@ def _psi(resource: str) -> bool:
 
 
 def test_saturation_false_reads_no_cgroup_and_no_pressure_file(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    opens: OpenRecorder,
+    sdk: Sdk, opens: OpenRecorder
 ) -> None:
     with opens.recording() as at_start:
-        instrument(saturation=False)
+        sdk.instrument(saturation=False)
     with opens.recording() as collecting:
-        got = collect(reader)
+        got = sdk.collect()
     assert not (CGROUP_METRICS | PRESSURE_METRICS) & set(got)
     assert under(at_start + collecting, "/proc/pressure") == []
     assert [p for p in at_start + collecting if p.endswith(".pressure")] == []
@@ -219,18 +215,12 @@ CPU = {n for n in EXPECTED if n.startswith("process_metrics.cgroup.cpu.")} | {"c
     ],
 )
 def test_a_failing_file_drops_only_what_it_feeds_is_logged_once_and_comes_back(
-    name: str,
-    fault: str,
-    drops: set[str],
-    tree: Path,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    caplog: pytest.LogCaptureFixture,
+    name: str, fault: str, drops: set[str], tree: Path, sdk: Sdk, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG, logger="opentelemetry.instrumentation.process")
-    instrument()  # auto: the limits on the ancestor turn the group on
-    assert ours(reader) == EXPECTED
-    got = collect(reader)
+    sdk.instrument()  # auto: the limits on the ancestor turn the group on
+    assert ours(sdk.reader) == EXPECTED
+    got = sdk.collect()
     assert value(got["process_metrics.cpu.available"]) == min(1.5, len(os.sched_getaffinity(0)))
     assert value(got["process_metrics.memory.limit"]) == 268435456
 
@@ -239,7 +229,7 @@ def test_a_failing_file_drops_only_what_it_feeds_is_logged_once_and_comes_back(
     break_it, exc_name = FAULTS[fault]
     break_it(path)
     caplog.clear()
-    broken = ours(reader)  # never raises
+    broken = ours(sdk.reader)  # never raises
     assert broken == {k: v for k, v in EXPECTED.items() if k not in drops}
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, caplog.text
@@ -247,38 +237,35 @@ def test_a_failing_file_drops_only_what_it_feeds_is_logged_once_and_comes_back(
     if fault == "garbage":
         assert "b'garbage\\n'" in warnings[0].getMessage()  # an excerpt of what it held
     caplog.clear()
-    assert ours(reader) == broken
+    assert ours(sdk.reader) == broken
     assert caplog.records == []  # once, not at every collection
 
     if path.is_dir():
         path.rmdir()
     path.write_bytes(saved)
-    assert ours(reader) == EXPECTED
+    assert ours(sdk.reader) == EXPECTED
     assert [r.getMessage() for r in caplog.records] == [
         f"process metrics: {path} can be read again."
     ]
 
 
 def test_a_cgroup_folder_removed_from_the_tree_drops_its_metrics_and_the_rest_goes_on(
-    tree: Path,
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    caplog: pytest.LogCaptureFixture,
+    tree: Path, sdk: Sdk, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The whole cgroup goes (as its container does): every file of it at once."""
     caplog.set_level(logging.DEBUG, logger="opentelemetry.instrumentation.process")
-    instrument()
-    assert ours(reader) == EXPECTED
+    sdk.instrument()
+    assert ours(sdk.reader) == EXPECTED
     saved = tree.with_name("saved")
     tree.rename(saved)
     caplog.clear()
-    got = ours(reader)
+    got = ours(sdk.reader)
     # Only the limit, found at discovery, is left.
     assert got == {"process_metrics.cgroup.memory.limit": {frozenset(): 268435456}}
-    assert "process.cpu.time" in collect(reader)  # the rest of the collection goes on
+    assert "process.cpu.time" in sdk.collect()  # the rest of the collection goes on
     assert len([r for r in caplog.records if r.levelno >= logging.WARNING]) == 8  # one per file
     saved.rename(tree)
-    assert ours(reader) == EXPECTED
+    assert ours(sdk.reader) == EXPECTED
 
 
 def test_the_files_of_the_group_are_found_once_per_process(

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
 
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from opentelemetry.instrumentation.process import ProcessInstrumentor
-
-from .conftest import collect, points
+from .conftest import Sdk, collect, points
 from .support.threadjobs import Job, all_thread_times, pattern
 
 pytestmark = pytest.mark.skipif(
@@ -68,11 +65,9 @@ def _idle(name: str | None) -> Job:
 
 
 def test_exited_threads_stay_in_their_pattern_with_user_and_system_apart(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    jobs: list[Job],
+    sdk: Sdk, jobs: list[Job]
 ) -> None:
-    instrument(per_thread=True, thread_series_by="name", max_thread_series=200)
+    sdk.instrument(per_thread=True, thread_series_by="name", max_thread_series=200)
     user = system = 0.0  # the truth: every job of the pattern so far
     # One job per collection: the previous one exits in between, so each read
     # adds a live job to the retired ones.
@@ -83,7 +78,7 @@ def test_exited_threads_stay_in_their_pattern_with_user_and_system_apart(
     for n, (u_burn, s_burn) in enumerate([(0.15, 0.02), (0.03, 0.05), (0.12, 0.02)]):
         job = Job(f"work-{n + 7}", user=u_burn, system=s_burn)
         jobs.append(job)
-        got = _series(reader)
+        got = _series(sdk.reader)
         u, s = job.times()  # asleep since before the collection: the same values
         user, system = user + u, system + s
         assert got[("user", "work-N")] == pytest.approx(user, abs=EXACT), (n, got)
@@ -91,7 +86,7 @@ def test_exited_threads_stay_in_their_pattern_with_user_and_system_apart(
         job.finish()
     # All three have exited: the pattern keeps what each used.
     for _ in range(2):
-        got = _series(reader)
+        got = _series(sdk.reader)
         assert got[("user", "work-N")] == pytest.approx(user, abs=EXACT), got
         assert got[("system", "work-N")] == pytest.approx(system, abs=EXACT), got
     assert "work-7" not in {name for _, name in got}
@@ -100,31 +95,25 @@ def test_exited_threads_stay_in_their_pattern_with_user_and_system_apart(
 
 
 def test_a_renamed_thread_stays_in_the_pattern_it_was_first_seen_with(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    jobs: list[Job],
+    sdk: Sdk, jobs: list[Job]
 ) -> None:
-    instrument(per_thread=True, thread_series_by="name", max_thread_series=200)
+    sdk.instrument(per_thread=True, thread_series_by="name", max_thread_series=200)
     job = Job("first-1", user=0.04, system=0.02)
     jobs.append(job)
-    _series(reader)
+    _series(sdk.reader)
     assert job.thread is not None
     job.thread.name = "second-1"
-    got = _series(reader)
+    got = _series(sdk.reader)
     user, system = job.times()
     assert got[("user", "first-N")] == pytest.approx(user, abs=EXACT), got
     assert got[("system", "first-N")] == pytest.approx(system, abs=EXACT), got
     assert not {name for _, name in got} & {"second-N", "second-1"}, got
     job.finish()
-    got = _series(reader)  # and keeps it once it has exited
+    got = _series(sdk.reader)  # and keeps it once it has exited
     assert got[("user", "first-N")] == pytest.approx(user, abs=EXACT), got
 
 
-def test_the_cap_keeps_the_busiest_patterns_user_plus_system(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    jobs: list[Job],
-) -> None:
+def test_the_cap_keeps_the_busiest_patterns_user_plus_system(sdk: Sdk, jobs: list[Job]) -> None:
     # Named to sort last among equals: only their CPU time can keep them.
     jobs.append(Job("zz-user", user=0.12))
     jobs.append(Job("zz-system", system=0.12))
@@ -136,8 +125,8 @@ def test_the_cap_keeps_the_busiest_patterns_user_plus_system(
     # main thread and whatever other tests left running.
     keep = max(ranked.index("zz-user"), ranked.index("zz-system")) + 1
     assert keep < len(ranked), ranked
-    instrument(per_thread=True, thread_series_by="name", max_thread_series=2 * keep)
-    got = _series(reader)
+    sdk.instrument(per_thread=True, thread_series_by="name", max_thread_series=2 * keep)
+    got = _series(sdk.reader)
     totals = _patterns_now()
     assert {name for _, name in got} == set(_ranked(totals)[:keep]), (got, totals)
     for name in ("zz-user", "zz-system"):
@@ -146,9 +135,7 @@ def test_the_cap_keeps_the_busiest_patterns_user_plus_system(
 
 
 def test_equally_busy_patterns_are_kept_by_name_unnamed_threads_first(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    jobs: list[Job],
+    sdk: Sdk, jobs: list[Job]
 ) -> None:
     # Threads that only sleep have no CPU time: equals, told apart by name.
     # Started in reverse order, so that neither thread ids nor the order
@@ -160,7 +147,7 @@ def test_equally_busy_patterns_are_kept_by_name_unnamed_threads_first(
     tied = [p for p in ranked if p in (None, "Idle-b", "Idle-c")]
     assert tied == [None, "Idle-b", "Idle-c"], totals
     keep = ranked.index(None) + 1
-    instrument(per_thread=True, thread_series_by="name", max_thread_series=2 * keep)
-    got = _series(reader)
+    sdk.instrument(per_thread=True, thread_series_by="name", max_thread_series=2 * keep)
+    got = _series(sdk.reader)
     assert {name for _, name in got} == set(ranked[:keep]), (got, totals)
     assert ("user", None) in got and ("user", "Idle-b") not in got, got

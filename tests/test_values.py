@@ -19,7 +19,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-from .conftest import HOST_MODES, collect, points, value
+from .conftest import HOST_MODES, Sdk, collect, points, value
 from .support import cgroups
 from .support.forked import in_child
 from .support.waiting import eventually
@@ -37,25 +37,21 @@ def _busy(seconds: float) -> None:
 
 
 @linux_only
-def test_rss_matches_proc_statm(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
-    reported = value(collect(reader)["process.memory.usage"])
+def test_rss_matches_proc_statm(sdk: Sdk) -> None:
+    sdk.instrument()
+    reported = value(sdk.collect()["process.memory.usage"])
     with open("/proc/self/statm") as f:
         rss = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     assert abs(reported - rss) / rss < 0.03
 
 
-def test_busy_thread_moves_user_cpu_time(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
-    before = value(collect(reader)["process.cpu.time"], **{"cpu.mode": "user"})
+def test_busy_thread_moves_user_cpu_time(sdk: Sdk) -> None:
+    sdk.instrument()
+    before = value(sdk.collect()["process.cpu.time"], **{"cpu.mode": "user"})
     worker = threading.Thread(target=_busy, args=(0.5,))
     worker.start()
     worker.join()
-    after = value(collect(reader)["process.cpu.time"], **{"cpu.mode": "user"})
+    after = value(sdk.collect()["process.cpu.time"], **{"cpu.mode": "user"})
     assert after - before >= 0.3
 
 
@@ -92,20 +88,16 @@ def _first_collection(
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
 @fork_with_threads
-def test_first_collection_gives_utilization_of_one_busy_core(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: MeterProvider,
-) -> None:
+def test_first_collection_gives_utilization_of_one_busy_core(sdk: Sdk) -> None:
     # The test process runs the same code first: mutation testing picks the
     # tests to run by the code that the test process itself reaches.
-    instrument()
-    collect(reader)
+    sdk.instrument()
+    sdk.collect()
 
     def pinned() -> dict[str, float]:
         # One CPU in the affinity mask: one busy core is a utilisation of 1.
         os.sched_setaffinity(0, {max(os.sched_getaffinity(0))})
-        return _first_collection(provider, reader, busy=0.4)
+        return _first_collection(sdk.provider, sdk.reader, busy=0.4)
 
     got = in_child(pinned)
     # About 1; less only when other processes took the CPU, which the bounds see.
@@ -114,13 +106,9 @@ def test_first_collection_gives_utilization_of_one_busy_core(
 
 @linux_only
 @fork_with_threads
-def test_first_collection_is_divided_by_the_cgroup_cpu_quota(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: MeterProvider,
-) -> None:
-    instrument()
-    collect(reader)
+def test_first_collection_is_divided_by_the_cgroup_cpu_quota(sdk: Sdk) -> None:
+    sdk.instrument()
+    sdk.collect()
     # Half a CPU: a busy loop gets at most that, and so uses all of its allowance.
     quota = {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000"}
     with cgroups.child_cgroup("cpu") as group:
@@ -129,7 +117,7 @@ def test_first_collection_is_divided_by_the_cgroup_cpu_quota(
 
         def throttled() -> dict[str, float]:
             group.add(os.getpid())
-            return _first_collection(provider, reader, busy=0.4)
+            return _first_collection(sdk.provider, sdk.reader, busy=0.4)
 
         got = in_child(throttled)
     assert got["lo"] / 0.5 * 0.97 <= got["util"] <= got["hi"] / 0.5 * 1.03, got
@@ -139,43 +127,37 @@ def test_first_collection_is_divided_by_the_cgroup_cpu_quota(
     assert got["hi"] <= 0.5 * 1.3, f"the quota did not apply: {got}"
 
 
-def test_thread_count_follows_threads(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
-    before = value(collect(reader)["process.thread.count"])
+def test_thread_count_follows_threads(sdk: Sdk) -> None:
+    sdk.instrument()
+    before = value(sdk.collect()["process.thread.count"])
     release = threading.Event()
     threads = [threading.Thread(target=release.wait) for _ in range(3)]
     for t in threads:
         t.start()
     try:
-        assert value(collect(reader)["process.thread.count"]) == before + 3
+        assert value(sdk.collect()["process.thread.count"]) == before + 3
     finally:
         release.set()
         for t in threads:
             t.join()
     # join() returns before the OS thread is gone; give the kernel a moment.
-    assert eventually(lambda: value(collect(reader)["process.thread.count"]) == before)
+    assert eventually(lambda: value(sdk.collect()["process.thread.count"]) == before)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX file descriptors")
-def test_fd_count_follows_open_files(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
-    before = value(collect(reader)["process.unix.file_descriptor.count"])
+def test_fd_count_follows_open_files(sdk: Sdk) -> None:
+    sdk.instrument()
+    before = value(sdk.collect()["process.unix.file_descriptor.count"])
     with contextlib.ExitStack() as stack:
         for _ in range(5):
             stack.enter_context(tempfile.TemporaryFile())
-        assert value(collect(reader)["process.unix.file_descriptor.count"]) == before + 5
-    assert value(collect(reader)["process.unix.file_descriptor.count"]) == before
+        assert value(sdk.collect()["process.unix.file_descriptor.count"]) == before + 5
+    assert value(sdk.collect()["process.unix.file_descriptor.count"]) == before
 
 
-def test_uptime_and_host_memory_are_the_oses(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
-    m = collect(reader)
+def test_uptime_and_host_memory_are_the_oses(sdk: Sdk) -> None:
+    sdk.instrument()
+    m = sdk.collect()
     create = psutil.Process().create_time()
     # psutil's create time is only good to a second (boot time is whole seconds).
     assert abs(value(m["process.uptime"]) - (time.time() - create)) < 1.5
@@ -222,11 +204,9 @@ def _rss_share(got: dict[str, float], limit: int) -> tuple[float, float]:
 
 
 @linux_only
-def test_memory_utilization_is_rss_over_the_memory_available(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
-    got = _memory_utilization(reader)
+def test_memory_utilization_is_rss_over_the_memory_available(sdk: Sdk) -> None:
+    sdk.instrument()
+    got = _memory_utilization(sdk.reader)
     limit = min(x for x in (_host_memory(), cgroups.memory_limit()) if x)
     lo, hi = _rss_share(got, limit)
     assert lo <= got["util"] <= hi, (got, limit)
@@ -234,13 +214,9 @@ def test_memory_utilization_is_rss_over_the_memory_available(
 
 @linux_only
 @fork_with_threads
-def test_memory_utilization_is_divided_by_the_cgroup_memory_limit(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: MeterProvider,
-) -> None:
-    instrument()
-    collect(reader)
+def test_memory_utilization_is_divided_by_the_cgroup_memory_limit(sdk: Sdk) -> None:
+    sdk.instrument()
+    sdk.collect()
     limit = 1 << 30
     if _host_memory() < 4 * limit:
         pytest.skip("the host has too little memory for a limit well below it")
@@ -251,8 +227,8 @@ def test_memory_utilization_is_divided_by_the_cgroup_memory_limit(
             group.add(os.getpid())
             # The limit is a static fact: instrument again to read it.
             ProcessInstrumentor().uninstrument()
-            ProcessInstrumentor().instrument(meter_provider=provider)
-            return {**_memory_utilization(reader), "limit": cgroups.memory_limit()}
+            ProcessInstrumentor().instrument(meter_provider=sdk.provider)
+            return {**_memory_utilization(sdk.reader), "limit": cgroups.memory_limit()}
 
         got = in_child(limited)
     assert got["limit"] == limit, got
@@ -269,18 +245,16 @@ def _host_cpu() -> dict[str, float]:
     }
 
 
-def test_system_cpu_utilization_is_each_modes_share_since_the_last_collection(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
+def test_system_cpu_utilization_is_each_modes_share_since_the_last_collection(sdk: Sdk) -> None:
+    sdk.instrument()
     a0 = _host_cpu()
-    collect(reader)
+    sdk.collect()
     a1 = _host_cpu()
     user0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
     _busy(0.5)
     mine = resource.getrusage(resource.RUSAGE_SELF).ru_utime - user0
     b0 = _host_cpu()
-    util = points(collect(reader)["system.cpu.utilization"])
+    util = points(sdk.collect()["system.cpu.utilization"])
     b1 = _host_cpu()
     shares = {dict(k)["cpu.mode"]: v for k, v in util.items()}
     assert set(shares) == set(a0)
@@ -299,28 +273,24 @@ def test_system_cpu_utilization_is_each_modes_share_since_the_last_collection(
     assert sum(shares.values()) == pytest.approx(1.0, abs=1e-6)
 
 
-def test_gc_collections_follow_gc_collect(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
+def test_gc_collections_follow_gc_collect(sdk: Sdk) -> None:
     import gc
 
-    instrument()
+    sdk.instrument()
     key = {"cpython.gc.generation": 2}
     gc.disable()  # no automatic collection in between: only the one below counts
     try:
-        before = value(collect(reader)["cpython.gc.collections"], **key)
+        before = value(sdk.collect()["cpython.gc.collections"], **key)
         gc.collect()
-        assert value(collect(reader)["cpython.gc.collections"], **key) == before + 1
+        assert value(sdk.collect()["cpython.gc.collections"], **key) == before + 1
     finally:
         gc.enable()
 
 
-def test_context_switches_count_all_threads(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
+def test_context_switches_count_all_threads(sdk: Sdk) -> None:
+    sdk.instrument()
     key = {"process.context_switch.type": "voluntary"}
-    before = value(collect(reader)["process.context_switches"], **key)
+    before = value(sdk.collect()["process.context_switches"], **key)
 
     def sleeper() -> None:
         for _ in range(200):
@@ -332,16 +302,14 @@ def test_context_switches_count_all_threads(
     for t in threads:
         t.join()
     # Each sleep is a voluntary switch of a non-main thread.
-    assert value(collect(reader)["process.context_switches"], **key) - before >= 300
+    assert value(sdk.collect()["process.context_switches"], **key) - before >= 300
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="getrusage(2)")
-def test_rusage_group_is_getrusage_by_attribute(
-    instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
-) -> None:
-    instrument()
+def test_rusage_group_is_getrusage_by_attribute(sdk: Sdk) -> None:
+    sdk.instrument()
     before = resource.getrusage(resource.RUSAGE_SELF)
-    got = collect(reader)
+    got = sdk.collect()
     after = resource.getrusage(resource.RUSAGE_SELF)
     expected = {
         ("process.cpu.time", "cpu.mode", "user"): "ru_utime",
@@ -419,13 +387,9 @@ def _thread_cpu() -> dict[int, float]:
 
 @linux_only
 @fork_with_threads
-def test_the_busiest_thread_is_the_one_kept(
-    instrument: Callable[..., ProcessInstrumentor],
-    reader: InMemoryMetricReader,
-    provider: MeterProvider,
-) -> None:
-    instrument(per_thread=True, max_thread_series=2)  # one thread: user and system
-    collect(reader)
+def test_the_busiest_thread_is_the_one_kept(sdk: Sdk) -> None:
+    sdk.instrument(per_thread=True, max_thread_series=2)  # one thread: user and system
+    sdk.collect()
 
     def one_busy_among_idle() -> dict[str, Any]:
         # In a forked child every thread starts at 0 CPU seconds, the main one too.
@@ -437,7 +401,7 @@ def test_the_busiest_thread_is_the_one_kept(
         try:
             while busy.native_id is None or _thread_cpu().get(busy.native_id, 0) < 0.15:
                 time.sleep(0.01)
-            kept = points(collect(reader)["process_metrics.thread.cpu.time"])
+            kept = points(sdk.collect()["process_metrics.thread.cpu.time"])
             return {
                 "kept": sorted([dict(a)["thread.id"], dict(a).get("thread.name")] for a in kept),
                 "busy": busy.native_id,
