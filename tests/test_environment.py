@@ -20,14 +20,31 @@ from opentelemetry.instrumentation.process.environment import (
 
 from .conftest import LOGGER, Sdk, package_warnings
 
+FromEnv = Callable[[str, str], ProcessMetricsOptions]
+
+
+@pytest.fixture
+def from_env(
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    instrument: Callable[..., ProcessInstrumentor],
+) -> FromEnv:
+    """Instrument with ``option``'s variable set to ``raw`` (logs captured): the options taken."""
+
+    def _from_env(option: str, raw: str) -> ProcessMetricsOptions:
+        monkeypatch.setenv(ENV_VARS[option], raw)
+        caplog.set_level(logging.DEBUG, logger=LOGGER)
+        inst = instrument()
+        assert inst.options is not None
+        return inst.options
+
+    return _from_env
+
 
 def test_a_bad_include_entry_keeps_the_valid_ones(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, sdk: Sdk
+    from_env: FromEnv, caplog: pytest.LogCaptureFixture, sdk: Sdk
 ) -> None:
-    monkeypatch.setenv(ENV_VARS["include"], "system.disk.*,bogus.*")
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = sdk.instrument()
-    assert inst.options is not None and inst.options.include == ("system.disk.*",)
+    assert from_env("include", "system.disk.*,bogus.*").include == ("system.disk.*",)
     assert package_warnings(caplog) == [
         "OTEL_PYTHON_PROCESS_METRICS_INCLUDE: the entry 'bogus.*' is not valid (include: the "
         "glob 'bogus.*' matches no metric; allowed: names or globs over the names in the metric "
@@ -37,12 +54,9 @@ def test_a_bad_include_entry_keeps_the_valid_ones(
 
 
 def test_each_bad_exclude_entry_gets_its_own_warning(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, sdk: Sdk
+    from_env: FromEnv, caplog: pytest.LogCaptureFixture, sdk: Sdk
 ) -> None:
-    monkeypatch.setenv(ENV_VARS["exclude"], " zzz* , cpython.gc.*, process.nope ")
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = sdk.instrument()
-    assert inst.options is not None and inst.options.exclude == ("cpython.gc.*",)
+    assert from_env("exclude", " zzz* , cpython.gc.*, process.nope ").exclude == ("cpython.gc.*",)
     got = package_warnings(caplog)
     assert len(got) == 2
     assert got[0].startswith("OTEL_PYTHON_PROCESS_METRICS_EXCLUDE: the entry 'zzz*' is not valid")
@@ -56,41 +70,26 @@ def test_each_bad_exclude_entry_gets_its_own_warning(
 
 
 def test_a_huge_bad_entry_is_shown_as_a_bounded_excerpt(
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    instrument: Callable[..., ProcessInstrumentor],
+    from_env: FromEnv, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv(ENV_VARS["include"], "system.network.*," + "q" * 100_000)
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = instrument()
-    assert inst.options is not None and inst.options.include == ("system.network.*",)
+    assert from_env("include", "system.network.*," + "q" * 100_000).include == ("system.network.*",)
     [warning] = package_warnings(caplog)
     assert "q" * 150 in warning and len(warning) < 700
 
 
 def test_a_list_with_no_valid_entry_warns_once_and_uses_the_default(
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    instrument: Callable[..., ProcessInstrumentor],
+    from_env: FromEnv, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv(ENV_VARS["include"], "bogus.*,zzz*")
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = instrument()
-    assert inst.options is not None and inst.options.include == ()
+    assert from_env("include", "bogus.*,zzz*").include == ()
     [warning] = package_warnings(caplog)
     assert warning.startswith("OTEL_PYTHON_PROCESS_METRICS_INCLUDE='bogus.*,zzz*' is not valid")
     assert warning.endswith("using the default, none.")
 
 
 def test_too_many_entries_warn_once_not_once_each(
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    instrument: Callable[..., ProcessInstrumentor],
+    from_env: FromEnv, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv(ENV_VARS["exclude"], ",".join(["cpython.gc.*"] + ["bogus.*"] * 10_000))
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = instrument()
-    assert inst.options is not None and inst.options.exclude == ()
+    assert from_env("exclude", ",".join(["cpython.gc.*"] + ["bogus.*"] * 10_000)).exclude == ()
     [warning] = package_warnings(caplog)
     assert "expected at most 100 metric names or globs" in warning
 
@@ -103,14 +102,12 @@ def test_from_code_one_bad_entry_still_raises(
 
 
 def test_a_list_at_the_limit_is_still_filtered_entry_by_entry(
-    monkeypatch: pytest.MonkeyPatch,
-    caplog: pytest.LogCaptureFixture,
-    instrument: Callable[..., ProcessInstrumentor],
+    from_env: FromEnv, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setenv(ENV_VARS["exclude"], ",".join(["cpython.gc.*"] * 99 + ["bogus.*"]))
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = instrument()
-    assert inst.options is not None and inst.options.exclude == ("cpython.gc.*",) * 99
+    assert (
+        from_env("exclude", ",".join(["cpython.gc.*"] * 99 + ["bogus.*"])).exclude
+        == ("cpython.gc.*",) * 99
+    )
     [warning] = package_warnings(caplog)
     assert "the entry 'bogus.*' is not valid" in warning
 
@@ -181,14 +178,12 @@ def test_bad_env_warns_once_and_uses_the_default(
     option: str,
     raw: str,
     reason: str,
-    monkeypatch: pytest.MonkeyPatch,
+    from_env: FromEnv,
     caplog: pytest.LogCaptureFixture,
     sdk: Sdk,
 ) -> None:
     var = ENV_VARS[option]
-    monkeypatch.setenv(var, raw)
-    caplog.set_level(logging.DEBUG, logger=LOGGER)
-    inst = sdk.instrument()
+    options = from_env(option, raw)
     warnings = [
         r for r in caplog.records if r.name.startswith(LOGGER) and r.levelno >= logging.WARNING
     ]
@@ -198,8 +193,7 @@ def test_bad_env_warns_once_and_uses_the_default(
     assert warnings[0].getMessage() == (
         f"{var}={_shown(raw)} is not valid ({reason}); using the default, {shown}."
     )
-    assert inst.options is not None
-    assert getattr(inst.options, option) == default
+    assert getattr(options, option) == default
     assert "process.cpu.time" in sdk.collect()
 
 

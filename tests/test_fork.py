@@ -16,7 +16,7 @@ from typing import Any
 import psutil
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.platforms import FREE_THREADED
@@ -38,6 +38,28 @@ def _in_child(
     return in_child(body, timeout=int(timeout), fork=fork)
 
 
+def _burn_and_collect(
+    sdk: Sdk, forked: float, *, allocate_mib: int = 0, slack: float = 0.0
+) -> tuple[dict[str, Metric], float, float, int]:
+    """In a child: touch ``allocate_mib`` MiB, burn 0.4 s of CPU, collect.
+
+    Returns the collection, the bounds its CPU utilisation must lie in (the
+    lower one counted from ``forked``, ``slack`` s earlier), and the bytes kept.
+    """
+    started, cpu_start = time.monotonic(), _cpu_seconds()
+    block = b"x" * (allocate_mib << 20)  # touched, so resident
+    end = time.thread_time() + 0.4
+    while time.thread_time() < end:
+        sum(range(2_000))
+    t_b0, cpu_b0 = time.monotonic(), _cpu_seconds()
+    got = sdk.collect()
+    t_b1, cpu_b1 = time.monotonic(), _cpu_seconds()
+    available = cgroups.available_cpus()
+    lo = (cpu_b0 - cpu_start) / (t_b1 - forked + slack) / available
+    hi = cpu_b1 / (t_b0 - started) / available
+    return got, lo, hi, len(block)
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="times the child with CLOCK_BOOTTIME (Linux)")
 def test_child_reports_its_own_memory_pid_and_cpu(sdk: Sdk) -> None:
     inst = sdk.instrument()
@@ -48,28 +70,20 @@ def test_child_reports_its_own_memory_pid_and_cpu(sdk: Sdk) -> None:
     forked = time.monotonic()
 
     def child() -> dict[str, Any]:
-        # The baseline is read at fork: between `forked` and here, at a CPU
-        # time of the child (counted from the fork) between 0 and cpu_start.
-        started, cpu_start = time.monotonic(), _cpu_seconds()
-        block = b"x" * (150 << 20)  # touched, so resident
-        end = time.thread_time() + 0.4
-        while time.thread_time() < end:
-            sum(range(2_000))
-        t_b0, cpu_b0 = time.monotonic(), _cpu_seconds()
-        got = sdk.collect()
-        t_b1, cpu_b1 = time.monotonic(), _cpu_seconds()
+        # The baseline is read at fork: between `forked` and the start of the
+        # burn, at a CPU time of the child (counted from the fork) below its own.
+        got, lo, hi, kept = _burn_and_collect(sdk, forked, allocate_mib=150)
         live = inst._metrics._live
         assert live is not None
-        available = cgroups.available_cpus()
         return {
             "rss": value(got["process.memory.usage"]),
             "start": time.clock_gettime(time.CLOCK_BOOTTIME) - value(got["process.uptime"]),
             "cpu": sum(points(got["process.cpu.utilization"]).values()),
-            "lo": (cpu_b0 - cpu_start) / (t_b1 - forked) / available,
-            "hi": cpu_b1 / (t_b0 - started) / available,
+            "lo": lo,
+            "hi": hi,
             "facts_pid": live.cache.facts.pid,
             "pid": os.getpid(),
-            "kept": len(block),
+            "kept": kept,
         }
 
     got = _in_child(child)
@@ -288,21 +302,10 @@ def test_an_unhooked_childs_first_utilisation_is_its_own_since_it_started(sdk: S
     forked = time.monotonic()
 
     def child() -> dict[str, Any]:
-        started, cpu_start = time.monotonic(), _cpu_seconds()
-        end = time.thread_time() + 0.4
-        while time.thread_time() < end:
-            sum(range(2_000))
-        t_b0, cpu_b0 = time.monotonic(), _cpu_seconds()
-        got = sdk.collect()
-        t_b1, cpu_b1 = time.monotonic(), _cpu_seconds()
-        available = cgroups.available_cpus()
-        return {
-            "cpu": sum(points(got["process.cpu.utilization"]).values()),
-            # No at-fork hook noted the fork: its baseline is the start tick,
-            # up to one clock tick before the fork.
-            "lo": (cpu_b0 - cpu_start) / (t_b1 - forked + 0.011) / available,
-            "hi": cpu_b1 / (t_b0 - started) / available,
-        }
+        # No at-fork hook noted the fork: its baseline is the start tick, up
+        # to one clock tick before the fork.
+        got, lo, hi, _ = _burn_and_collect(sdk, forked, slack=0.011)
+        return {"cpu": sum(points(got["process.cpu.utilization"]).values()), "lo": lo, "hi": hi}
 
     got = _in_child(child, fork=forkapps.c_fork)
     assert got["lo"] * 0.97 <= got["cpu"] <= got["hi"] * 1.03, got

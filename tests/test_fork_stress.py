@@ -265,13 +265,16 @@ def _held_up_child(s: Setup, held: HoldUp) -> dict[str, Any]:
 
 
 def _fork_in_held_up_collections(
-    s: Setup, held: HoldUp, hold: float, name: str
+    s: Setup, where: str, short: bool, monkeypatch: pytest.MonkeyPatch, name: str
 ) -> Iterator[dict[str, Any]]:
-    """Fork inside collections held up ``hold`` s; yield what each child saw.
+    """Fork inside collections held up at ``where`` (``name`` in flight); yield each child's result.
 
+    The hold-up is shorter than the documented fork wait (``short``) or longer.
     The collection is the export thread's when there is one, else one made by
     a helper thread, as a scrape would be.
     """
+    held = HoldUp(where, s.provider, monkeypatch)
+    hold = fork_wait_seconds() / 5 if short else HOLD_MAX
     for i in range(size(3, 30)):
         held.arm(hold)
         collector = None
@@ -280,7 +283,13 @@ def _fork_in_held_up_collections(
             collector.start()
         try:
             assert held.entered.wait(10), "no collection got to the hold-up"
-            yield run_child(lambda: _held_up_child(s, held), f"child {i} ({name})")
+            got = run_child(
+                lambda: _held_up_child(s, held), f"child {i} ({name} in flight at fork)"
+            )
+            # Shorter than the documented wait: the fork waited it out. Longer:
+            # the fork went ahead inside it.
+            assert got["ended_at_fork"] is short, got
+            yield got
         finally:
             held.release()
             if collector is not None:
@@ -298,14 +307,9 @@ def test_cache_lock_held_at_fork(
     # A refresh of this package in flight: the SDK's collection lock and the
     # snapshot cache's lock are both held at the fork.
     s = setup(export_thread)
-    held = HoldUp("refresh", s.provider, monkeypatch)
-    hold = fork_wait_seconds() / 5 if short else HOLD_MAX
     parent = os.getpid()
     since = forkapps.boottime()
-    for got in _fork_in_held_up_collections(s, held, hold, "refresh in flight at fork"):
-        # Shorter than the documented wait: the fork waited it out. Longer:
-        # the fork went ahead inside it.
-        assert got["ended_at_fork"] is short, got
+    for got in _fork_in_held_up_collections(s, "refresh", short, monkeypatch, "refresh"):
         # None of this package's points were taken yet: the child's are its own.
         check_own(got["measured"], "child", parent=parent, since=since, allocated_mib=8)
 
@@ -317,12 +321,9 @@ def test_sdk_collection_lock_held_at_fork(
     # Another meter's callback in flight, after this package's: only the
     # SDK's collection lock is held at the fork.
     s = setup(False)
-    held = HoldUp("callback", s.provider, monkeypatch)
-    hold = fork_wait_seconds() / 5 if short else HOLD_MAX
     parent = os.getpid()
     since = forkapps.boottime()
-    for got in _fork_in_held_up_collections(s, held, hold, "collection in flight at fork"):
-        assert got["ended_at_fork"] is short, got
+    for got in _fork_in_held_up_collections(s, "callback", short, monkeypatch, "collection"):
         measured = got["measured"]
         if short:
             check_own(measured, "child", parent=parent, since=since, allocated_mib=8)
@@ -343,6 +344,20 @@ def _export_child(s: Setup) -> dict[str, Any]:
     }
 
 
+@contextmanager
+def _export_stalled(exporter: RecordingExporter) -> Iterator[None]:
+    """This process's export thread held inside ``exporter`` for the block, then let go."""
+    exporter.stalled.clear()
+    exporter.resume.clear()
+    exporter.stall_pid = os.getpid()
+    try:
+        assert exporter.stalled.wait(10), "the export thread never exported"
+        yield
+    finally:
+        exporter.stall_pid = None
+        exporter.resume.set()
+
+
 def test_export_in_flight_at_fork(setup: Callable[[bool], Setup]) -> None:
     s = setup(True)
     assert s.exporter is not None and s.periodic is not None
@@ -351,16 +366,9 @@ def test_export_in_flight_at_fork(setup: Callable[[bool], Setup]) -> None:
     for i in range(size(3, 30)):
         name = f"child {i} (export in flight at fork)"
         since = forkapps.boottime()
-        s.exporter.stalled.clear()
-        s.exporter.resume.clear()
-        s.exporter.stall_pid = parent
-        try:
-            assert s.exporter.stalled.wait(10), "the export thread never exported"
+        with _export_stalled(s.exporter):
             got = run_child(lambda: _export_child(s), name)
             assert export_lock.locked(), f"{name}: the fork waited for the export to end"
-        finally:
-            s.exporter.stall_pid = None
-            s.exporter.resume.set()
         # The export lock the child inherited was held by a thread it does not have.
         assert got["exported"], f"{name}: the restarted export thread never exported"
         check_own(got["measured"], name, parent=parent, since=since, allocated_mib=8)
@@ -448,17 +456,10 @@ def test_c_fork_during_an_export_lets_the_child_flush(setup: Callable[[bool], Se
     for i in range(size(3, 30)):
         name = f"child {i} (C fork, export in flight)"
         since = forkapps.boottime()
-        s.exporter.stalled.clear()
-        s.exporter.resume.clear()
-        s.exporter.stall_pid = parent
-        try:
-            assert s.exporter.stalled.wait(10), "the export thread never exported"
+        with _export_stalled(s.exporter):
             # The export thread waits in its exporter, outside the collection lock.
             assert s.periodic._export_lock.locked()
             got = run_child(lambda: _flush_child(s), name, fork=forkapps.c_fork)
-        finally:
-            s.exporter.stall_pid = None
-            s.exporter.resume.set()
         assert got["flushed"] and got["flushed_again"], f"{name}: force_flush hung: {got}"
         # Exported by the flushes alone: no export thread runs in the child.
         assert got["exported"] == 1 and got["exported_again"] == 2, f"{name}: {got}"

@@ -644,14 +644,19 @@ def test_fork_forgets_the_parents_loops(monitor: LoopMonitor) -> None:
 
     with idle_loop("parent-loop"):
         time.sleep(0.1)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # fork with threads (3.12+)
-            child = in_child(body)
+        child = in_child(body, fork=_fork_quietly)
         parent = monitor.read()
     assert child["at_fork"] == []  # the parent's loop is not the child's
     assert child["labels"] == ["MainThread"]
     assert max(child["blocks"]) - INTERVAL <= child["max"] <= max(child["blocks"]) + SLACK
     assert "parent-loop" in parent and parent["parent-loop"].max is not None
+
+
+def _fork_quietly() -> int:
+    """os.fork(), without its warning of a fork beside running threads (3.12+)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
 
 
 def _child_report(write_end: int, result: dict[str, Any]) -> None:
@@ -674,23 +679,15 @@ def test_reset_is_a_no_op_here_and_forgets_the_parents_loops_in_a_child(
     asyncio.run(asyncio.sleep(0.05))  # closed, its last window not read: still held
     monitor.reset()  # same process: nothing to forget
     discovery.hooks.after_fork_in_child()  # same process: resets nothing either
-    read_end, write_end = os.pipe()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
-    if pid == 0:  # child
-        try:
-            signal.alarm(20)
-            at_fork = monitor.read()
-            asyncio.run(asyncio.sleep(0.1))
-            count = samples(monitor, "MainThread")
-            own = monitor.read()
-            result = {"at_fork": sorted(at_fork), "labels": sorted(own), "samples": count}
-        except BaseException as exc:  # noqa: BLE001 - report anything to the parent
-            result = {"error": repr(exc)}
-        _child_report(write_end, result)
-    os.close(write_end)
-    child = _wait_child(pid, read_end)
+
+    def body() -> dict[str, Any]:
+        at_fork = monitor.read()
+        asyncio.run(asyncio.sleep(0.1))
+        count = samples(monitor, "MainThread")
+        own = monitor.read()
+        return {"at_fork": sorted(at_fork), "labels": sorted(own), "samples": count}
+
+    child = in_child(body, fork=_fork_quietly)
     assert child["at_fork"] == []  # the parent's window is not the child's
     assert child["labels"] == ["MainThread"] and child["samples"] > 0
     parent = monitor.read()
@@ -710,9 +707,7 @@ def test_a_loop_forked_from_its_own_callback_keeps_no_tick_in_the_child(
         await asyncio.sleep(0.1)  # ticking
         monitor.reset()  # same process: a no-op, the probe goes on
         assert live_timers(loop) == 1  # the probe's pending tick
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
+        pid = _fork_quietly()
         if pid:
             return pid
         try:  # child: the loop runs on from here
@@ -751,26 +746,18 @@ def test_the_at_fork_hook_renews_the_locks_and_forgets_the_parents_loops(
         watch_loop(loop)
         parent = {"hooks": discovery.hooks.lock, "monitor": monitor._lock}
         probes = monitor._probes
-        read_end, write_end = os.pipe()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            pid = os.fork()
-        if pid == 0:  # child
-            try:
-                signal.alarm(20)
-                result = {
-                    "hooks_lock": discovery.hooks.lock is not parent["hooks"],
-                    "monitor_lock": monitor._lock is not parent["monitor"],
-                    "watched": len(discovery.hooks.watched),
-                    "probes": len(monitor._probes),
-                    "dead": all(p.dead for p in probes),
-                    "installed": discovery.hooks_installed() != [],
-                }
-            except BaseException as exc:  # noqa: BLE001 - report anything to the parent
-                result = {"error": repr(exc)}
-            _child_report(write_end, result)
-        os.close(write_end)
-        child = _wait_child(pid, read_end)
+
+        def body() -> dict[str, Any]:
+            return {
+                "hooks_lock": discovery.hooks.lock is not parent["hooks"],
+                "monitor_lock": monitor._lock is not parent["monitor"],
+                "watched": len(discovery.hooks.watched),
+                "probes": len(monitor._probes),
+                "dead": all(p.dead for p in probes),
+                "installed": discovery.hooks_installed() != [],
+            }
+
+        child = in_child(body, fork=_fork_quietly)
     finally:
         loop.close()
     assert child == {
