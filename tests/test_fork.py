@@ -375,17 +375,15 @@ def _statm_rss() -> int:
 
 
 def _fork_during_a_collection(
-    where: str,
-    hold: float,
-    provider: MeterProvider,
-    reader: InMemoryMetricReader,
-    monkeypatch: pytest.MonkeyPatch,
+    where: str, hold: float, sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:
-    """Fork while another thread's collection is held up ``hold`` s in ``where``.
+    """Instrument, then fork while another thread's collection is held up ``hold`` s in ``where``.
 
     Returns what the child saw: whether that collection had ended when it was
     forked, and its own collection.
     """
+    sdk.instrument()
+    provider, reader = sdk.provider, sdk.reader
     held = HoldUp(where, provider, monkeypatch)
 
     def child() -> dict[str, Any]:
@@ -419,9 +417,7 @@ IN_FLIGHT = pytest.mark.parametrize("where", ["refresh", "callback"])
 def test_fork_waits_for_a_short_collection_in_flight(
     where: str, sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sdk.instrument()
-    hold = fork_wait_seconds() / 5
-    got = _fork_during_a_collection(where, hold, sdk.provider, sdk.reader, monkeypatch)
+    got = _fork_during_a_collection(where, fork_wait_seconds() / 5, sdk, monkeypatch)
     # Shorter than the documented wait: the fork waited it out.
     assert got["ended_at_fork"], got
     assert abs(got["rss"] - got["statm"]) < (8 << 20), got
@@ -432,9 +428,7 @@ def test_fork_waits_for_a_short_collection_in_flight(
 def test_fork_does_not_wait_for_a_long_collection_in_flight(
     where: str, sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sdk.instrument()
-    hold = fork_wait_seconds() + 3
-    got = _fork_during_a_collection(where, hold, sdk.provider, sdk.reader, monkeypatch)
+    got = _fork_during_a_collection(where, fork_wait_seconds() + 3, sdk, monkeypatch)
     # Longer than the documented wait: the fork went ahead in the middle of
     # it, and the child still collects.
     assert not got["ended_at_fork"], got
@@ -451,9 +445,7 @@ def test_fork_does_not_wait_for_a_long_collection_in_flight(
 def test_a_child_forked_after_our_callbacks_of_a_long_collection_reports_itself(
     sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    sdk.instrument()
-    hold = fork_wait_seconds() + 3
-    got = _fork_during_a_collection("callback", hold, sdk.provider, sdk.reader, monkeypatch)
+    got = _fork_during_a_collection("callback", fork_wait_seconds() + 3, sdk, monkeypatch)
     assert not got["ended_at_fork"], got
     assert abs(got["rss"] - got["statm"]) < (8 << 20), got
 
@@ -643,19 +635,26 @@ def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
     assert ours == ["WARNING " + UNHOOKED_WARNING.format(pid=got["pid"])], got
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
-def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
-    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, logged: LogLines
+def _break_the_unhooked_clean_up(
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, error: Callable[[], type[Exception]]
 ) -> None:
+    """Instrument and collect; then the clean-up after a fork without hooks raises ``error()``."""
     from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 
     sdk.instrument()
     sdk.collect()
 
     def broken(_provider: Any) -> None:  # a fault injected: the SDK's internals moved
-        raise RuntimeError("no such lock")
+        raise error()("no such lock")
 
     monkeypatch.setattr(forks, "after_fork_without_hooks", broken)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
+def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, logged: LogLines
+) -> None:
+    _break_the_unhooked_clean_up(sdk, monkeypatch, lambda: RuntimeError)
 
     def child() -> dict[str, Any]:
         logged.lines.clear()
@@ -679,6 +678,31 @@ def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
 
 
 FREE_THREADED_HAZARD = "forked without Python's at-fork hooks (uWSGI's default) on a free-threaded"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
+def test_clean_ups_failing_otherwise_in_two_unhooked_forks_are_each_said(
+    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, logged: LogLines
+) -> None:
+    parent = os.getpid()
+    _break_the_unhooked_clean_up(
+        sdk, monkeypatch, lambda: RuntimeError if os.getppid() == parent else LookupError
+    )
+
+    def grandchild() -> dict[str, Any]:
+        sdk.collect()
+        return {"log": [line for line in logged.lines if "clean-up" in line]}
+
+    def child() -> dict[str, Any]:
+        sdk.collect()
+        return in_child(grandchild, fork=forkapps.c_fork)
+
+    got = in_child(child, fork=forkapps.c_fork)
+    assert got["log"] == [
+        "WARNING process metrics: the clean-up after a fork without at-fork hooks failed "
+        f"({error}: no such lock). [traceback]"  # this module's log keeps tracebacks
+        for error in ("RuntimeError", "LookupError")
+    ], got
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")

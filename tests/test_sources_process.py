@@ -28,7 +28,6 @@ from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources.base import psutil_has
 
 from .conftest import LogLines, OpenRecorder, Sdk, collect, points
-from .support import forkapps
 from .support.forked import in_child
 from .support.threadjobs import Job, all_thread_times
 
@@ -251,35 +250,6 @@ def test_after_a_fork_an_open_hook_is_not_run_again_and_a_failing_reset_is_said(
 
 def broken_open(_ctx: ReadContext) -> bool:  # a fault injected: the runtime refuses a hook
     raise RuntimeError("no hook")
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
-def test_clean_ups_failing_otherwise_in_two_unhooked_forks_are_each_said(
-    sdk: Sdk, monkeypatch: pytest.MonkeyPatch, logged: LogLines
-) -> None:
-    sdk.instrument()
-    sdk.collect()
-    parent = os.getpid()
-
-    def broken(_provider: Any) -> None:  # a fault injected: the SDK's internals moved
-        raise (RuntimeError if os.getppid() == parent else LookupError)("no such lock")
-
-    monkeypatch.setattr(forks, "after_fork_without_hooks", broken)
-
-    def grandchild() -> dict[str, Any]:
-        sdk.collect()
-        return {"log": [line for line in logged.lines if "clean-up" in line]}
-
-    def child() -> dict[str, Any]:
-        sdk.collect()
-        return in_child(grandchild, fork=forkapps.c_fork)
-
-    got = in_child(child, fork=forkapps.c_fork)
-    assert got["log"] == [
-        "WARNING process metrics: the clean-up after a fork without at-fork hooks failed "
-        f"({error}: no such lock)."
-        for error in ("RuntimeError", "LookupError")
-    ], got
 
 
 # --- the SDK's export lock after a fork without hooks
