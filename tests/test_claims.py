@@ -35,6 +35,7 @@ from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 from .conftest import OpenRecorder, collect, points, value
 from .support import cgroups, internals
+from .support.exporters import Exporter
 from .support.forked import in_child, python_env
 
 LOGGER = "opentelemetry.instrumentation.process"
@@ -439,24 +440,11 @@ def test_after_uninstrument_a_collection_reads_nothing(
 
 
 def test_force_flush_returns_true_even_when_the_export_fails() -> None:
-    from opentelemetry.sdk.metrics.export import (
-        MetricExporter,
-        MetricExportResult,
-        PeriodicExportingMetricReader,
-    )
+    from opentelemetry.sdk.metrics.export import MetricExportResult, PeriodicExportingMetricReader
 
-    class Failing(MetricExporter):
-        def export(self, *_args: Any, **_kwargs: Any) -> MetricExportResult:
-            return MetricExportResult.FAILURE
-
-        def force_flush(self, timeout_millis: float = 10_000) -> bool:
-            return True
-
-        def shutdown(self, *_args: Any, **_kwargs: Any) -> None:
-            pass
-
+    failing = Exporter(result=MetricExportResult.FAILURE)
     provider = MeterProvider(
-        metric_readers=[PeriodicExportingMetricReader(Failing(), export_interval_millis=60_000)]
+        metric_readers=[PeriodicExportingMetricReader(failing, export_interval_millis=60_000)]
     )
     ProcessInstrumentor().instrument(meter_provider=provider)
     try:

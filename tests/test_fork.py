@@ -23,6 +23,7 @@ from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 
 from .conftest import LogLines, Sdk, collect, log_lines, points, value
 from .support import cgroups, forkapps
+from .support.exporters import Exporter
 from .support.forked import HoldUp, in_child
 from .support.internals import fork_wait_seconds
 
@@ -475,34 +476,21 @@ def test_after_uninstrument_a_fork_does_not_wait_for_a_collection(
 def test_a_child_forked_during_an_export_exports() -> None:
     # prefork.md: an export in flight is not waited for; the child gets a
     # fresh export lock, so its own export thread exports.
-    from opentelemetry.sdk.metrics.export import (
-        MetricExporter,
-        MetricExportResult,
-        PeriodicExportingMetricReader,
-    )
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 
     parent = os.getpid()
     stalled, resume = threading.Event(), threading.Event()
-    exported: list[int] = []
 
-    class Stalling(MetricExporter):
+    def stall() -> None:
         """The parent's exports wait for ``resume``: an export in flight over a slow network."""
+        if os.getpid() == parent:
+            stalled.set()
+            resume.wait(10)
 
-        def export(self, *_args: Any, **_kwargs: Any) -> MetricExportResult:
-            if os.getpid() == parent:
-                stalled.set()
-                resume.wait(10)
-            exported.append(os.getpid())
-            return MetricExportResult.SUCCESS
-
-        def force_flush(self, timeout_millis: float = 10_000) -> bool:
-            return True
-
-        def shutdown(self, *_args: Any, **_kwargs: Any) -> None:
-            pass
-
+    stalling = Exporter(stall)
+    exported = stalling.exports
     provider = MeterProvider(
-        metric_readers=[PeriodicExportingMetricReader(Stalling(), export_interval_millis=20)]
+        metric_readers=[PeriodicExportingMetricReader(stalling, export_interval_millis=20)]
     )
     ProcessInstrumentor().instrument(meter_provider=provider)
 
@@ -553,27 +541,6 @@ def logged() -> Iterator[LogLines]:
         yield handler
 
 
-def _counting_exporter() -> Any:
-    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
-
-    class Counting(MetricExporter):
-        def __init__(self) -> None:
-            super().__init__()
-            self.exports: list[int] = []
-
-        def export(self, *_args: Any, **_kwargs: Any) -> MetricExportResult:
-            self.exports.append(os.getpid())
-            return MetricExportResult.SUCCESS
-
-        def force_flush(self, timeout_millis: float = 10_000) -> bool:
-            return True
-
-        def shutdown(self, *_args: Any, **_kwargs: Any) -> None:
-            pass
-
-    return Counting()
-
-
 def _bounded(call: Callable[[], object], seconds: float) -> bool:
     """Run ``call`` in a thread of this (child) process; whether it returned in time."""
     worker = threading.Thread(target=call, daemon=True)
@@ -593,7 +560,7 @@ def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
 
     from opentelemetry.instrumentation.process import ProcessMetrics
 
-    exporter = _counting_exporter()
+    exporter = Exporter()
     # No export thread: exports happen at force_flush() only, in this thread.
     periodic = PeriodicExportingMetricReader(exporter, export_interval_millis=math.inf)
     provider = MeterProvider(metric_readers=[periodic])
@@ -739,7 +706,7 @@ def test_a_fork_keeps_the_sdk_locks_that_were_free_and_never_breaks_on_other_pro
 
     from opentelemetry.instrumentation.process import ProcessMetrics
 
-    periodic = PeriodicExportingMetricReader(_counting_exporter(), export_interval_millis=math.inf)
+    periodic = PeriodicExportingMetricReader(Exporter(), export_interval_millis=math.inf)
     provider = MeterProvider(metric_readers=[periodic])
     # A provider that is not the SDK's is guarded too: the hooks must not trip on it.
     others = [ProcessMetrics(meter_provider=NoOpMeterProvider())]

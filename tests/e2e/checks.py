@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 
@@ -182,23 +182,36 @@ def process_cpu_seconds(proc: psutil.Process) -> float:
     return total / 1e9
 
 
-class OsSampler:
-    """Reads the OS every few ms in a thread, so that a point can be bracketed in time."""
+_S = TypeVar("_S", bound="Sampler")
 
-    def __init__(self, proc: psutil.Process, every: float = 0.01) -> None:
-        self._proc = proc
-        self._every = every
-        self._readings: list[OsReading] = []
+
+class Sampler:
+    """A thread that runs :meth:`_run` from the start of a ``with`` block until its end."""
+
+    def __init__(self, name: str) -> None:
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="os-sampler", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
-    def __enter__(self) -> OsSampler:
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _S) -> _S:
         self._thread.start()
         return self
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+class OsSampler(Sampler):
+    """Reads the OS every few ms in a thread, so that a point can be bracketed in time."""
+
+    def __init__(self, proc: psutil.Process, every: float = 0.01) -> None:
+        self._proc = proc
+        self._every = every
+        self._readings: list[OsReading] = []
+        super().__init__("os-sampler")
 
     def _run(self) -> None:
         while not self._stop.is_set():

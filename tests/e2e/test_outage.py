@@ -11,7 +11,6 @@ never reset, never a negative rate.
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, suppress
@@ -20,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .checks import PROMETHEUS, wait_for_names
+from .checks import PROMETHEUS, Sampler, wait_for_names
 from .launch import App, push_app
 from .servers import (
     Children,
@@ -38,13 +37,12 @@ OUTAGE_S = 3.0
 MAX_RSS_GROWTH = 8 << 20  # bytes, from the start of the outage to the end of the test
 
 
-class RssSampler:
+class RssSampler(Sampler):
     """Reads the RSS of some processes from /proc every 50 ms, in a thread."""
 
     def __init__(self, pids: list[int]) -> None:
         self.samples: dict[int, list[tuple[float, int]]] = {pid: [] for pid in pids}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__("rss-sampler")
 
     def _run(self) -> None:
         procs = {pid: psutil.Process(pid) for pid in self.samples}
@@ -52,14 +50,6 @@ class RssSampler:
             for pid, proc in procs.items():
                 with suppress(psutil.Error):
                     self.samples[pid].append((time.time(), proc.memory_info().rss))
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
 
     def at(self, pid: int, when: float) -> int:
         """The last RSS read at or before ``when``."""
