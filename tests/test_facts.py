@@ -36,9 +36,9 @@ def _tree(root: Path, proc_cgroup: str, files: dict[str, str]) -> tuple[Path, Pa
     return root / "sys-fs-cgroup", self_cgroup
 
 
-def test_v2_quota_and_memory_limit(tmp_path: Path) -> None:
-    root, self_cgroup = _tree(
-        tmp_path,
+TREES = {
+    # The pod's quota applies to the app below it: 1.5 CPUs.
+    "v2-quota-and-memory-limit": (
         "0::/kubepods/pod1/app\n",
         {
             "sys-fs-cgroup/cpu.max": "max 100000",
@@ -47,15 +47,10 @@ def test_v2_quota_and_memory_limit(tmp_path: Path) -> None:
             "sys-fs-cgroup/kubepods/pod1/app/cpu.max": "max 100000",
             "sys-fs-cgroup/kubepods/pod1/app/memory.max": "536870912",
         },
-    )
-    # The pod's quota applies to the app below it: 1.5 CPUs.
-    assert cgroup_cpu_quota(root, self_cgroup) == 1.5
-    assert cgroup_memory_limit(root, self_cgroup) == 512 << 20
-
-
-def test_v2_tightest_ancestor_wins(tmp_path: Path) -> None:
-    root, self_cgroup = _tree(
-        tmp_path,
+        1.5,
+        512 << 20,
+    ),
+    "v2-tightest-ancestor-wins": (
         "0::/a/b\n",
         {
             "sys-fs-cgroup/a/cpu.max": "50000 100000",
@@ -63,24 +58,16 @@ def test_v2_tightest_ancestor_wins(tmp_path: Path) -> None:
             "sys-fs-cgroup/a/memory.max": "1073741824",
             "sys-fs-cgroup/a/b/memory.max": "2147483648",
         },
-    )
-    assert cgroup_cpu_quota(root, self_cgroup) == 0.5
-    assert cgroup_memory_limit(root, self_cgroup) == 1 << 30
-
-
-def test_no_limits(tmp_path: Path) -> None:
-    root, self_cgroup = _tree(
-        tmp_path,
+        0.5,
+        1 << 30,
+    ),
+    "no-limits": (
         "0::/\n",
         {"sys-fs-cgroup/cpu.max": "max 100000", "sys-fs-cgroup/memory.max": "max"},
-    )
-    assert cgroup_cpu_quota(root, self_cgroup) is None
-    assert cgroup_memory_limit(root, self_cgroup) is None
-
-
-def test_v1_fallback(tmp_path: Path) -> None:
-    root, self_cgroup = _tree(
-        tmp_path,
+        None,
+        None,
+    ),
+    "v1-fallback": (
         "4:memory:/docker/abc\n2:cpu,cpuacct:/docker/abc\n0::/\n",
         {
             "sys-fs-cgroup/cpu/docker/abc/cpu.cfs_quota_us": "250000",
@@ -88,23 +75,34 @@ def test_v1_fallback(tmp_path: Path) -> None:
             "sys-fs-cgroup/memory/docker/abc/memory.limit_in_bytes": "268435456",
             "sys-fs-cgroup/memory/memory.limit_in_bytes": "9223372036854771712",
         },
-    )
-    assert cgroup_cpu_quota(root, self_cgroup) == 2.5
-    assert cgroup_memory_limit(root, self_cgroup) == 256 << 20
-
-
-def test_v1_unlimited(tmp_path: Path) -> None:
-    root, self_cgroup = _tree(
-        tmp_path,
+        2.5,
+        256 << 20,
+    ),
+    "v1-unlimited": (
         "4:memory:/\n2:cpu:/\n",
         {
             "sys-fs-cgroup/cpu/cpu.cfs_quota_us": "-1",
             "sys-fs-cgroup/cpu/cpu.cfs_period_us": "100000",
             "sys-fs-cgroup/memory/memory.limit_in_bytes": "9223372036854771712",
         },
-    )
-    assert cgroup_cpu_quota(root, self_cgroup) is None
-    assert cgroup_memory_limit(root, self_cgroup) is None
+        None,
+        None,
+    ),
+}
+"""/proc/self/cgroup, the files under /sys/fs/cgroup, and the CPU quota and memory limit found."""
+
+
+@pytest.mark.parametrize(("proc_cgroup", "files", "quota", "limit"), TREES.values(), ids=TREES)
+def test_cgroup_quota_and_memory_limit(
+    tmp_path: Path,
+    proc_cgroup: str,
+    files: dict[str, str],
+    quota: float | None,
+    limit: int | None,
+) -> None:
+    root, self_cgroup = _tree(tmp_path, proc_cgroup, files)
+    assert cgroup_cpu_quota(root, self_cgroup) == quota
+    assert cgroup_memory_limit(root, self_cgroup) == limit
 
 
 def test_missing_cgroup_files_mean_no_limit(tmp_path: Path) -> None:
