@@ -19,6 +19,7 @@ from opentelemetry.instrumentation.process.group.shared import SharedGate
 from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .support.groupkids import Kid
+from .support.planted import planted_symlink
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -69,10 +70,8 @@ def falls_back(caplog: pytest.LogCaptureFixture) -> None:
 def test_a_symlink_planted_as_the_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    target = tmp_path / "target"
-    target.mkdir(mode=0o700)
-    (tmp_path / "run").symlink_to(target)
-    monkeypatch.setenv(VAR, str(tmp_path / "run"))
+    link, target = planted_symlink(tmp_path, "run", "target")
+    monkeypatch.setenv(VAR, str(link))
     falls_back(caplog)
     assert list(target.iterdir()) == []
 

@@ -22,6 +22,7 @@ from opentelemetry.instrumentation.process.resource import (
 )
 
 from .support.groupkids import Kid
+from .support.planted import planted_symlink
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -83,10 +84,8 @@ def test_it_is_process_dependent_so_the_sdk_runs_it_again_after_fork() -> None:
 def test_no_safe_directory_gives_an_empty_resource_and_one_warning(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    target = tmp_path / "elsewhere"
-    target.mkdir(mode=0o700)
-    (tmp_path / "planted").symlink_to(target)
-    monkeypatch.setenv("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR", str(tmp_path / "planted"))
+    link, target = planted_symlink(tmp_path, "planted", "elsewhere")
+    monkeypatch.setenv("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR", str(link))
     with caplog.at_level(logging.WARNING):
         assert ProcessWorkerResourceDetector().detect().attributes == {}
         assert ProcessWorkerResourceDetector().detect().attributes == {}

@@ -175,17 +175,24 @@ V1_MEMORY_FILES = (
 LIMIT_MIB = 160  # room for the child's interpreter and SDK, and what it allocates
 
 
+@contextlib.contextmanager
+def limited_memory() -> Iterator[tuple[Cgroup, Child]]:
+    """An instrumented child alone in a memory cgroup limited to ``LIMIT_MIB``, and the cgroup."""
+    with in_cgroups("memory") as (groups, child):
+        mem = groups["memory"]
+        mem.write("memory.limit_in_bytes", str(LIMIT_MIB * MIB))
+        enter(groups, child)
+        child.ask("instrument")
+        yield mem, child
+
+
 @pytest.mark.skipif(
     FREE_THREADED,
     reason="the free-threaded allocator returns freed memory in the background: the cgroup's "
     "usage moves between reads",
 )
 def test_auto_mode_reports_memory_usage_working_set_and_limit_as_the_cgroup_does() -> None:
-    with in_cgroups("memory") as (groups, child):
-        mem = groups["memory"]
-        mem.write("memory.limit_in_bytes", str(LIMIT_MIB * MIB))
-        enter(groups, child)
-        child.ask("instrument")
+    with limited_memory() as (mem, child):
         child.ask("alloc 80")
         child.ask("free")
         child.ask("alloc 40")  # the peak stays at 80 MiB and more
@@ -217,11 +224,7 @@ def test_auto_mode_reports_memory_usage_working_set_and_limit_as_the_cgroup_does
 
 def test_page_cache_is_reclaimed_before_anything_is_killed() -> None:
     """Usage near the limit is no alarm while it is page cache: the working set is."""
-    with in_cgroups("memory") as (groups, child):
-        mem = groups["memory"]
-        mem.write("memory.limit_in_bytes", str(LIMIT_MIB * MIB))
-        enter(groups, child)
-        child.ask("instrument")
+    with limited_memory() as (mem, child):
         child.ask("cache 100")
         cached = child.ask("collect")
         child.ask("alloc 60")  # no room left unless the cache goes
@@ -245,11 +248,7 @@ def _event(name: str) -> dict[str, str]:
 
 
 def test_a_grandchild_driven_over_the_limit_raises_the_oom_kill_counter() -> None:
-    with in_cgroups("memory") as (groups, child):
-        mem = groups["memory"]
-        mem.write("memory.limit_in_bytes", str(LIMIT_MIB * MIB))
-        enter(groups, child)  # the OOM killer can pick only the test's processes
-        child.ask("instrument")
+    with limited_memory() as (mem, child):  # the OOM killer can pick only the test's processes
         first = child.ask("collect")
         files0 = _memory_files(mem)
         ended = child.ask("oom 320")  # twice the limit
