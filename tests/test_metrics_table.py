@@ -130,16 +130,6 @@ BAD_ROWS = [
         {"name": "test.bad", "option": "per_cpu"},
         "metric table: test.bad names an unknown option 'per_cpu'",
     ),
-    (
-        {"name": "test.bad", "attributes": ("cpu.state",)},
-        "metric table: test.bad has the attributes ('cpu.state',), but field 'cpu_time' of "
-        "source 'process.rusage' names ('cpu.mode',)",
-    ),
-    (
-        {"name": "test.bad", "attributes": ()},
-        "metric table: test.bad has the attributes (), but field 'cpu_time' of source "
-        "'process.rusage' names ('cpu.mode',)",
-    ),
 ]
 
 

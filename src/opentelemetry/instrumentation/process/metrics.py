@@ -44,8 +44,6 @@ class Metric:
     """Name of the snapshot source (see ``sources.SOURCES``)."""
     field: str
     """Field of that source's reading that holds the value."""
-    attributes: tuple[str, ...] = ()
-    """Attribute names of its points: the names of its field's key type, checked at import."""
     default: bool = False
     value_type: type = int
     option: str | None = None
@@ -62,6 +60,12 @@ class Metric:
     def extension(self) -> bool:
         """True for this package's own metrics, outside the semantic conventions."""
         return self.name.startswith(EXTENSION_PREFIX)
+
+    @property
+    def attributes(self) -> tuple[str, ...]:
+        """Attribute names of its points: those its source's field declares, in order."""
+        key = SOURCES[self.source].fields[self.field]
+        return key.names if key is not None else ()
 
     @property
     def cost(self) -> str:
@@ -88,18 +92,7 @@ class Metric:
 
 
 C, U, G = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE
-_DIR = ("disk.io.direction",)
-_NET = ("network.interface.name", "network.io.direction")
-_CPU = ("cpu.logical_number", "cpu.mode")
-_FS = (
-    "system.device",
-    "system.filesystem.state",
-    "system.filesystem.type",
-    "system.filesystem.mode",
-    "system.filesystem.mountpoint",
-)
 _PER_CPU = "cpu.logical_number only with per_cpu=True"
-_GEN = ("cpython.gc.generation",)
 _LOOP = (
     "thread.name: the thread running the loop, with the counter of default names "
     "removed (Thread (serve)); #2, #3 for loops alive at once under one name"
@@ -114,13 +107,12 @@ _PSI = (
 METRICS: tuple[Metric, ...] = (
     # --- process, on by default
     Metric("process.cpu.time", C, "s", "Total CPU seconds of this process, by mode.",
-           group="process", source="process.rusage", field="cpu_time", attributes=("cpu.mode",),
+           group="process", source="process.rusage", field="cpu_time",
            default=True, value_type=float),
     Metric("process.cpu.utilization", G, "1",
            "CPU time since the last collection, divided by the elapsed time and the CPUs "
            "available to the process (affinity, capped by a cgroup quota).",
            group="process", source="process.rusage", field="cpu_utilization",
-           attributes=("cpu.mode",),
            default=True, value_type=float),
     Metric("process.memory.usage", U, "By", "Resident set size of this process.",
            group="process", source="process.memory", field="rss", default=True),
@@ -132,10 +124,10 @@ METRICS: tuple[Metric, ...] = (
            group="process", source="process.memory", field="utilization", default=True,
            value_type=float),
     Metric("process.disk.io", C, "By", "Bytes this process read from and wrote to storage.",
-           group="process", source="process.io", field="bytes", attributes=_DIR, default=True),
+           group="process", source="process.io", field="bytes", default=True),
     Metric("process.disk.operations", C, "{operation}",
            "Read and write operations of this process (on Linux: read/write syscalls).",
-           group="process", source="process.io", field="operations", attributes=_DIR, default=True),
+           group="process", source="process.io", field="operations", default=True),
     Metric("process.thread.count", U, "{thread}", "Threads of this process.",
            group="process", source="process.num_threads", field="count", default=True),
     Metric("process.unix.file_descriptor.count", U, "{file_descriptor}",
@@ -145,11 +137,9 @@ METRICS: tuple[Metric, ...] = (
            group="process", source="process.num_handles", field="count", default=True),
     Metric("process.context_switches", C, "{context_switch}",
            "Context switches of all threads of this process.",
-           group="process", source="process.rusage", field="context_switches",
-           attributes=("process.context_switch.type",), default=True),
+           group="process", source="process.rusage", field="context_switches", default=True),
     Metric("process.paging.faults", C, "{fault}", "Page faults of this process.",
-           group="process", source="process.rusage", field="paging_faults",
-           attributes=("system.paging.fault.type",), default=True),
+           group="process", source="process.rusage", field="paging_faults", default=True),
     Metric("process.uptime", G, "s", "Seconds since this process started.",
            group="process", source="process.uptime", field="uptime", default=True,
            value_type=float),
@@ -170,30 +160,30 @@ METRICS: tuple[Metric, ...] = (
     Metric("cpython.gc.collections", C, "{collection}",
            "Garbage collections, by the generation CPython reports (a free-threaded build "
            "reports every automatic collection as generation 0, and each is full).",
-           group="cpython", source="cpython.gc", field="collections", attributes=_GEN,
+           group="cpython", source="cpython.gc", field="collections",
            default=True),
     Metric("cpython.gc.collected_objects", C, "{object}",
            "Objects collected, by the generation CPython reports.",
-           group="cpython", source="cpython.gc", field="collected", attributes=_GEN,
+           group="cpython", source="cpython.gc", field="collected",
            default=True),
     Metric("cpython.gc.uncollectable_objects", C, "{object}",
            "Objects found uncollectable, by the generation CPython reports.",
-           group="cpython", source="cpython.gc", field="uncollectable", attributes=_GEN,
+           group="cpython", source="cpython.gc", field="uncollectable",
            default=True),
     Metric("process_metrics.cpython.gc.pause.time", C, "s",
            "Time spent in garbage collections, by the generation CPython reports, measured "
            "around each one (extension).",
-           group="cpython", source="cpython.gc_pauses", field="time", attributes=_GEN,
+           group="cpython", source="cpython.gc_pauses", field="time",
            default=True, value_type=float),
     Metric("process_metrics.cpython.gc.pause.max", G, "s",
            "Longest single garbage-collection pause since the previous collection of "
            "metrics, by generation; 0 for a generation that did not collect (extension).",
-           group="cpython", source="cpython.gc_pauses", field="max", attributes=_GEN,
+           group="cpython", source="cpython.gc_pauses", field="max",
            default=True, value_type=float),
     Metric("process_metrics.cpython.gc.pause.bucket", C, "{pause}",
            "Garbage-collection pauses no longer than each bucket bound, all generations "
            "(extension): a histogram as cumulative counters.",
-           group="cpython", source="cpython.gc_pauses", field="buckets", attributes=("le",),
+           group="cpython", source="cpython.gc_pauses", field="buckets",
            option="gc_pause_histogram",
            note="le: 1e-05 to 1 (seconds, the 1-2-5 series) and +Inf, as Prometheus writes "
            "them"),
@@ -201,35 +191,35 @@ METRICS: tuple[Metric, ...] = (
     Metric("process_metrics.eventloop.delay.max", G, "s",
            "Longest delay of an asyncio event loop in running a timer since the previous "
            "collection (extension).",
-           group="eventloop", source="asyncio.loops", field="max", attributes=("thread.name",),
+           group="eventloop", source="asyncio.loops", field="max",
            value_type=float, option="event_loop", note=_LOOP),
     Metric("process_metrics.eventloop.delay.mean", G, "s",
            "Mean delay of an asyncio event loop in running a timer since the previous "
            "collection (extension).",
-           group="eventloop", source="asyncio.loops", field="mean", attributes=("thread.name",),
+           group="eventloop", source="asyncio.loops", field="mean",
            value_type=float, option="event_loop", note=_LOOP),
     Metric("process_metrics.eventloop.delay.p50", G, "s",
            "Median delay of an asyncio event loop in running a timer since the previous "
            "collection, rounded up to a bucket bound (extension).",
-           group="eventloop", source="asyncio.loops", field="p50", attributes=("thread.name",),
+           group="eventloop", source="asyncio.loops", field="p50",
            value_type=float, option="event_loop", note=_LOOP),
     Metric("process_metrics.eventloop.delay.p99", G, "s",
            "99th percentile of the delays of an asyncio event loop in running a timer since "
            "the previous collection, rounded up to a bucket bound (extension).",
-           group="eventloop", source="asyncio.loops", field="p99", attributes=("thread.name",),
+           group="eventloop", source="asyncio.loops", field="p99",
            value_type=float, option="event_loop", note=_LOOP),
     Metric("process_metrics.eventloop.utilization", G, "1",
            "Share of its running time an asyncio event loop spent busy, not waiting for I/O, "
            "since the previous collection; not measured on uvloop (extension).",
            group="eventloop", source="asyncio.select_timing", field="utilization",
-           attributes=("thread.name",), value_type=float, option="event_loop", note=_LOOP),
+           value_type=float, option="event_loop", note=_LOOP),
     # --- host CPU and memory, on by default (cheap: one file each)
     Metric("system.cpu.time", C, "s", "CPU seconds of the host, by mode.",
-           group="system.cpu", source="system.cpu", field="time", attributes=_CPU,
+           group="system.cpu", source="system.cpu", field="time",
            default=True, value_type=float, note=_PER_CPU),
     Metric("system.cpu.utilization", G, "1",
            "Share of host CPU time in each mode since the last collection.",
-           group="system.cpu", source="system.cpu", field="utilization", attributes=_CPU,
+           group="system.cpu", source="system.cpu", field="utilization",
            default=True, value_type=float, note=_PER_CPU),
     Metric("system.cpu.logical.count", U, "{cpu}", "Logical CPUs of the host.",
            group="system.cpu", source="system.static", field="logical_cpus", default=True),
@@ -237,11 +227,10 @@ METRICS: tuple[Metric, ...] = (
            group="system.cpu", source="system.static", field="physical_cpus", default=True),
     Metric("system.memory.usage", U, "By",
            "Host memory by state; used is total minus available.",
-           group="system.memory", source="system.memory", field="usage",
-           attributes=("system.memory.state",), default=True),
+           group="system.memory", source="system.memory", field="usage", default=True),
     Metric("system.memory.utilization", G, "1", "Host memory by state, as a share of total.",
-           group="system.memory", source="system.memory", field="utilization",
-           attributes=("system.memory.state",), default=True, value_type=float),
+           group="system.memory", source="system.memory", field="utilization", default=True,
+           value_type=float),
     Metric("system.memory.limit", U, "By", "Total host memory.",
            group="system.memory", source="system.memory", field="limit", default=True),
     # --- self-metrics, on by default
@@ -269,7 +258,7 @@ METRICS: tuple[Metric, ...] = (
            option="saturation"),
     Metric("container.cpu.time", C, "s",
            "CPU seconds of the cgroup of this process (all its processes), by mode.",
-           group="saturation", source="cgroup.cpu", field="cpu_time", attributes=("cpu.mode",),
+           group="saturation", source="cgroup.cpu", field="cpu_time",
            value_type=float, option="saturation",
            note="cpu.mode is user or kernel, as the container conventions name them"),
     Metric("container.memory.usage", U, "By",
@@ -291,28 +280,23 @@ METRICS: tuple[Metric, ...] = (
     Metric("process_metrics.cgroup.memory.events", C, "{event}",
            "Memory events of the cgroup of this process: over high, at max, OOM, OOM kill "
            "(extension).",
-           group="saturation", source="cgroup.memory", field="events",
-           attributes=("process_metrics.cgroup.memory.event",), option="saturation",
+           group="saturation", source="cgroup.memory", field="events", option="saturation",
            note="v1 has only max (memory.failcnt) and oom_kill"),
     Metric("process_metrics.cpu.linux.pressure.stall_time", C, "s",
            "Time tasks stalled waiting for CPU (pressure stall information) (extension).",
            group="saturation", source="pressure", field="cpu",
-           attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
            value_type=float, option="saturation", note=_PSI),
     Metric("process_metrics.memory.linux.pressure.stall_time", C, "s",
            "Time tasks stalled waiting for memory (pressure stall information) (extension).",
            group="saturation", source="pressure", field="memory",
-           attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
            value_type=float, option="saturation", note=_PSI),
     Metric("process_metrics.io.linux.pressure.stall_time", C, "s",
            "Time tasks stalled waiting for I/O (pressure stall information) (extension).",
            group="saturation", source="pressure", field="io",
-           attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
            value_type=float, option="saturation", note=_PSI),
     # --- CPU frequency: only with cpu_frequency=True
     Metric("system.cpu.frequency", G, "Hz", "Current frequency of each logical CPU.",
-           group="frequency", source="system.cpu_freq", field="current",
-           attributes=("cpu.logical_number",), option="cpu_frequency"),
+           group="frequency", source="system.cpu_freq", field="current", option="cpu_frequency"),
     Metric("process_metrics.cpu.frequency.min", G, "Hz",
            "Minimum CPU frequency the host allows (extension); absent where unknown.",
            group="frequency", source="system.static", field="cpu_freq_min", option="cpu_frequency"),
@@ -323,8 +307,7 @@ METRICS: tuple[Metric, ...] = (
     Metric("process_metrics.thread.cpu.time", C, "s",
            "CPU seconds of each thread of this process (extension), capped by "
            "max_thread_series.",
-           group="thread", source="process.threads", field="cpu_time",
-           attributes=("cpu.mode", "thread.id", "thread.name"), value_type=float,
+           group="thread", source="process.threads", field="cpu_time", value_type=float,
            option="per_thread"),
     # --- opt-in process extras
     Metric("process.signals_pending", U, "{signal}", "Signals pending for this process.",
@@ -340,48 +323,41 @@ METRICS: tuple[Metric, ...] = (
            group="process", source="process.smaps", field="uss"),
     # --- host groups, opt-in through include
     Metric("system.disk.io", C, "By", "Bytes read from and written to each disk.",
-           group="disk", source="system.disk", field="bytes",
-           attributes=("system.device", "disk.io.direction")),
+           group="disk", source="system.disk", field="bytes"),
     Metric("system.disk.operations", C, "{operation}", "Reads and writes of each disk.",
-           group="disk", source="system.disk", field="operations",
-           attributes=("system.device", "disk.io.direction")),
+           group="disk", source="system.disk", field="operations"),
     Metric("system.network.io", C, "By", "Bytes received and sent on each interface.",
-           group="network", source="system.network", field="bytes", attributes=_NET),
+           group="network", source="system.network", field="bytes"),
     Metric("system.network.packet.count", C, "{packet}",
            "Packets received and sent on each interface.",
-           group="network", source="system.network", field="packets", attributes=_NET),
+           group="network", source="system.network", field="packets"),
     Metric("system.network.packet.dropped", C, "{packet}",
            "Packets dropped on each interface.",
-           group="network", source="system.network", field="dropped", attributes=_NET),
+           group="network", source="system.network", field="dropped"),
     Metric("system.network.errors", C, "{error}", "Errors on each interface.",
-           group="network", source="system.network", field="errors", attributes=_NET),
+           group="network", source="system.network", field="errors"),
     Metric("system.paging.usage", U, "By", "Swap space by state.",
-           group="paging", source="system.swap", field="usage",
-           attributes=("system.paging.state",)),
+           group="paging", source="system.swap", field="usage"),
     Metric("system.paging.utilization", G, "1", "Swap space by state, as a share of total.",
-           group="paging", source="system.swap", field="utilization",
-           attributes=("system.paging.state",), value_type=float),
+           group="paging", source="system.swap", field="utilization", value_type=float),
     Metric("system.paging.faults", C, "{fault}", "Page faults of the host.",
-           group="paging", source="system.vmstat", field="faults",
-           attributes=("system.paging.fault.type",)),
+           group="paging", source="system.vmstat", field="faults"),
     Metric("system.filesystem.usage", U, "By", "Space of each mounted filesystem, by state.",
-           group="filesystem", source="system.filesystem", field="usage", attributes=_FS),
+           group="filesystem", source="system.filesystem", field="usage"),
     Metric("system.filesystem.utilization", G, "1",
            "Space of each mounted filesystem, by state, as a share of its size.",
-           group="filesystem", source="system.filesystem", field="utilization",
-           attributes=_FS, value_type=float),
+           group="filesystem", source="system.filesystem", field="utilization", value_type=float),
     Metric("system.network.connection.count", U, "{connection}",
            "Host network connections by state and transport. Enabled only when named "
            "exactly in include.",
-           group="connections", source="system.connections", field="count",
-           attributes=("network.connection.state", "network.transport"), exact_only=True),
+           group="connections", source="system.connections", field="count", exact_only=True),
 )  # fmt: skip
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}
 
 
 def _check_table() -> None:
-    """Every join of the table resolves: source, field, attribute names; names unique.
+    """Every join of the table resolves (source, field) and names are unique.
 
     The options that rows name are checked where both are known (``selection.py``).
     """
@@ -395,13 +371,6 @@ def _check_table() -> None:
             raise RuntimeError(
                 f"metric table: {m.name} reads field {m.field!r}, which source "
                 f"{m.source!r} does not declare"
-            )
-        key = source.fields[m.field]
-        names = key.names if key is not None else ()
-        if m.attributes != names:
-            raise RuntimeError(
-                f"metric table: {m.name} has the attributes {m.attributes}, but field "
-                f"{m.field!r} of source {m.source!r} names {names}"
             )
 
 
@@ -419,7 +388,7 @@ TREE_METRICS: tuple[Metric, ...] = (
     Metric("process_metrics.tree.cpu.time", C, "s",
            "CPU seconds of this process and all its descendants, those that exited and were "
            "reaped included, by mode (extension).",
-           group="tree", source="children.tree", field="cpu_time", attributes=("cpu.mode",),
+           group="tree", source="children.tree", field="cpu_time",
            value_type=float, option="children", note=_TREE_CPU),
     Metric("process_metrics.tree.process.count", G, "{process}",
            "Processes in the tree: this one and its live descendants (extension).",
@@ -436,8 +405,7 @@ TREE_METRICS: tuple[Metric, ...] = (
            "Memory of this process and its live descendants: the sum of PSS where PSS is "
            "enabled, else the sum of RSS (which counts shared pages once per process) "
            "(extension).",
-           group="tree", source="children.tree", field="memory",
-           attributes=("process_metrics.memory.measure",), option="children",
+           group="tree", source="children.tree", field="memory", option="children",
            note="process_metrics.memory.measure is pss or rss"),
 )  # fmt: skip
 
@@ -469,7 +437,6 @@ PER_CHILD: dict[str, Metric] = {
         METRICS_BY_NAME[name],
         source=source,
         field=field,
-        attributes=(*CHILD_ATTRIBUTES, *METRICS_BY_NAME[name].attributes),
     )
     for name, (source, field) in _CHILD_FIELDS.items()
     if name in METRICS_BY_NAME
