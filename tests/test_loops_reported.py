@@ -307,8 +307,8 @@ def test_uvloop_imported_while_reporting_runs_is_probed_and_released() -> None:
 @pytest.mark.parametrize(
     ("source", "read", "fed"),
     [
-        ("asyncio.loops", "read_delays", LOOP_METRICS[:4]),
-        ("asyncio.select_timing", "read_utilization", (UTILIZATION,)),
+        ("asyncio_loops", "read_delays", LOOP_METRICS[:4]),
+        ("asyncio_select_timing", "read_utilization", (UTILIZATION,)),
     ],
 )
 def test_a_failing_loop_read_drops_only_its_points_and_recovers(

@@ -28,7 +28,7 @@ DEFAULTS = [m for m in METRICS if m.default and m.supported()]
 # Names the semantic conventions deprecated; none may be emitted.
 DEPRECATED = {
     "process.open_file_descriptor.count",
-    "process.threads",
+    "process_threads",
     "process.runtime.cpython.cpu.utilization",
 }
 DEPRECATED_ATTRIBUTES = {"state", "type", "direction", "process.cpu.state", "cpu"}
@@ -124,7 +124,7 @@ BAD_ROWS = [
     ),
     (
         {"name": "test.bad", "field": "nope"},
-        "metric table: test.bad reads field 'nope', which source 'process.rusage' does not declare",
+        "metric table: test.bad reads field 'nope', which source 'process_rusage' does not declare",
     ),
     (
         {"name": "test.bad", "option": "per_cpu"},
@@ -159,7 +159,7 @@ def test_every_key_of_a_reading_is_of_the_type_its_source_declares() -> None:
                     assert type(key) is key_type, (name, field, key)
                     assert len(key) == len(key_type.names), (name, field, key)
                 seen.add((name, field))
-    assert ("process.threads", "cpu_time") in seen and ("system.cpu", "time") in seen
+    assert ("process_threads", "cpu_time") in seen and ("system_cpu", "time") in seen
 
 
 @pytest.mark.parametrize(("change", "error"), BAD_ROWS, ids=lambda x: str(x)[:30])
@@ -184,3 +184,9 @@ def test_a_table_row_that_does_not_resolve_is_refused_at_import(
     monkeypatch.setattr(table, "METRICS_BY_NAME", {m.name: m for m in table.METRICS})
     with pytest.raises(RuntimeError, match=f"^{re.escape(error)}$"):
         check()
+
+
+def test_a_source_id_never_reads_as_a_metric_name() -> None:
+    """Source ids are snake case; metric names are dotted (and no id is one)."""
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", name) for name in SOURCES), sorted(SOURCES)
+    assert not set(SOURCES) & {m.name for m in METRICS}

@@ -436,7 +436,7 @@ def test_collections_inside_our_own_callbacks_neither_recurse_nor_corrupt(
     assert inst._metrics is not None
     live = inst._metrics._live
     assert live is not None
-    recorder = live.cache._ctx.state["cpython.gc_pauses"]
+    recorder = live.cache._ctx.state["cpython_gc_pauses"]
     original = recorder.read
     forced: list[float] = []
     depth, deepest, returned = [0], [0], []
@@ -520,8 +520,8 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
     assert live is not None
     state = live.cache._ctx.state
     target = {
-        "recorder": state["cpython.gc_pauses"]._lock,
-        "monitor": state["asyncio.loops"]._lock,
+        "recorder": state["cpython_gc_pauses"]._lock,
+        "monitor": state["asyncio_loops"]._lock,
         "hooks": discovery.hooks.lock,
     }[lock]
     held, release = threading.Event(), threading.Event()

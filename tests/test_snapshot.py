@@ -139,7 +139,7 @@ def test_concurrent_collections_never_see_a_half_built_snapshot(
 
 
 def test_snapshot_is_complete_for_concurrent_callers(monkeypatch: pytest.MonkeyPatch) -> None:
-    sources = {"process.memory", "system.memory", "system.cpu", "cpython.gc", "refresh"}
+    sources = {"process_memory", "system_memory", "system_cpu", "cpython_gc", "refresh"}
     cache = SnapshotCache(ProcessMetricsOptions(), sources)
     real = psutil.virtual_memory
 
@@ -169,7 +169,7 @@ def test_snapshot_is_complete_for_concurrent_callers(monkeypatch: pytest.MonkeyP
 def test_callers_that_start_one_collection_together_share_one_refresh(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cache = snapshot_cache(["system.memory"])
+    cache = snapshot_cache(["system_memory"])
     real = psutil.virtual_memory
     reads: list[int] = []
 

@@ -229,7 +229,7 @@ def _here(metric: Any) -> bool:
     """Whether the automatic saturation group has ``metric`` on this host, by the OS's files."""
     if metric.source == "pressure":
         return os.path.exists(f"/proc/pressure/{metric.field}")
-    if metric.source.startswith("cgroup."):
+    if metric.source.startswith("cgroup_"):
         return cgroup_limited_here()
     return True
 
@@ -243,7 +243,7 @@ def expected_names(options: Mapping[str, Any]) -> set[str]:
         options=ProcessMetricsOptions(**options),
         faults=FaultLog(),
     )
-    static = ("static", "system.static")
+    static = ("static", "system_static")
     known = {f for name in static for f in SOURCES[name].read(ctx)}
     return {
         n

@@ -280,7 +280,7 @@ class SourceTable(_Generated):
                 flags.append(
                     'shared: with `shared_metrics="once"`, one process of the group reads it'
                 )
-            if source.name in ("static", "system.static"):
+            if source.name in ("static", "system_static"):
                 when = "once per process (and again after fork)"
             elif source.name == "refresh":
                 when = "timed by the refresh itself"
