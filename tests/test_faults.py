@@ -31,8 +31,8 @@ from opentelemetry.instrumentation.process.linux import procfs, sock_diag
 from opentelemetry.instrumentation.process.linux import smaps as linux_smaps
 from opentelemetry.instrumentation.process.linux import threads as linux_threads
 from opentelemetry.instrumentation.process.metrics import METRICS
-from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauses
-from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor
+from opentelemetry.instrumentation.process.probes.gc_pauses import GcPauses
+from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
 from opentelemetry.instrumentation.process.sources import process as process_sources

@@ -31,8 +31,8 @@ from opentelemetry.instrumentation.process import (
 )
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
-from opentelemetry.instrumentation.process.runtime.loops.discovery import hooks_installed
-from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor
+from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
+from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.sources import runtime as runtime_sources
 from opentelemetry.instrumentation.process.sources.base import ReadContext
 

@@ -1,4 +1,4 @@
-"""The delays of one window (runtime/loops/window.py): percentiles within a bucket of the truth."""
+"""The delays of one window (probes/loops/window.py): percentiles within a bucket of the truth."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opentelemetry.instrumentation.process.metrics import METRICS
-from opentelemetry.instrumentation.process.runtime.loops.window import (
+from opentelemetry.instrumentation.process.probes.loops.window import (
     BUCKET_RATIO,
     BUCKETS,
     NO_DELAYS,

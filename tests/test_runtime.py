@@ -512,7 +512,7 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
     Which lock a thread holds at the instant of the fork cannot be arranged for
     real: a thread takes it here and keeps it across the fork.
     """
-    from opentelemetry.instrumentation.process.runtime.loops import discovery
+    from opentelemetry.instrumentation.process.probes.loops import discovery
 
     inst = instrument(event_loop=True)
     assert inst._metrics is not None
@@ -554,8 +554,8 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
 
 def test_the_runtime_page_gives_the_code_figures() -> None:
     """The figures docs/runtime.md states are the constants the code uses."""
-    from opentelemetry.instrumentation.process.runtime import gc_pauses
-    from opentelemetry.instrumentation.process.runtime.loops import monitor, window
+    from opentelemetry.instrumentation.process.probes import gc_pauses
+    from opentelemetry.instrumentation.process.probes.loops import monitor, window
 
     page = " ".join(
         (Path(__file__).resolve().parent.parent / "docs" / "runtime.md").read_text().split()

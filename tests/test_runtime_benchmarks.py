@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 import opentelemetry.instrumentation.process as package
-from opentelemetry.instrumentation.process.runtime.loops.monitor import DEFAULT_INTERVAL
+from opentelemetry.instrumentation.process.probes.loops.monitor import DEFAULT_INTERVAL
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 PACKAGE = "opentelemetry.instrumentation.process"

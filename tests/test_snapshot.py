@@ -382,7 +382,7 @@ def test_each_file_is_opened_once_per_collection(
 
 # -- a reader is imported only by a source that is enabled ------------------------------
 
-_READERS = ("runtime.loops", "linux.sock_diag", "linux.threads", "linux.smaps")
+_READERS = ("probes.loops", "linux.sock_diag", "linux.threads", "linux.smaps")
 _PACKAGE = "opentelemetry.instrumentation.process"
 _LOADED = """
 import json, sys

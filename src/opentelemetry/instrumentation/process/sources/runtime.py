@@ -7,11 +7,11 @@ import sys
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from ..runtime.gc_pauses import BOUNDS, GcPauses
+from ..probes.gc_pauses import BOUNDS, GcPauses
 from .base import Key, ReadContext, Reading, Source, State, attributes
 
 if TYPE_CHECKING:  # imported when a loop source opens: most processes never use one
-    from ..runtime.loops.monitor import LoopMonitor
+    from ..probes.loops.monitor import LoopMonitor
 
 _GENERATION = attributes("cpython.gc.generation")
 _GENERATIONS = tuple(_GENERATION((gen,)) for gen in range(3))
@@ -67,7 +67,7 @@ def _pauses(ctx: ReadContext) -> Reading:
 
 
 def _new_monitor(_ctx: ReadContext) -> LoopMonitor:
-    from ..runtime.loops.monitor import LoopMonitor
+    from ..probes.loops.monitor import LoopMonitor
 
     return LoopMonitor(delays=False, utilization=False)
 
@@ -77,7 +77,7 @@ _LOOPS = State("asyncio_loops", _new_monitor)
 
 
 def _open_delays(ctx: ReadContext) -> bool:
-    from ..runtime.loops.monitor import DELAYS
+    from ..probes.loops.monitor import DELAYS
 
     monitor = ctx.state_of(_LOOPS)
     monitor.measure(DELAYS)
@@ -86,7 +86,7 @@ def _open_delays(ctx: ReadContext) -> bool:
 
 
 def _open_utilization(ctx: ReadContext) -> bool:
-    from ..runtime.loops.monitor import UTILIZATION
+    from ..probes.loops.monitor import UTILIZATION
 
     # Only opened when the utilisation metric is selected: select is timed only then.
     monitor = ctx.state_of(_LOOPS)
