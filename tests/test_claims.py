@@ -30,6 +30,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
+from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.metrics import METRICS, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
@@ -61,7 +62,7 @@ def _patterns_for(metric: Metric) -> list[str]:
     return [metric.name, metric.name.split(".", 1)[0] + ".*"]
 
 
-SUPPORTED = [m for m in METRICS if m.supported()]
+SUPPORTED = [m for m in METRICS if supported(m)]
 
 
 @pytest.mark.parametrize("metric", SUPPORTED, ids=lambda m: m.name)
@@ -230,7 +231,7 @@ print(json.dumps({"found": found, "statm": statm}))
     )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.splitlines()[-1])
-    defaults = {m.name for m in METRICS if m.default and m.supported()}
+    defaults = {m.name for m in METRICS if m.default and supported(m)}
     assert defaults <= set(got["found"]), defaults - set(got["found"])
     if sys.platform.startswith("linux"):
         (rss,) = got["found"]["process.memory.usage"]

@@ -25,6 +25,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process import facts as facts_module
+from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
 from opentelemetry.instrumentation.process.instruments import _registries
 from opentelemetry.instrumentation.process.linux import procfs, sock_diag
@@ -132,7 +133,7 @@ DIRECT_READS: dict[str, tuple[Any, str]] = {
 
 
 def _options_for(source: str) -> dict[str, Any]:
-    fed = [m for m in METRICS if m.source == source and m.supported()]
+    fed = [m for m in METRICS if m.source == source and supported(m)]
     gated = {m.option for m in fed if m.option}
     direct = {"direct_reads": False} if source in FALLS_BACK else {}
     if gated == {"saturation"}:  # its sources share one reader: turn on only this one
@@ -146,7 +147,7 @@ def _options_for(source: str) -> dict[str, Any]:
 CASES = [
     pytest.param(source, error, id=f"{source}-{error}")
     for source in TARGETS
-    if any(m.source == source and m.supported() for m in METRICS)
+    if any(m.source == source and supported(m) for m in METRICS)
     for error in [*ERRORS, "missing-field"]
 ]
 

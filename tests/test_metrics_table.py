@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
+from opentelemetry.instrumentation.process.catalog import attributes_of, platforms_of, supported
 from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Metric
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
@@ -23,7 +24,7 @@ from .support.semconv import (
     semconv_shapes,
 )
 
-DEFAULTS = [m for m in METRICS if m.default and m.supported()]
+DEFAULTS = [m for m in METRICS if m.default and supported(m)]
 
 # Names the semantic conventions deprecated; none may be emitted.
 DEPRECATED = {
@@ -39,7 +40,7 @@ def test_semconv_metrics_have_the_attributes_of_the_semantic_conventions() -> No
     known = semconv_attributes()
     for m in METRICS:
         if not m.extension:
-            assert set(m.attributes) <= set(known), (m.name, set(m.attributes) - set(known))
+            assert set(attributes_of(m)) <= set(known), (m.name, set(attributes_of(m)) - set(known))
 
 
 @needs_current_semconv
@@ -58,7 +59,7 @@ def test_table_is_consistent() -> None:
     for m in METRICS:
         assert re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+", m.name), m.name
         assert m.name not in DEPRECATED
-        assert not set(m.attributes) & DEPRECATED_ATTRIBUTES, m.name
+        assert not set(attributes_of(m)) & DEPRECATED_ATTRIBUTES, m.name
         assert m.description.endswith("."), m.name
         if m.extension:
             # Extensions are this package's own names: never under a semconv namespace.
@@ -108,11 +109,11 @@ def test_platform_gaps_are_declared_where_the_value_comes_from() -> None:
     """Windows has no getrusage(2) and no RLIMIT_NOFILE: the table says so, by source field."""
     by_name = {m.name: m for m in METRICS}
     for name in ("process.paging.faults", "process_metrics.unix.file_descriptor.limit"):
-        assert "windows" not in by_name[name].platforms, name
-        assert "linux" in by_name[name].platforms and "darwin" in by_name[name].platforms
+        assert "windows" not in platforms_of(by_name[name]), name
+        assert "linux" in platforms_of(by_name[name]) and "darwin" in platforms_of(by_name[name])
     # The other fields of the same sources stay on every platform.
-    assert "windows" in by_name["process.cpu.time"].platforms
-    assert "windows" in by_name["system.cpu.logical.count"].platforms
+    assert "windows" in platforms_of(by_name["process.cpu.time"])
+    assert "windows" in platforms_of(by_name["system.cpu.logical.count"])
 
 
 # (what is wrong with an added row, the error the import-time check raises)
@@ -166,11 +167,11 @@ def test_every_key_of_a_reading_is_of_the_type_its_source_declares() -> None:
 def test_a_table_row_that_does_not_resolve_is_refused_at_import(
     change: dict[str, Any], error: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from opentelemetry.instrumentation.process import catalog, selection
     from opentelemetry.instrumentation.process import metrics as table
-    from opentelemetry.instrumentation.process import selection
 
     def check() -> None:
-        table._check_table()
+        catalog.check_table(table.METRICS)
         selection.check_gates(table.METRICS)
 
     check()  # the real table resolves

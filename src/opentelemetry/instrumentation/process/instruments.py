@@ -26,6 +26,7 @@ from opentelemetry.metrics import (
 )
 
 from . import sdk_fork_guard
+from .catalog import supported
 from .metrics import Kind, Metric
 from .options import ProcessMetricsOptions
 from .selection import enabled_metrics
@@ -59,7 +60,7 @@ class Instrumentation:
         self._children = {
             m.name: child
             for m in metrics
-            if options.children and (child := m.per_child) is not None and child.supported()
+            if options.children and (child := m.per_child) is not None and supported(child)
         }
         sources = {m.source for m in (*metrics, *self._children.values())}
         self.cache = SnapshotCache(options, sources)

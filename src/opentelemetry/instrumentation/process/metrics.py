@@ -2,9 +2,10 @@
 
 Registration, the tests and the generated metric reference all read this
 table. Adding a metric means adding one row (and, for a new kind of data, one
-source under ``sources/``). Names and attributes follow OpenTelemetry
-semantic conventions 1.44; names under ``process_metrics.`` are this
-package's own extensions.
+source under ``sources/``). Names follow OpenTelemetry semantic conventions
+1.44; names under ``process_metrics.`` are this package's own extensions. A
+row names its source and field by id; ``catalog.py`` joins them and checks
+the table.
 
 This module is internal: its names may change between releases.
 """
@@ -16,7 +17,6 @@ import enum
 from dataclasses import KW_ONLY, dataclass
 
 from .group import SLOT_ATTRIBUTE
-from .sources import SOURCES
 
 EXTENSION_PREFIX = "process_metrics."
 
@@ -41,7 +41,7 @@ class Metric:
     group: str
     """The section of the metric reference it is listed in."""
     source: str
-    """Name of the snapshot source (see ``sources.SOURCES``)."""
+    """Id of the snapshot source (see ``sources.SOURCES``); ``catalog.py`` joins the two."""
     field: str
     """Field of that source's reading that holds the value."""
     default: bool = False
@@ -60,26 +60,6 @@ class Metric:
     def extension(self) -> bool:
         """True for this package's own metrics, outside the semantic conventions."""
         return self.name.startswith(EXTENSION_PREFIX)
-
-    @property
-    def attributes(self) -> tuple[str, ...]:
-        """Attribute names of its points: those its source's field declares, in order."""
-        key = SOURCES[self.source].fields[self.field]
-        return key.names if key is not None else ()
-
-    @property
-    def cost(self) -> str:
-        return SOURCES[self.source].cost
-
-    @property
-    def platforms(self) -> frozenset[str]:
-        """Where it can be reported: its source's platforms, or its field's."""
-        source = SOURCES[self.source]
-        return source.field_platforms.get(self.field, source.platforms)
-
-    def supported(self, platform: str | None = None) -> bool:
-        """Whether this metric can be reported on ``platform`` (default: this one)."""
-        return SOURCES[self.source].supported(platform, self.field)
 
     @property
     def per_child(self) -> Metric | None:
@@ -356,24 +336,6 @@ METRICS: tuple[Metric, ...] = (
 METRICS_BY_NAME = {m.name: m for m in METRICS}
 
 
-def _check_table() -> None:
-    """Every join of the table resolves (source, field) and names are unique.
-
-    The options that rows name are checked where both are known (``selection.py``).
-    """
-    if len(METRICS_BY_NAME) != len(METRICS):
-        raise RuntimeError("metric table: a name is declared twice")
-    for m in (*METRICS, *PER_CHILD.values()):
-        source = SOURCES.get(m.source)
-        if source is None:
-            raise RuntimeError(f"metric table: {m.name} names an unknown source {m.source!r}")
-        if m.field not in source.fields:
-            raise RuntimeError(
-                f"metric table: {m.name} reads field {m.field!r}, which source "
-                f"{m.source!r} does not declare"
-            )
-
-
 # --- supervisor mode (children=True) ------------------------------------------
 
 CHILD_ATTRIBUTES = (SLOT_ATTRIBUTE, "process.pid")
@@ -442,6 +404,3 @@ PER_CHILD: dict[str, Metric] = {
     if name in METRICS_BY_NAME
 }
 """Per-child rows, by the name of the process metric they add points to."""
-
-
-_check_table()
