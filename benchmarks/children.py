@@ -60,9 +60,9 @@ PLOT = ROOT / "docs" / "_static" / "benchmarks" / "children.png"
 COUNTS = (0, 1, 2, 4, 8, 16, 32, 48, 64)
 SOURCES = tuple(s.name for s in children_sources.SOURCES)
 WITHOUT_FAULTS = tuple(
-    n for n in SOURCES if n not in ("children.paging_faults", "children.memory_full")
+    n for n in SOURCES if n not in ("children_paging_faults", "children_memory_full")
 )
-WITH_FAULTS = (*WITHOUT_FAULTS, "children.paging_faults")
+WITH_FAULTS = (*WITHOUT_FAULTS, "children_paging_faults")
 
 
 def bare_reads(handles: list[psutil.Process]) -> None:

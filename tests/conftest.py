@@ -17,6 +17,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric, MetricsData
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
+from opentelemetry.instrumentation.process.catalog import supported
 
 from .support import expected_skips
 from .support.groupkids import Kid
@@ -97,11 +98,11 @@ def on_by_default() -> set[str]:
 
     if cgroup_limited_here():
         pytest.skip("this process is in a limited cgroup: the default set depends on its files")
-    names = {m.name for m in METRICS if m.default and m.supported()}
+    names = {m.name for m in METRICS if m.default and supported(m)}
     return names | {
         m.name
         for m in METRICS
-        if m.source == "pressure" and m.supported() and os.path.exists(f"/proc/pressure/{m.field}")
+        if m.source == "pressure" and supported(m) and os.path.exists(f"/proc/pressure/{m.field}")
     }
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 import pytest
 
+from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, PER_CHILD
 
 from .conftest import on_by_default
@@ -165,7 +166,7 @@ def test_instrument_configured_by_environment() -> None:
     names = scopes["opentelemetry.instrumentation.process"]
     assert {"process.cpu.time", "process.memory.usage", "system.cpu.time"} <= names
     assert not {n for n in names if n.startswith("cpython.gc.")}, "EXCLUDE was ignored"
-    if METRICS_BY_NAME["process_metrics.unix.file_descriptor.limit"].supported():
+    if supported(METRICS_BY_NAME["process_metrics.unix.file_descriptor.limit"]):
         assert "process_metrics.unix.file_descriptor.limit" in names, "INCLUDE was ignored"
 
 

@@ -25,14 +25,15 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process import facts as facts_module
+from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
 from opentelemetry.instrumentation.process.instruments import _registries
 from opentelemetry.instrumentation.process.linux import procfs, sock_diag
 from opentelemetry.instrumentation.process.linux import smaps as linux_smaps
 from opentelemetry.instrumentation.process.linux import threads as linux_threads
 from opentelemetry.instrumentation.process.metrics import METRICS
-from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauses
-from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor
+from opentelemetry.instrumentation.process.probes.gc_pauses import GcPauses
+from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
 from opentelemetry.instrumentation.process.sources import process as process_sources
@@ -47,39 +48,39 @@ ON_LINUX = sys.platform.startswith("linux")
 # The OS call behind each source that reads one. The two sources that read a
 # procfs file themselves go through the module's ``open``.
 TARGETS: dict[str, tuple[Any, str]] = {
-    "process.memory": (psutil.Process, "memory_info"),
-    "process.io": (psutil.Process, "io_counters"),
-    "process.num_threads": (psutil.Process, "num_threads"),
-    "process.num_fds": (psutil.Process, "num_fds"),
-    "process.num_handles": (psutil.Process, "num_handles"),
-    "process.threads": (psutil.Process, "threads"),
-    "process.signals": (procfs, "open"),
-    "process.smaps": (psutil.Process, "memory_full_info"),
-    "system.cpu": (psutil, "cpu_times"),
-    "system.memory": (psutil, "virtual_memory"),
-    "system.cpu_freq": (psutil, "cpu_freq"),
-    "system.disk": (psutil, "disk_io_counters"),
-    "system.network": (psutil, "net_io_counters"),
-    "system.swap": (psutil, "swap_memory"),
-    "system.vmstat": (procfs, "open"),
-    "system.filesystem": (psutil, "disk_partitions"),
-    "system.connections": (psutil, "net_connections"),
-    "cpython.gc": (gc, "get_stats"),
-    "cpython.gc_pauses": (GcPauses, "read"),
-    "asyncio.loops": (LoopMonitor, "read_delays"),
-    "asyncio.select_timing": (LoopMonitor, "read_utilization"),
+    "process_memory": (psutil.Process, "memory_info"),
+    "process_io": (psutil.Process, "io_counters"),
+    "process_num_threads": (psutil.Process, "num_threads"),
+    "process_num_fds": (psutil.Process, "num_fds"),
+    "process_num_handles": (psutil.Process, "num_handles"),
+    "process_threads": (psutil.Process, "threads"),
+    "process_signals": (procfs, "open"),
+    "process_smaps": (psutil.Process, "memory_full_info"),
+    "system_cpu": (psutil, "cpu_times"),
+    "system_memory": (psutil, "virtual_memory"),
+    "system_cpu_freq": (psutil, "cpu_freq"),
+    "system_disk": (psutil, "disk_io_counters"),
+    "system_network": (psutil, "net_io_counters"),
+    "system_swap": (psutil, "swap_memory"),
+    "system_vmstat": (procfs, "open"),
+    "system_filesystem": (psutil, "disk_partitions"),
+    "system_connections": (psutil, "net_connections"),
+    "cpython_gc": (gc, "get_stats"),
+    "cpython_gc_pauses": (GcPauses, "read"),
+    "asyncio_loops": (LoopMonitor, "read_delays"),
+    "asyncio_select_timing": (LoopMonitor, "read_utilization"),
     # Each file's own faults (vanished, unreadable, garbage) are in test_linux_cgroup.py.
-    "cgroup.cpu": (saturation_sources, "read_all"),
-    "cgroup.memory": (saturation_sources, "read_all"),
+    "cgroup_cpu": (saturation_sources, "read_all"),
+    "cgroup_memory": (saturation_sources, "read_all"),
     "pressure": (saturation_sources, "read_all"),
-    "process.rusage": (
+    "process_rusage": (
         (process_sources._resource, "getrusage")
         if process_sources._resource is not None
         else (psutil.Process, "cpu_times")
     ),
 }
 # Sources that read nothing from the OS at collection time.
-NO_OS_READ = {"static", "system.static", "refresh", "process.uptime"}
+NO_OS_READ = {"static", "system_static", "refresh", "process_uptime"}
 
 # Every exception psutil (or the OS call) can raise there.
 ERRORS: dict[str, Callable[[], BaseException]] = {
@@ -112,7 +113,7 @@ class _EmptyFile(_NoFields):
 
 # Supervisor mode's sources share one pass over the children: their faults
 # (a child gone mid-read, one that may not be read) are in test_children.py.
-CHILDREN = {name for name in SOURCES if name.startswith("children.")}
+CHILDREN = {name for name in SOURCES if name.startswith("children_")}
 
 
 def test_every_source_has_a_fault_target() -> None:
@@ -121,7 +122,7 @@ def test_every_source_has_a_fault_target() -> None:
 
 # Sources whose direct Linux read falls back to psutil: broken with direct reads off
 # (the fallback itself is tested below).
-FALLS_BACK = {"process.threads", "system.connections", "system.swap", "process.smaps"}
+FALLS_BACK = {"process_threads", "system_connections", "system_swap", "process_smaps"}
 # Each direct read, and the function that does it.
 DIRECT_READS: dict[str, tuple[Any, str]] = {
     "threads": (linux_threads, "busiest_threads"),
@@ -132,7 +133,7 @@ DIRECT_READS: dict[str, tuple[Any, str]] = {
 
 
 def _options_for(source: str) -> dict[str, Any]:
-    fed = [m for m in METRICS if m.source == source and m.supported()]
+    fed = [m for m in METRICS if m.source == source and supported(m)]
     gated = {m.option for m in fed if m.option}
     direct = {"direct_reads": False} if source in FALLS_BACK else {}
     if gated == {"saturation"}:  # its sources share one reader: turn on only this one
@@ -146,7 +147,7 @@ def _options_for(source: str) -> dict[str, Any]:
 CASES = [
     pytest.param(source, error, id=f"{source}-{error}")
     for source in TARGETS
-    if any(m.source == source and m.supported() for m in METRICS)
+    if any(m.source == source and supported(m) for m in METRICS)
     for error in [*ERRORS, "missing-field"]
 ]
 
@@ -186,7 +187,7 @@ def _collect_fed(
 
 
 # The event-loop sources: the test starts a loop for them to report.
-LOOP_SOURCES = {"asyncio.loops", "asyncio.select_timing"}
+LOOP_SOURCES = {"asyncio_loops", "asyncio_select_timing"}
 
 
 @pytest.mark.parametrize(("source", "error"), CASES)
@@ -227,7 +228,7 @@ def _drops_only_its_points(
         def broken(*_a: Any, **_k: Any) -> Any:
             if name == "open":
                 return _EmptyFile()
-            return [_NoFields()] if source == "process.threads" else _NoFields()
+            return [_NoFields()] if source == "process_threads" else _NoFields()
     else:
 
         def broken(*_a: Any, **_k: Any) -> Any:
@@ -414,11 +415,11 @@ def test_flapping_source_resumes_every_time_and_logs_once_per_period(
         assert points(got["process.memory.usage"])
     warnings = _ours(caplog)
     assert len(warnings) == 1, warnings
-    assert "'process.memory' failed (AccessDenied" in warnings[0]
+    assert "'process_memory' failed (AccessDenied" in warnings[0]
     assert "at most once per 300 s" in warnings[0]
     recovered = _ours(caplog, logging.INFO)
     assert recovered == [
-        "process metrics: source 'process.memory' works again; the metrics it feeds are back."
+        "process metrics: source 'process_memory' works again; the metrics it feeds are back."
     ]
 
 
@@ -664,7 +665,7 @@ def test_a_source_that_cannot_open_is_left_out_and_says_why(
     sdk.instrument()
     assert set(sdk.collect()) == healthy - PAUSE_METRICS
     assert _ours(caplog) == [
-        "process metrics: could not open source 'cpython.gc_pauses' (RuntimeError: "
+        "process metrics: could not open source 'cpython_gc_pauses' (RuntimeError: "
         "gc.callbacks is read-only); the metrics it feeds are left out."
     ]
 
@@ -684,6 +685,6 @@ def test_a_source_that_cannot_close_still_lets_uninstrument_finish(
     assert not ProcessInstrumentor().is_instrumented_by_opentelemetry
     assert sdk.collect() == {}
     assert _ours(caplog) == [
-        "process metrics: could not close source 'cpython.gc_pauses' (RuntimeError: "
+        "process metrics: could not close source 'cpython_gc_pauses' (RuntimeError: "
         "gc.callbacks is read-only); the metrics it feeds are left out."
     ]

@@ -29,7 +29,7 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor, sdk_fork_guard
-from opentelemetry.instrumentation.process.instruments import Live
+from opentelemetry.instrumentation.process.instruments import Instrumentation
 
 from .support import forkapps
 from .support.forked import HoldUp, in_child
@@ -100,7 +100,7 @@ class RecordingExporter(MetricExporter):
 class Setup:
     provider: MeterProvider
     reader: InMemoryMetricReader
-    live: Live
+    live: Instrumentation
     exporter: RecordingExporter | None
     periodic: PeriodicExportingMetricReader | None
 

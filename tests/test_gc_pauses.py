@@ -31,8 +31,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from opentelemetry.instrumentation.process.runtime import gc_pauses
-from opentelemetry.instrumentation.process.runtime.gc_pauses import (
+from opentelemetry.instrumentation.process.probes import gc_pauses
+from opentelemetry.instrumentation.process.probes.gc_pauses import (
     BOUNDS,
     GcPauseReading,
     GcPauses,

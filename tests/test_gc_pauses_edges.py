@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from opentelemetry.instrumentation.process.runtime.gc_pauses import (
+from opentelemetry.instrumentation.process.probes.gc_pauses import (
     BOUNDS,
     DEPTH,
     GENERATIONS,

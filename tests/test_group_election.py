@@ -160,7 +160,7 @@ def test_elections_of_one_process_agree_and_the_last_close_frees_the_role(
     assert election._state is None or election._state.pid == os.getpid()
 
 
-SHARED = {"system.cpu", "system.memory"}
+SHARED = {"system_cpu", "system_memory"}
 
 
 def snapshots(word: str) -> dict[str, Any]:
@@ -171,7 +171,7 @@ def snapshots(word: str) -> dict[str, Any]:
     snap = cache.snapshot(_seen[0])
     recording[0] = None
     _seen[0] = snap.generation
-    cpu = snap.readings.get("system.cpu")
+    cpu = snap.readings.get("system_cpu")
     return {
         "shared": sorted(SHARED & set(snap.readings)),
         "utilization": bool(cpu and cpu["utilization"]),
@@ -180,7 +180,7 @@ def snapshots(word: str) -> dict[str, Any]:
             {p for p in opened if p.startswith("/proc/") and not p.split("/")[2].isdigit()}
             - {p for p in opened if p.startswith("/proc/self/")}
         ),
-        "own": "process.memory" in snap.readings,
+        "own": "process_memory" in snap.readings,
     }
 
 
@@ -201,7 +201,7 @@ def reporter(kids: list[Kid], mode: str = "once") -> Kid:
 
         sys.addaudithook(_audit)
         options = ProcessMetricsOptions(shared_metrics=mode)
-        _caches.append(SnapshotCache(options, {"system.cpu", "system.memory", "process.memory"}))
+        _caches.append(SnapshotCache(options, {"system_cpu", "system_memory", "process_memory"}))
         return snapshots("")
 
     kid = Kid(job, serve=snapshots)

@@ -37,7 +37,7 @@ def _fresh(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 def in_kid() -> dict[str, object]:
     """A fresh process's view: the election falls back, no slot, what a refresh reads."""
     gate = SharedGate("once")
-    every = tuple(SOURCES[n] for n in ("system.memory", "process.memory"))
+    every = tuple(SOURCES[n] for n in ("system_memory", "process_memory"))
     out = {
         "leader": Election().leader(),
         "fallback": Election().fallback,
@@ -54,7 +54,7 @@ def falls_back(caplog: pytest.LogCaptureFixture) -> None:
         assert kid.result == {
             "leader": True,
             "fallback": True,
-            "read": ["process.memory", "system.memory"],
+            "read": ["process_memory", "system_memory"],
             "slot": None,
         }
     finally:

@@ -50,7 +50,7 @@ def test_smaps_rollup_agrees_with_psutil_within_what_the_reads_touch() -> None:
 
 @linux_only
 def test_the_direct_read_and_the_psutil_fallback_give_the_same_fields() -> None:
-    read: Callable[[ReadContext], object] = SOURCES["process.smaps"].read
+    read: Callable[[ReadContext], object] = SOURCES["process_smaps"].read
     ctx = context(True)
     direct, portable = read(ctx), read(context(False))
     assert ctx.direct_failed == set()  # the rollup was read, not psutil

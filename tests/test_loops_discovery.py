@@ -1,4 +1,4 @@
-"""Finding loops (runtime/loops/discovery.py): the hook on loop start, and ``watch_loop``.
+"""Finding loops (probes/loops/discovery.py): the hook on loop start, and ``watch_loop``.
 
 The hook wraps ``asyncio._set_running_loop``, the one private asyncio API the
 package touches. These tests run on every Python of the matrix: a Python
@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 import opentelemetry.instrumentation.process as package
-from opentelemetry.instrumentation.process.runtime.loops import discovery
-from opentelemetry.instrumentation.process.runtime.loops.discovery import hooks_installed
-from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor, watch_loop
+from opentelemetry.instrumentation.process.probes.loops import discovery
+from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
+from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor, watch_loop
 
 from .support import loopapps
 from .support.loopapps import UVLOOP_CLOCK, blocking_app, in_thread, live_timers, uvloop
@@ -168,8 +168,8 @@ def test_the_matrix_runs_every_way_there_is() -> None:
 
 UVLOOP_AFTER_START = """
 import asyncio, json, sys, time
-from opentelemetry.instrumentation.process.runtime.loops.discovery import hooks_installed
-from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor
+from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
+from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 monitor = LoopMonitor(interval={interval})
 monitor.start()
 import uvloop  # after start(): uvloop binds the wrapped asyncio._set_running_loop

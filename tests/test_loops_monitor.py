@@ -1,4 +1,4 @@
-"""The probes of every loop (runtime/loops/monitor.py, probe.py), against the test's clock.
+"""The probes of every loop (probes/loops/monitor.py, probe.py), against the test's clock.
 
 How a blocked loop reads: while a loop runs, its probe always has one tick
 pending, due at most one interval ahead. A callback that blocks the loop for
@@ -30,15 +30,15 @@ from typing import Any
 
 import pytest
 
-from opentelemetry.instrumentation.process.runtime.loops import discovery
-from opentelemetry.instrumentation.process.runtime.loops.monitor import (
+from opentelemetry.instrumentation.process.probes.loops import discovery
+from opentelemetry.instrumentation.process.probes.loops.monitor import (
     DELAYS,
     UTILIZATION,
     LoopLag,
     LoopMonitor,
     watch_loop,
 )
-from opentelemetry.instrumentation.process.runtime.loops.window import Window
+from opentelemetry.instrumentation.process.probes.loops.window import Window
 
 from .conftest import Records
 from .support.forked import in_child

@@ -31,8 +31,8 @@ from opentelemetry.instrumentation.process import (
 )
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
-from opentelemetry.instrumentation.process.runtime.loops.discovery import hooks_installed
-from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor
+from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
+from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.sources import runtime as runtime_sources
 from opentelemetry.instrumentation.process.sources.base import ReadContext
 
@@ -302,8 +302,8 @@ def test_uvloop_imported_while_reporting_runs_is_probed_and_released() -> None:
 @pytest.mark.parametrize(
     ("source", "read", "fed"),
     [
-        ("asyncio.loops", "read_delays", LOOP_METRICS[:4]),
-        ("asyncio.select_timing", "read_utilization", (UTILIZATION,)),
+        ("asyncio_loops", "read_delays", LOOP_METRICS[:4]),
+        ("asyncio_select_timing", "read_utilization", (UTILIZATION,)),
     ],
 )
 def test_a_failing_loop_read_drops_only_its_points_and_recovers(

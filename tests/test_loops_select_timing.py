@@ -1,4 +1,4 @@
-"""Utilisation (runtime/loops/select_timing.py): time outside ``select`` over running time.
+"""Utilisation (probes/loops/select_timing.py): time outside ``select`` over running time.
 
 Real selector loops; each figure is checked against the test's own clock
 around a block, and the loop's own selector.
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from opentelemetry.instrumentation.process.runtime.loops import select_timing
-from opentelemetry.instrumentation.process.runtime.loops.monitor import (
+from opentelemetry.instrumentation.process.probes.loops import select_timing
+from opentelemetry.instrumentation.process.probes.loops.monitor import (
     UTILIZATION,
     LoopLag,
     LoopMonitor,

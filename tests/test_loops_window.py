@@ -1,4 +1,4 @@
-"""The delays of one window (runtime/loops/window.py): percentiles within a bucket of the truth."""
+"""The delays of one window (probes/loops/window.py): percentiles within a bucket of the truth."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from opentelemetry.instrumentation.process.metrics import METRICS
-from opentelemetry.instrumentation.process.runtime.loops.window import (
+from opentelemetry.instrumentation.process.probes.loops.window import (
     BUCKET_RATIO,
     BUCKETS,
     NO_DELAYS,
@@ -84,6 +84,6 @@ def test_p99_of_a_long_window_leaves_out_its_top_one_percent() -> None:
 
 def test_every_statistic_of_a_window_feeds_a_metric() -> None:
     """What a window reports is what the metric table reads from the delays source."""
-    fed = {m.field for m in METRICS if m.source == "asyncio.loops"}
+    fed = {m.field for m in METRICS if m.source == "asyncio_loops"}
     assert set(Delays.__dataclass_fields__) == fed == {"max", "mean", "p50", "p99"}
     assert sorted(Window.__slots__) == ["buckets", "count", "max", "total"]

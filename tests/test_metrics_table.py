@@ -11,6 +11,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
+from opentelemetry.instrumentation.process.catalog import attributes_of, platforms_of, supported
 from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Metric
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES
@@ -23,12 +24,12 @@ from .support.semconv import (
     semconv_shapes,
 )
 
-DEFAULTS = [m for m in METRICS if m.default and m.supported()]
+DEFAULTS = [m for m in METRICS if m.default and supported(m)]
 
 # Names the semantic conventions deprecated; none may be emitted.
 DEPRECATED = {
     "process.open_file_descriptor.count",
-    "process.threads",
+    "process_threads",
     "process.runtime.cpython.cpu.utilization",
 }
 DEPRECATED_ATTRIBUTES = {"state", "type", "direction", "process.cpu.state", "cpu"}
@@ -39,7 +40,7 @@ def test_semconv_metrics_have_the_attributes_of_the_semantic_conventions() -> No
     known = semconv_attributes()
     for m in METRICS:
         if not m.extension:
-            assert set(m.attributes) <= set(known), (m.name, set(m.attributes) - set(known))
+            assert set(attributes_of(m)) <= set(known), (m.name, set(attributes_of(m)) - set(known))
 
 
 @needs_current_semconv
@@ -58,7 +59,7 @@ def test_table_is_consistent() -> None:
     for m in METRICS:
         assert re.fullmatch(r"[a-z][a-z0-9_]*(\.[a-z0-9_]+)+", m.name), m.name
         assert m.name not in DEPRECATED
-        assert not set(m.attributes) & DEPRECATED_ATTRIBUTES, m.name
+        assert not set(attributes_of(m)) & DEPRECATED_ATTRIBUTES, m.name
         assert m.description.endswith("."), m.name
         if m.extension:
             # Extensions are this package's own names: never under a semconv namespace.
@@ -108,11 +109,11 @@ def test_platform_gaps_are_declared_where_the_value_comes_from() -> None:
     """Windows has no getrusage(2) and no RLIMIT_NOFILE: the table says so, by source field."""
     by_name = {m.name: m for m in METRICS}
     for name in ("process.paging.faults", "process_metrics.unix.file_descriptor.limit"):
-        assert "windows" not in by_name[name].platforms, name
-        assert "linux" in by_name[name].platforms and "darwin" in by_name[name].platforms
+        assert "windows" not in platforms_of(by_name[name]), name
+        assert "linux" in platforms_of(by_name[name]) and "darwin" in platforms_of(by_name[name])
     # The other fields of the same sources stay on every platform.
-    assert "windows" in by_name["process.cpu.time"].platforms
-    assert "windows" in by_name["system.cpu.logical.count"].platforms
+    assert "windows" in platforms_of(by_name["process.cpu.time"])
+    assert "windows" in platforms_of(by_name["system.cpu.logical.count"])
 
 
 # (what is wrong with an added row, the error the import-time check raises)
@@ -124,21 +125,11 @@ BAD_ROWS = [
     ),
     (
         {"name": "test.bad", "field": "nope"},
-        "metric table: test.bad reads field 'nope', which source 'process.rusage' does not declare",
+        "metric table: test.bad reads field 'nope', which source 'process_rusage' does not declare",
     ),
     (
         {"name": "test.bad", "option": "per_cpu"},
         "metric table: test.bad names an unknown option 'per_cpu'",
-    ),
-    (
-        {"name": "test.bad", "attributes": ("cpu.state",)},
-        "metric table: test.bad has the attributes ('cpu.state',), but field 'cpu_time' of "
-        "source 'process.rusage' names ('cpu.mode',)",
-    ),
-    (
-        {"name": "test.bad", "attributes": ()},
-        "metric table: test.bad has the attributes (), but field 'cpu_time' of source "
-        "'process.rusage' names ('cpu.mode',)",
     ),
 ]
 
@@ -169,18 +160,18 @@ def test_every_key_of_a_reading_is_of_the_type_its_source_declares() -> None:
                     assert type(key) is key_type, (name, field, key)
                     assert len(key) == len(key_type.names), (name, field, key)
                 seen.add((name, field))
-    assert ("process.threads", "cpu_time") in seen and ("system.cpu", "time") in seen
+    assert ("process_threads", "cpu_time") in seen and ("system_cpu", "time") in seen
 
 
 @pytest.mark.parametrize(("change", "error"), BAD_ROWS, ids=lambda x: str(x)[:30])
 def test_a_table_row_that_does_not_resolve_is_refused_at_import(
     change: dict[str, Any], error: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from opentelemetry.instrumentation.process import catalog, selection
     from opentelemetry.instrumentation.process import metrics as table
-    from opentelemetry.instrumentation.process import selection
 
     def check() -> None:
-        table._check_table()
+        catalog.check_table(table.METRICS)
         selection.check_gates(table.METRICS)
 
     check()  # the real table resolves
@@ -194,3 +185,9 @@ def test_a_table_row_that_does_not_resolve_is_refused_at_import(
     monkeypatch.setattr(table, "METRICS_BY_NAME", {m.name: m for m in table.METRICS})
     with pytest.raises(RuntimeError, match=f"^{re.escape(error)}$"):
         check()
+
+
+def test_a_source_id_never_reads_as_a_metric_name() -> None:
+    """Source ids are snake case; metric names are dotted (and no id is one)."""
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", name) for name in SOURCES), sorted(SOURCES)
+    assert not set(SOURCES) & {m.name for m in METRICS}

@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from opentelemetry.instrumentation.process import platforms
+from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.metrics import METRICS
 
 
@@ -68,15 +69,15 @@ def test_an_unknown_platform_keeps_its_own_name_and_supports_only_portable_metri
     assert platforms.current_platform() == "haiku1"
     assert platforms.current_platform() not in platforms.ALL
     # No source declares it: no metric is supported there.
-    assert not [m.name for m in METRICS if m.supported()]
+    assert not [m.name for m in METRICS if supported(m)]
 
 
 def test_metrics_supported_on_a_faked_windows_are_the_windows_rows(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     _fake(monkeypatch, windows=True, linux=False, name="win32")
-    here = {m.name for m in METRICS if m.supported()}
-    assert here == {m.name for m in METRICS if m.supported("windows")}
+    here = {m.name for m in METRICS if supported(m)}
+    assert here == {m.name for m in METRICS if supported(m, "windows")}
     # POSIX-only and Linux-only rows are gone; a portable one stays.
     assert "process.cpu.time" in here
     assert "process.unix.file_descriptor.count" not in here

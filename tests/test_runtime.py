@@ -390,7 +390,7 @@ def test_collections_inside_our_own_callbacks_neither_recurse_nor_corrupt(
     assert inst._metrics is not None
     live = inst._metrics._live
     assert live is not None
-    recorder = live.cache._ctx.state["cpython.gc_pauses"]
+    recorder = live.cache._ctx.state["cpython_gc_pauses"]
     original = recorder.read
     forced: list[float] = []
     depth, deepest, returned = [0], [0], []
@@ -466,7 +466,7 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
     Which lock a thread holds at the instant of the fork cannot be arranged for
     real: a thread takes it here and keeps it across the fork.
     """
-    from opentelemetry.instrumentation.process.runtime.loops import discovery
+    from opentelemetry.instrumentation.process.probes.loops import discovery
 
     inst = instrument(event_loop=True)
     assert inst._metrics is not None
@@ -474,8 +474,8 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
     assert live is not None
     state = live.cache._ctx.state
     target = {
-        "recorder": state["cpython.gc_pauses"]._lock,
-        "monitor": state["asyncio.loops"]._lock,
+        "recorder": state["cpython_gc_pauses"]._lock,
+        "monitor": state["asyncio_loops"]._lock,
         "hooks": discovery.hooks.lock,
     }[lock]
     held, release = threading.Event(), threading.Event()
@@ -508,8 +508,8 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
 
 def test_the_runtime_page_gives_the_code_figures() -> None:
     """The figures docs/runtime.md states are the constants the code uses."""
-    from opentelemetry.instrumentation.process.runtime import gc_pauses
-    from opentelemetry.instrumentation.process.runtime.loops import monitor, window
+    from opentelemetry.instrumentation.process.probes import gc_pauses
+    from opentelemetry.instrumentation.process.probes.loops import monitor, window
 
     page = " ".join(
         (Path(__file__).resolve().parent.parent / "docs" / "runtime.md").read_text().split()

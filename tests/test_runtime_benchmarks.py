@@ -13,7 +13,7 @@ from types import ModuleType
 import pytest
 
 import opentelemetry.instrumentation.process as package
-from opentelemetry.instrumentation.process.runtime.loops.monitor import DEFAULT_INTERVAL
+from opentelemetry.instrumentation.process.probes.loops.monitor import DEFAULT_INTERVAL
 
 from .support.loading import load_file
 

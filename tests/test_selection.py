@@ -13,6 +13,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
+from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Metric
 
 from .conftest import cgroup_limited_here, collect, on_by_default, points
@@ -22,8 +23,8 @@ from .support.semconv import (
 
 # Opt-in: off until something turns it on. The automatic saturation group is
 # checked on its own, with saturation=False and True.
-OPT_IN = [m for m in METRICS if not m.default and m.supported() and m.option != "saturation"]
-SATURATION = [m for m in METRICS if m.option == "saturation" and m.supported()]
+OPT_IN = [m for m in METRICS if not m.default and supported(m) and m.option != "saturation"]
+SATURATION = [m for m in METRICS if m.option == "saturation" and supported(m)]
 
 
 def _enable(metric: Metric) -> dict[str, Any]:

@@ -135,7 +135,7 @@ def test_concurrent_collections_never_see_a_half_built_snapshot(
 
 
 def test_snapshot_is_complete_for_concurrent_callers(monkeypatch: pytest.MonkeyPatch) -> None:
-    sources = {"process.memory", "system.memory", "system.cpu", "cpython.gc", "refresh"}
+    sources = {"process_memory", "system_memory", "system_cpu", "cpython_gc", "refresh"}
     cache = SnapshotCache(ProcessMetricsOptions(), sources)
     real = psutil.virtual_memory
 
@@ -165,7 +165,7 @@ def test_snapshot_is_complete_for_concurrent_callers(monkeypatch: pytest.MonkeyP
 def test_callers_that_start_one_collection_together_share_one_refresh(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cache = snapshot_cache(["system.memory"])
+    cache = snapshot_cache(["system_memory"])
     real = psutil.virtual_memory
     reads: list[int] = []
 
@@ -355,7 +355,7 @@ def test_each_file_is_opened_once_per_collection(
 
 # -- a reader is imported only by a source that is enabled ------------------------------
 
-_READERS = ("runtime.loops", "linux.sock_diag", "linux.threads", "linux.smaps")
+_READERS = ("probes.loops", "linux.sock_diag", "linux.threads", "linux.smaps")
 _PACKAGE = "opentelemetry.instrumentation.process"
 _LOADED = """
 import json, sys

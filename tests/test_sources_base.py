@@ -135,7 +135,7 @@ def test_a_state_is_made_once_per_context_and_dropped_on_demand() -> None:
 def test_every_need_is_a_source_read_earlier_in_the_same_refresh() -> None:
     order = list(SOURCES)
     needy = [s for s in SOURCES.values() if s.needs]
-    assert [s.name for s in needy] == ["process.num_threads"]
+    assert [s.name for s in needy] == ["process_num_threads"]
     for source in needy:
         for name in source.needs:
             needed = SOURCES[name]
@@ -147,7 +147,7 @@ def test_every_need_is_a_source_read_earlier_in_the_same_refresh() -> None:
 def _num_threads(readings: dict[str, dict[str, int]]) -> int:
     ctx = _context(FaultLog())
     ctx.readings = readings
-    count = SOURCES["process.num_threads"].read(ctx)["count"]
+    count = SOURCES["process_num_threads"].read(ctx)["count"]
     assert isinstance(count, int)
     return count
 
@@ -155,19 +155,19 @@ def _num_threads(readings: dict[str, dict[str, int]]) -> int:
 def test_the_thread_count_comes_from_what_it_needs_when_they_were_read() -> None:
     # Counts no process has here: taken from the readings, not from psutil.
     listed, status = {THREAD_COUNT: 10_001}, {THREAD_COUNT: 10_002}
-    assert _num_threads({"process.threads": listed, "process.signals": status}) == 10_001
-    assert _num_threads({"process.signals": status}) == 10_002
-    assert _num_threads({"process.signals": {"count": 0}}) == psutil.Process().num_threads()
+    assert _num_threads({"process_threads": listed, "process_signals": status}) == 10_001
+    assert _num_threads({"process_signals": status}) == 10_002
+    assert _num_threads({"process_signals": {"count": 0}}) == psutil.Process().num_threads()
     assert _num_threads({}) == psutil.Process().num_threads()
 
 
 def test_a_refresh_gives_the_thread_count_of_its_own_per_thread_read() -> None:
     cache = SnapshotCache(
-        ProcessMetricsOptions(per_thread=True), ["process.threads", "process.num_threads"]
+        ProcessMetricsOptions(per_thread=True), ["process_threads", "process_num_threads"]
     )
     try:
         readings = cache.snapshot().readings
-        assert readings["process.num_threads"]["count"] == readings["process.threads"][THREAD_COUNT]
+        assert readings["process_num_threads"]["count"] == readings["process_threads"][THREAD_COUNT]
         assert cache._ctx.readings is readings  # this refresh's, not an older one's
     finally:
         cache.close()
@@ -188,11 +188,11 @@ def test_each_state_is_kept_under_its_sources_name() -> None:
     finally:
         cache.close()
     # "cgroup" is what the cgroup and pressure sources found once for all three.
-    stateful = {"process.threads", "cpython.gc_pauses", "asyncio.loops"}
+    stateful = {"process_threads", "cpython_gc_pauses", "asyncio_loops"}
     if sys.platform == "linux":
-        stateful |= {"cgroup", "cgroup.cpu", "cgroup.memory", "pressure"}
-    if not SOURCES["cpython.gc_pauses"].supported():
-        stateful.discard("cpython.gc_pauses")
+        stateful |= {"cgroup", "cgroup_cpu", "cgroup_memory", "pressure"}
+    if not SOURCES["cpython_gc_pauses"].supported():
+        stateful.discard("cpython_gc_pauses")
     assert kept == stateful
 
 

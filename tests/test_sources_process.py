@@ -140,11 +140,11 @@ def _fake_windows(monkeypatch: pytest.MonkeyPatch, *, with_handles: bool) -> Non
 @pytest.mark.skipif(not hasattr(psutil.Process, "num_fds"), reason="counts descriptors")
 def test_windows_handles_are_psutils_count(monkeypatch: pytest.MonkeyPatch) -> None:
     # Bound first: psutil's constructor itself would take the Windows path.
-    cache = SnapshotCache(ProcessMetricsOptions(), ["process.num_handles"])
+    cache = SnapshotCache(ProcessMetricsOptions(), ["process_num_handles"])
     _fake_windows(monkeypatch, with_handles=True)
-    assert SOURCES["process.num_handles"].supported() is True
+    assert SOURCES["process_num_handles"].supported() is True
     try:
-        got = cache.snapshot().readings["process.num_handles"]
+        got = cache.snapshot().readings["process_num_handles"]
         fds = len(os.listdir("/proc/self/fd" if ON_LINUX else "/dev/fd"))
     finally:
         cache.close()
@@ -157,7 +157,7 @@ def test_a_psutil_without_the_call_has_no_windows_handles(
 ) -> None:
     _fake_windows(monkeypatch, with_handles=False)
     monkeypatch.delattr(psutil.Process, "num_handles", raising=False)
-    assert SOURCES["process.num_handles"].supported() is False
+    assert SOURCES["process_num_handles"].supported() is False
 
 
 def test_availability_is_psutils_own_methods(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -187,7 +187,7 @@ def test_each_source_whose_hook_fails_is_said(
     def broken(_ctx: ReadContext) -> bool:  # a fault injected: the runtime refuses a hook
         raise RuntimeError("no hook")
 
-    names = ["cpython.gc_pauses", "asyncio.loops"]
+    names = ["cpython_gc_pauses", "asyncio_loops"]
     for name in names:
         _failing_open(monkeypatch, name, broken)
     cache = SnapshotCache(ProcessMetricsOptions(), names)
@@ -215,14 +215,14 @@ def test_after_a_fork_an_open_hook_is_not_run_again_and_a_failing_reset_is_said(
         if os.getpid() != parent:  # a fault injected: only in the child
             raise KeyError("no hook")
 
-    _failing_open(monkeypatch, "cpython.gc_pauses", broken_open)
+    _failing_open(monkeypatch, "cpython_gc_pauses", broken_open)
     monkeypatch.setitem(
-        SOURCES, "process.memory", dataclasses.replace(SOURCES["process.memory"], open=counted)
+        SOURCES, "process_memory", dataclasses.replace(SOURCES["process_memory"], open=counted)
     )
     monkeypatch.setitem(
-        SOURCES, "cpython.gc", dataclasses.replace(SOURCES["cpython.gc"], after_fork=reset)
+        SOURCES, "cpython_gc", dataclasses.replace(SOURCES["cpython_gc"], after_fork=reset)
     )
-    names = ["cpython.gc_pauses", "process.memory", "cpython.gc"]
+    names = ["cpython_gc_pauses", "process_memory", "cpython_gc"]
     cache = SnapshotCache(ProcessMetricsOptions(), names)
     try:
         assert len([line for line in logged.lines if "could not" in line]) == 1
@@ -241,9 +241,9 @@ def test_after_a_fork_an_open_hook_is_not_run_again_and_a_failing_reset_is_said(
     # What the open hooks found is inherited: they ran once, in the parent.
     assert got["opened"] == [parent], got
     # The source that failed to open stays out; the one whose reset failed joins it.
-    assert got["read"] == ["process.memory"], got
+    assert got["read"] == ["process_memory"], got
     assert got["log"][1:] == [
-        "WARNING process metrics: could not reset source 'cpython.gc' "
+        "WARNING process metrics: could not reset source 'cpython_gc' "
         "(KeyError: 'no hook'); the metrics it feeds are left out."
     ], got
 

@@ -32,7 +32,7 @@ from .conftest import OpenRecorder, Sdk, cgroup_limited_here, collect, points, v
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
-CGROUP_METRICS = {m.name for m in METRICS if m.source in ("cgroup.cpu", "cgroup.memory")}
+CGROUP_METRICS = {m.name for m in METRICS if m.source in ("cgroup_cpu", "cgroup_memory")}
 PRESSURE_METRICS = {m.name for m in METRICS if m.source == "pressure"}
 # Read at instrument() to decide whether a limit applies (and for the limits gauges).
 LIMIT_FILES = {

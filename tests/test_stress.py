@@ -50,7 +50,7 @@ from opentelemetry.instrumentation.process import (
 )
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
-from opentelemetry.instrumentation.process.instruments import Live
+from opentelemetry.instrumentation.process.instruments import Instrumentation
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, Kind
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
@@ -100,7 +100,7 @@ CYCLES = size(1_000, 1_000)
 # Collect (instrumented, then not) every this many cycles: coprime with the 3
 # option variants, so each variant is collected in turn.
 COLLECT_EVERY = 4
-# Measured between two uninstrumented points. One Live (options, metric rows,
+# Measured between two uninstrumented points. One Instrumentation (options, metric rows,
 # cache, facts, attribute dicts) is 10-50 KiB, so leaking one per cycle would
 # be MiBs; leaking a few hundred bytes per cycle would pass 32 KiB too.
 # Measured in CI: 1-4 KiB (psutil's nowrap cache holding the latest counters).
@@ -214,7 +214,7 @@ def one(found: Mapping[str, Points], name: str, **attributes: Any) -> Any:
     return found[name][frozenset(attributes.items())]
 
 
-def current_live() -> Live:
+def current_live() -> Instrumentation:
     live = ProcessInstrumentor()._metrics._live
     assert live is not None, "not instrumented"
     return live
@@ -229,7 +229,7 @@ def _here(metric: Any) -> bool:
     """Whether the automatic saturation group has ``metric`` on this host, by the OS's files."""
     if metric.source == "pressure":
         return os.path.exists(f"/proc/pressure/{metric.field}")
-    if metric.source.startswith("cgroup."):
+    if metric.source.startswith("cgroup_"):
         return cgroup_limited_here()
     return True
 
@@ -243,7 +243,7 @@ def expected_names(options: Mapping[str, Any]) -> set[str]:
         options=ProcessMetricsOptions(**options),
         faults=FaultLog(),
     )
-    static = ("static", "system.static")
+    static = ("static", "system_static")
     known = {f for name in static for f in SOURCES[name].read(ctx)}
     return {
         n

@@ -30,6 +30,7 @@ from opentelemetry.instrumentation.process import environment as environment_mod
 from opentelemetry.instrumentation.process import metrics as metrics_module
 from opentelemetry.instrumentation.process import options as options_module
 from opentelemetry.instrumentation.process import platforms as platforms_module
+from opentelemetry.instrumentation.process.catalog import attributes_of, cost_of, platforms_of
 from opentelemetry.instrumentation.process.environment import (
     ENV_VARS,
     FORMATS,
@@ -192,7 +193,7 @@ def instrument_kind(metric: Metric) -> str:
 
 def sharing(metric: Metric) -> str:
     others = [m.name for m in METRICS if m.source == metric.source and m is not metric]
-    if metric.cost.startswith("none"):
+    if cost_of(metric).startswith("none"):
         return ""
     if not others:
         return f"source `{metric.source}`"
@@ -229,13 +230,13 @@ class MetricTable(_Generated):
                 m.description,
                 [nodes.Text("Prometheus: "), nodes.literal("", prometheus_name(m))],
             ]
-            attributes: list[Cell] = [codes(m.attributes) if m.attributes else "none"]
+            attributes: list[Cell] = [codes(attributes_of(m)) if attributes_of(m) else "none"]
             if m.note:
                 attributes.append(m.note)
             # Four columns, so that the table fits a desktop page with no
             # identifier broken: when, where and what it reads share one.
-            platforms = _PLATFORMS.get(m.platforms, ", ".join(sorted(m.platforms)))
-            usage: list[Cell] = [when_on(m), f"*Platforms:* {platforms}", f"*Reads:* {m.cost}"]
+            platforms = _PLATFORMS.get(platforms_of(m), ", ".join(sorted(platforms_of(m))))
+            usage: list[Cell] = [when_on(m), f"*Platforms:* {platforms}", f"*Reads:* {cost_of(m)}"]
             if sharing(m):
                 usage.append(sharing(m))
             rows.append([cell, [instrument_kind(m), f"`{m.unit}`"], attributes, usage])
@@ -280,7 +281,7 @@ class SourceTable(_Generated):
                 flags.append(
                     'shared: with `shared_metrics="once"`, one process of the group reads it'
                 )
-            if source.name in ("static", "system.static"):
+            if source.name in ("static", "system_static"):
                 when = "once per process (and again after fork)"
             elif source.name == "refresh":
                 when = "timed by the refresh itself"
@@ -441,7 +442,7 @@ class MigrationTable(_Generated):
                 metric = METRICS_BY_NAME.get(name)
                 if metric is None:
                     _log.warning("migration: %s maps to unknown metric %s", move.old, name)
-                elif not set(move.new_attributes) <= set(metric.attributes):
+                elif not set(move.new_attributes) <= set(attributes_of(metric)):
                     _log.warning("migration: %s has no attributes %s", name, move.new_attributes)
             old: list[Cell] = [f"`{move.old}`"]
             old.append(codes(move.old_attributes) if move.old_attributes else "no attributes")
@@ -509,12 +510,12 @@ class PerChildTable(_Generated):
         self.note_dependencies()
         rows = []
         for name, row in metrics_module.PER_CHILD.items():
-            platforms = _PLATFORMS.get(row.platforms, ", ".join(sorted(row.platforms)))
+            platforms = _PLATFORMS.get(platforms_of(row), ", ".join(sorted(platforms_of(row))))
             rows.append(
                 [
                     [nodes.literal(name, name)],
-                    codes(row.attributes),
-                    [f"*Platforms:* {platforms}", f"*Reads:* {row.cost}"],
+                    codes(attributes_of(row)),
+                    [f"*Platforms:* {platforms}", f"*Reads:* {cost_of(row)}"],
                 ]
             )
         headers = ["Metric", "Attributes of a child's points", "Platforms, reads"]

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import psutil
 
 from opentelemetry.instrumentation.process import ProcessMetricsOptions
+from opentelemetry.instrumentation.process.catalog import attributes_of
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.metrics import Kind, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
@@ -257,7 +258,7 @@ def check_names(vm: VictoriaMetrics, naming: Naming, selector: str) -> None:
     got = held(vm, naming, selector)
     for m in metrics:
         labels = {k for attrs in got.of(m) for k, _ in attrs}
-        expected = {naming.label(a) for a in m.attributes if a not in _PER_CPU_ONLY}
+        expected = {naming.label(a) for a in attributes_of(m) if a not in _PER_CPU_ONLY}
         assert labels == expected, f"{naming.name(m)}: labels {labels}, expected {expected}"
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from opentelemetry.instrumentation.process.runtime.gc_pauses import GcPauseReading, GcPauses
+from opentelemetry.instrumentation.process.probes.gc_pauses import GcPauseReading, GcPauses
 
 # Objects in the cyclic graph: a full collection of it takes tens of ms here.
 GRAPH = 300_000

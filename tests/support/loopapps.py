@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics.export import Metric
 
-from opentelemetry.instrumentation.process.runtime.loops.discovery import hooks_installed
-from opentelemetry.instrumentation.process.runtime.loops.monitor import LoopMonitor
+from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
+from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 
 from ..conftest import points
 

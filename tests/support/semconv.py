@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from opentelemetry.sdk.metrics.export import Gauge, Sum
 
+from opentelemetry.instrumentation.process.catalog import attributes_of
 from opentelemetry.instrumentation.process.instruments import SCHEMA_URL
 from opentelemetry.instrumentation.process.metrics import Kind, Metric
 
@@ -131,7 +132,7 @@ def check_shape(metric: Metric, reported: Any) -> None:
     assert data.data_points, f"{metric.name} has no points"
     values = semconv_attributes() if current else {}
     for attrs, v in points(reported).items():
-        assert {k for k, _ in attrs} <= set(metric.attributes), (metric.name, attrs)
+        assert {k for k, _ in attrs} <= set(attributes_of(metric)), (metric.name, attrs)
         assert isinstance(v, metric.value_type), (metric.name, v)
         for key, attribute in attrs:
             allowed = values.get(key) if key not in OPEN_ENUMS else None

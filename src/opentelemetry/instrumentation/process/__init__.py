@@ -29,7 +29,7 @@ from .version import __version__
 if TYPE_CHECKING:
     from .instruments import SCOPE_NAME, ProcessMetrics
     from .options import ProcessMetricsOptions
-    from .runtime.loops.monitor import watch_loop
+    from .probes.loops.monitor import watch_loop
 
 # Imported when first used (instrument() uses them): importing the package
 # alone, as the auto-instrumentation's entry point does, costs little.
@@ -37,7 +37,7 @@ _LAZY = {
     "SCOPE_NAME": "instruments",
     "ProcessMetrics": "instruments",
     "ProcessMetricsOptions": "options",
-    "watch_loop": "runtime.loops.monitor",
+    "watch_loop": "probes.loops.monitor",
 }
 
 __all__ = [

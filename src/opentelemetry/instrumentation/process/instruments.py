@@ -26,6 +26,7 @@ from opentelemetry.metrics import (
 )
 
 from . import sdk_fork_guard
+from .catalog import supported
 from .metrics import Kind, Metric
 from .options import ProcessMetricsOptions
 from .selection import enabled_metrics
@@ -48,7 +49,7 @@ its limit, which a View or the reader may set to another value.
 """
 
 
-class Live:
+class Instrumentation:
     """One ``instrument()``: the options in force and their snapshot cache."""
 
     def __init__(self, options: ProcessMetricsOptions) -> None:
@@ -59,7 +60,7 @@ class Live:
         self._children = {
             m.name: child
             for m in metrics
-            if options.children and (child := m.per_child) is not None and child.supported()
+            if options.children and (child := m.per_child) is not None and supported(child)
         }
         sources = {m.source for m in (*metrics, *self._children.values())}
         self.cache = SnapshotCache(options, sources)
@@ -141,7 +142,7 @@ class _Observer:
 
     def __init__(self, metric: Metric) -> None:
         self.metric = metric
-        self.live: Live | None = None
+        self.live: Instrumentation | None = None
         self._seen = 0
 
     def __call__(self, _options: CallbackOptions) -> Iterable[Observation]:
@@ -189,14 +190,14 @@ class _Registry:
 _registries: weakref.WeakKeyDictionary[Any, _Registry] = weakref.WeakKeyDictionary()
 
 
-def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) -> Live:
-    """Point this provider's instruments at a new :class:`Live` for ``options``."""
+def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) -> Instrumentation:
+    """Point this provider's instruments at a new :class:`Instrumentation` for ``options``."""
     provider = meter_provider if meter_provider is not None else get_meter_provider()
     registry = _registries.get(provider)
     if registry is None:
         meter = get_meter(SCOPE_NAME, __version__, provider, schema_url=SCHEMA_URL)
         registry = _registries[provider] = _Registry(meter)
-    live = Live(options)
+    live = Instrumentation(options)
     for metric in live.metrics:
         registry.observer(metric).live = live
     live.provider = weakref.ref(provider)
@@ -215,7 +216,7 @@ def _after_fork_without_hooks(provider: weakref.ref[Any]) -> Callable[[], None]:
     return repair
 
 
-def stop(live: Live) -> None:
+def stop(live: Instrumentation) -> None:
     """Stop every point of ``live``: its callbacks return nothing from now on."""
     for registry in list(_registries.values()):
         for observer in registry.observers.values():
@@ -243,7 +244,9 @@ class ProcessMetrics:
         *,
         meter_provider: MeterProvider | None = None,
     ) -> None:
-        self._live: Live | None = start(options or ProcessMetricsOptions(), meter_provider)
+        self._live: Instrumentation | None = start(
+            options or ProcessMetricsOptions(), meter_provider
+        )
         self._options = self._live.options
 
     @property

@@ -2,9 +2,10 @@
 
 Registration, the tests and the generated metric reference all read this
 table. Adding a metric means adding one row (and, for a new kind of data, one
-source under ``sources/``). Names and attributes follow OpenTelemetry
-semantic conventions 1.44; names under ``process_metrics.`` are this
-package's own extensions.
+source under ``sources/``). Names follow OpenTelemetry semantic conventions
+1.44; names under ``process_metrics.`` are this package's own extensions. A
+row names its source and field by id; ``catalog.py`` joins them and checks
+the table.
 
 This module is internal: its names may change between releases.
 """
@@ -16,7 +17,6 @@ import enum
 from dataclasses import KW_ONLY, dataclass
 
 from .group import SLOT_ATTRIBUTE
-from .sources import SOURCES
 
 EXTENSION_PREFIX = "process_metrics."
 
@@ -41,11 +41,9 @@ class Metric:
     group: str
     """The section of the metric reference it is listed in."""
     source: str
-    """Name of the snapshot source (see ``sources.SOURCES``)."""
+    """Id of the snapshot source (see ``sources.SOURCES``); ``catalog.py`` joins the two."""
     field: str
     """Field of that source's reading that holds the value."""
-    attributes: tuple[str, ...] = ()
-    """Attribute names of its points: the names of its field's key type, checked at import."""
     default: bool = False
     value_type: type = int
     option: str | None = None
@@ -64,20 +62,6 @@ class Metric:
         return self.name.startswith(EXTENSION_PREFIX)
 
     @property
-    def cost(self) -> str:
-        return SOURCES[self.source].cost
-
-    @property
-    def platforms(self) -> frozenset[str]:
-        """Where it can be reported: its source's platforms, or its field's."""
-        source = SOURCES[self.source]
-        return source.field_platforms.get(self.field, source.platforms)
-
-    def supported(self, platform: str | None = None) -> bool:
-        """Whether this metric can be reported on ``platform`` (default: this one)."""
-        return SOURCES[self.source].supported(platform, self.field)
-
-    @property
     def per_child(self) -> Metric | None:
         """The row of this metric's per-child points in supervisor mode, or ``None``.
 
@@ -88,18 +72,7 @@ class Metric:
 
 
 C, U, G = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE
-_DIR = ("disk.io.direction",)
-_NET = ("network.interface.name", "network.io.direction")
-_CPU = ("cpu.logical_number", "cpu.mode")
-_FS = (
-    "system.device",
-    "system.filesystem.state",
-    "system.filesystem.type",
-    "system.filesystem.mode",
-    "system.filesystem.mountpoint",
-)
 _PER_CPU = "cpu.logical_number only with per_cpu=True"
-_GEN = ("cpython.gc.generation",)
 _LOOP = (
     "thread.name: the thread running the loop, with the counter of default names "
     "removed (Thread (serve)); #2, #3 for loops alive at once under one name"
@@ -114,44 +87,41 @@ _PSI = (
 METRICS: tuple[Metric, ...] = (
     # --- process, on by default
     Metric("process.cpu.time", C, "s", "Total CPU seconds of this process, by mode.",
-           group="process", source="process.rusage", field="cpu_time", attributes=("cpu.mode",),
+           group="process", source="process_rusage", field="cpu_time",
            default=True, value_type=float),
     Metric("process.cpu.utilization", G, "1",
            "CPU time since the last collection, divided by the elapsed time and the CPUs "
            "available to the process (affinity, capped by a cgroup quota).",
-           group="process", source="process.rusage", field="cpu_utilization",
-           attributes=("cpu.mode",),
+           group="process", source="process_rusage", field="cpu_utilization",
            default=True, value_type=float),
     Metric("process.memory.usage", U, "By", "Resident set size of this process.",
-           group="process", source="process.memory", field="rss", default=True),
+           group="process", source="process_memory", field="rss", default=True),
     Metric("process.memory.virtual", U, "By", "Virtual memory size of this process.",
-           group="process", source="process.memory", field="vms", default=True),
+           group="process", source="process_memory", field="vms", default=True),
     Metric("process.memory.utilization", G, "1",
            "Resident set size divided by the memory available to the process "
            "(host memory, capped by a cgroup memory limit).",
-           group="process", source="process.memory", field="utilization", default=True,
+           group="process", source="process_memory", field="utilization", default=True,
            value_type=float),
     Metric("process.disk.io", C, "By", "Bytes this process read from and wrote to storage.",
-           group="process", source="process.io", field="bytes", attributes=_DIR, default=True),
+           group="process", source="process_io", field="bytes", default=True),
     Metric("process.disk.operations", C, "{operation}",
            "Read and write operations of this process (on Linux: read/write syscalls).",
-           group="process", source="process.io", field="operations", attributes=_DIR, default=True),
+           group="process", source="process_io", field="operations", default=True),
     Metric("process.thread.count", U, "{thread}", "Threads of this process.",
-           group="process", source="process.num_threads", field="count", default=True),
+           group="process", source="process_num_threads", field="count", default=True),
     Metric("process.unix.file_descriptor.count", U, "{file_descriptor}",
            "File descriptors open in this process.",
-           group="process", source="process.num_fds", field="count", default=True),
+           group="process", source="process_num_fds", field="count", default=True),
     Metric("process.windows.handle.count", U, "{handle}", "Handles open in this process.",
-           group="process", source="process.num_handles", field="count", default=True),
+           group="process", source="process_num_handles", field="count", default=True),
     Metric("process.context_switches", C, "{context_switch}",
            "Context switches of all threads of this process.",
-           group="process", source="process.rusage", field="context_switches",
-           attributes=("process.context_switch.type",), default=True),
+           group="process", source="process_rusage", field="context_switches", default=True),
     Metric("process.paging.faults", C, "{fault}", "Page faults of this process.",
-           group="process", source="process.rusage", field="paging_faults",
-           attributes=("system.paging.fault.type",), default=True),
+           group="process", source="process_rusage", field="paging_faults", default=True),
     Metric("process.uptime", G, "s", "Seconds since this process started.",
-           group="process", source="process.uptime", field="uptime", default=True,
+           group="process", source="process_uptime", field="uptime", default=True,
            value_type=float),
     # --- limits of this process, on by default (static facts: no read)
     Metric("process_metrics.cpu.available", G, "{cpu}",
@@ -170,30 +140,30 @@ METRICS: tuple[Metric, ...] = (
     Metric("cpython.gc.collections", C, "{collection}",
            "Garbage collections, by the generation CPython reports (a free-threaded build "
            "reports every automatic collection as generation 0, and each is full).",
-           group="cpython", source="cpython.gc", field="collections", attributes=_GEN,
+           group="cpython", source="cpython_gc", field="collections",
            default=True),
     Metric("cpython.gc.collected_objects", C, "{object}",
            "Objects collected, by the generation CPython reports.",
-           group="cpython", source="cpython.gc", field="collected", attributes=_GEN,
+           group="cpython", source="cpython_gc", field="collected",
            default=True),
     Metric("cpython.gc.uncollectable_objects", C, "{object}",
            "Objects found uncollectable, by the generation CPython reports.",
-           group="cpython", source="cpython.gc", field="uncollectable", attributes=_GEN,
+           group="cpython", source="cpython_gc", field="uncollectable",
            default=True),
     Metric("process_metrics.cpython.gc.pause.time", C, "s",
            "Time spent in garbage collections, by the generation CPython reports, measured "
            "around each one (extension).",
-           group="cpython", source="cpython.gc_pauses", field="time", attributes=_GEN,
+           group="cpython", source="cpython_gc_pauses", field="time",
            default=True, value_type=float),
     Metric("process_metrics.cpython.gc.pause.max", G, "s",
            "Longest single garbage-collection pause since the previous collection of "
            "metrics, by generation; 0 for a generation that did not collect (extension).",
-           group="cpython", source="cpython.gc_pauses", field="max", attributes=_GEN,
+           group="cpython", source="cpython_gc_pauses", field="max",
            default=True, value_type=float),
     Metric("process_metrics.cpython.gc.pause.bucket", C, "{pause}",
            "Garbage-collection pauses no longer than each bucket bound, all generations "
            "(extension): a histogram as cumulative counters.",
-           group="cpython", source="cpython.gc_pauses", field="buckets", attributes=("le",),
+           group="cpython", source="cpython_gc_pauses", field="buckets",
            option="gc_pause_histogram",
            note="le: 1e-05 to 1 (seconds, the 1-2-5 series) and +Inf, as Prometheus writes "
            "them"),
@@ -201,49 +171,48 @@ METRICS: tuple[Metric, ...] = (
     Metric("process_metrics.eventloop.delay.max", G, "s",
            "Longest delay of an asyncio event loop in running a timer since the previous "
            "collection (extension).",
-           group="eventloop", source="asyncio.loops", field="max", attributes=("thread.name",),
+           group="eventloop", source="asyncio_loops", field="max",
            value_type=float, option="event_loop", note=_LOOP),
     Metric("process_metrics.eventloop.delay.mean", G, "s",
            "Mean delay of an asyncio event loop in running a timer since the previous "
            "collection (extension).",
-           group="eventloop", source="asyncio.loops", field="mean", attributes=("thread.name",),
+           group="eventloop", source="asyncio_loops", field="mean",
            value_type=float, option="event_loop", note=_LOOP),
     Metric("process_metrics.eventloop.delay.p50", G, "s",
            "Median delay of an asyncio event loop in running a timer since the previous "
            "collection, rounded up to a bucket bound (extension).",
-           group="eventloop", source="asyncio.loops", field="p50", attributes=("thread.name",),
+           group="eventloop", source="asyncio_loops", field="p50",
            value_type=float, option="event_loop", note=_LOOP),
     Metric("process_metrics.eventloop.delay.p99", G, "s",
            "99th percentile of the delays of an asyncio event loop in running a timer since "
            "the previous collection, rounded up to a bucket bound (extension).",
-           group="eventloop", source="asyncio.loops", field="p99", attributes=("thread.name",),
+           group="eventloop", source="asyncio_loops", field="p99",
            value_type=float, option="event_loop", note=_LOOP),
     Metric("process_metrics.eventloop.utilization", G, "1",
            "Share of its running time an asyncio event loop spent busy, not waiting for I/O, "
            "since the previous collection; not measured on uvloop (extension).",
-           group="eventloop", source="asyncio.select_timing", field="utilization",
-           attributes=("thread.name",), value_type=float, option="event_loop", note=_LOOP),
+           group="eventloop", source="asyncio_select_timing", field="utilization",
+           value_type=float, option="event_loop", note=_LOOP),
     # --- host CPU and memory, on by default (cheap: one file each)
     Metric("system.cpu.time", C, "s", "CPU seconds of the host, by mode.",
-           group="system.cpu", source="system.cpu", field="time", attributes=_CPU,
+           group="system.cpu", source="system_cpu", field="time",
            default=True, value_type=float, note=_PER_CPU),
     Metric("system.cpu.utilization", G, "1",
            "Share of host CPU time in each mode since the last collection.",
-           group="system.cpu", source="system.cpu", field="utilization", attributes=_CPU,
+           group="system.cpu", source="system_cpu", field="utilization",
            default=True, value_type=float, note=_PER_CPU),
     Metric("system.cpu.logical.count", U, "{cpu}", "Logical CPUs of the host.",
-           group="system.cpu", source="system.static", field="logical_cpus", default=True),
+           group="system.cpu", source="system_static", field="logical_cpus", default=True),
     Metric("system.cpu.physical.count", U, "{cpu}", "Physical CPU cores of the host.",
-           group="system.cpu", source="system.static", field="physical_cpus", default=True),
+           group="system.cpu", source="system_static", field="physical_cpus", default=True),
     Metric("system.memory.usage", U, "By",
            "Host memory by state; used is total minus available.",
-           group="system.memory", source="system.memory", field="usage",
-           attributes=("system.memory.state",), default=True),
+           group="system.memory", source="system_memory", field="usage", default=True),
     Metric("system.memory.utilization", G, "1", "Host memory by state, as a share of total.",
-           group="system.memory", source="system.memory", field="utilization",
-           attributes=("system.memory.state",), default=True, value_type=float),
+           group="system.memory", source="system_memory", field="utilization", default=True,
+           value_type=float),
     Metric("system.memory.limit", U, "By", "Total host memory.",
-           group="system.memory", source="system.memory", field="limit", default=True),
+           group="system.memory", source="system_memory", field="limit", default=True),
     # --- self-metrics, on by default
     Metric("process_metrics.refresh.cpu_time", G, "s",
            "CPU time that the snapshot refresh of this collection cost the thread that ran "
@@ -257,152 +226,114 @@ METRICS: tuple[Metric, ...] = (
     Metric("process_metrics.cgroup.cpu.periods", C, "{period}",
            "Enforcement periods of the CPU quota of the cgroup of this process in which it was "
            "runnable; 0 when the quota is set on an ancestor only (extension).",
-           group="saturation", source="cgroup.cpu", field="periods", option="saturation"),
+           group="saturation", source="cgroup_cpu", field="periods", option="saturation"),
     Metric("process_metrics.cgroup.cpu.throttled_periods", C, "{period}",
            "Periods in which the cgroup of this process was throttled by its CPU quota "
            "(extension).",
-           group="saturation", source="cgroup.cpu", field="throttled_periods",
+           group="saturation", source="cgroup_cpu", field="throttled_periods",
            option="saturation"),
     Metric("process_metrics.cgroup.cpu.throttled_time", C, "s",
            "Total time the tasks of the cgroup of this process were throttled (extension).",
-           group="saturation", source="cgroup.cpu", field="throttled_time", value_type=float,
+           group="saturation", source="cgroup_cpu", field="throttled_time", value_type=float,
            option="saturation"),
     Metric("container.cpu.time", C, "s",
            "CPU seconds of the cgroup of this process (all its processes), by mode.",
-           group="saturation", source="cgroup.cpu", field="cpu_time", attributes=("cpu.mode",),
+           group="saturation", source="cgroup_cpu", field="cpu_time",
            value_type=float, option="saturation",
            note="cpu.mode is user or kernel, as the container conventions name them"),
     Metric("container.memory.usage", U, "By",
            "Memory charged to the cgroup of this process, page cache included.",
-           group="saturation", source="cgroup.memory", field="usage", option="saturation"),
+           group="saturation", source="cgroup_memory", field="usage", option="saturation"),
     Metric("container.memory.working_set", U, "By",
            "Memory usage of the cgroup of this process minus its inactive page cache, floored at "
            "0, as kubelet and cAdvisor compute it.",
-           group="saturation", source="cgroup.memory", field="working_set",
+           group="saturation", source="cgroup_memory", field="working_set",
            option="saturation"),
     Metric("process_metrics.cgroup.memory.limit", G, "By",
            "The tightest memory limit of the cgroup of this process and its ancestors, read at "
            "instrument() (extension); absent when there is none.",
-           group="saturation", source="cgroup.memory", field="limit", option="saturation"),
+           group="saturation", source="cgroup_memory", field="limit", option="saturation"),
     Metric("process_metrics.cgroup.memory.peak", G, "By",
            "Highest memory usage of the cgroup of this process, where the kernel keeps it "
            "(extension).",
-           group="saturation", source="cgroup.memory", field="peak", option="saturation"),
+           group="saturation", source="cgroup_memory", field="peak", option="saturation"),
     Metric("process_metrics.cgroup.memory.events", C, "{event}",
            "Memory events of the cgroup of this process: over high, at max, OOM, OOM kill "
            "(extension).",
-           group="saturation", source="cgroup.memory", field="events",
-           attributes=("process_metrics.cgroup.memory.event",), option="saturation",
+           group="saturation", source="cgroup_memory", field="events", option="saturation",
            note="v1 has only max (memory.failcnt) and oom_kill"),
     Metric("process_metrics.cpu.linux.pressure.stall_time", C, "s",
            "Time tasks stalled waiting for CPU (pressure stall information) (extension).",
            group="saturation", source="pressure", field="cpu",
-           attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
            value_type=float, option="saturation", note=_PSI),
     Metric("process_metrics.memory.linux.pressure.stall_time", C, "s",
            "Time tasks stalled waiting for memory (pressure stall information) (extension).",
            group="saturation", source="pressure", field="memory",
-           attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
            value_type=float, option="saturation", note=_PSI),
     Metric("process_metrics.io.linux.pressure.stall_time", C, "s",
            "Time tasks stalled waiting for I/O (pressure stall information) (extension).",
            group="saturation", source="pressure", field="io",
-           attributes=("process_metrics.pressure.stall_type", "process_metrics.pressure.scope"),
            value_type=float, option="saturation", note=_PSI),
     # --- CPU frequency: only with cpu_frequency=True
     Metric("system.cpu.frequency", G, "Hz", "Current frequency of each logical CPU.",
-           group="frequency", source="system.cpu_freq", field="current",
-           attributes=("cpu.logical_number",), option="cpu_frequency"),
+           group="frequency", source="system_cpu_freq", field="current", option="cpu_frequency"),
     Metric("process_metrics.cpu.frequency.min", G, "Hz",
            "Minimum CPU frequency the host allows (extension); absent where unknown.",
-           group="frequency", source="system.static", field="cpu_freq_min", option="cpu_frequency"),
+           group="frequency", source="system_static", field="cpu_freq_min", option="cpu_frequency"),
     Metric("process_metrics.cpu.frequency.max", G, "Hz",
            "Maximum CPU frequency the host allows (extension); absent where unknown.",
-           group="frequency", source="system.static", field="cpu_freq_max", option="cpu_frequency"),
+           group="frequency", source="system_static", field="cpu_freq_max", option="cpu_frequency"),
     # --- per-thread CPU: only with per_thread=True
     Metric("process_metrics.thread.cpu.time", C, "s",
            "CPU seconds of each thread of this process (extension), capped by "
            "max_thread_series.",
-           group="thread", source="process.threads", field="cpu_time",
-           attributes=("cpu.mode", "thread.id", "thread.name"), value_type=float,
+           group="thread", source="process_threads", field="cpu_time", value_type=float,
            option="per_thread"),
     # --- opt-in process extras
     Metric("process.signals_pending", U, "{signal}", "Signals pending for this process.",
-           group="process", source="process.signals", field="count"),
+           group="process", source="process_signals", field="count"),
     Metric("process_metrics.memory.pss", U, "By",
            "Proportional set size of this process: its resident pages, each shared page "
            "divided by the processes that share it, so that the PSS of workers adds up "
            "(extension).",
-           group="process", source="process.smaps", field="pss"),
+           group="process", source="process_smaps", field="pss"),
     Metric("process_metrics.memory.uss", U, "By",
            "Unique set size of this process: the resident pages no other process shares, "
            "what exiting would free (extension).",
-           group="process", source="process.smaps", field="uss"),
+           group="process", source="process_smaps", field="uss"),
     # --- host groups, opt-in through include
     Metric("system.disk.io", C, "By", "Bytes read from and written to each disk.",
-           group="disk", source="system.disk", field="bytes",
-           attributes=("system.device", "disk.io.direction")),
+           group="disk", source="system_disk", field="bytes"),
     Metric("system.disk.operations", C, "{operation}", "Reads and writes of each disk.",
-           group="disk", source="system.disk", field="operations",
-           attributes=("system.device", "disk.io.direction")),
+           group="disk", source="system_disk", field="operations"),
     Metric("system.network.io", C, "By", "Bytes received and sent on each interface.",
-           group="network", source="system.network", field="bytes", attributes=_NET),
+           group="network", source="system_network", field="bytes"),
     Metric("system.network.packet.count", C, "{packet}",
            "Packets received and sent on each interface.",
-           group="network", source="system.network", field="packets", attributes=_NET),
+           group="network", source="system_network", field="packets"),
     Metric("system.network.packet.dropped", C, "{packet}",
            "Packets dropped on each interface.",
-           group="network", source="system.network", field="dropped", attributes=_NET),
+           group="network", source="system_network", field="dropped"),
     Metric("system.network.errors", C, "{error}", "Errors on each interface.",
-           group="network", source="system.network", field="errors", attributes=_NET),
+           group="network", source="system_network", field="errors"),
     Metric("system.paging.usage", U, "By", "Swap space by state.",
-           group="paging", source="system.swap", field="usage",
-           attributes=("system.paging.state",)),
+           group="paging", source="system_swap", field="usage"),
     Metric("system.paging.utilization", G, "1", "Swap space by state, as a share of total.",
-           group="paging", source="system.swap", field="utilization",
-           attributes=("system.paging.state",), value_type=float),
+           group="paging", source="system_swap", field="utilization", value_type=float),
     Metric("system.paging.faults", C, "{fault}", "Page faults of the host.",
-           group="paging", source="system.vmstat", field="faults",
-           attributes=("system.paging.fault.type",)),
+           group="paging", source="system_vmstat", field="faults"),
     Metric("system.filesystem.usage", U, "By", "Space of each mounted filesystem, by state.",
-           group="filesystem", source="system.filesystem", field="usage", attributes=_FS),
+           group="filesystem", source="system_filesystem", field="usage"),
     Metric("system.filesystem.utilization", G, "1",
            "Space of each mounted filesystem, by state, as a share of its size.",
-           group="filesystem", source="system.filesystem", field="utilization",
-           attributes=_FS, value_type=float),
+           group="filesystem", source="system_filesystem", field="utilization", value_type=float),
     Metric("system.network.connection.count", U, "{connection}",
            "Host network connections by state and transport. Enabled only when named "
            "exactly in include.",
-           group="connections", source="system.connections", field="count",
-           attributes=("network.connection.state", "network.transport"), exact_only=True),
+           group="connections", source="system_connections", field="count", exact_only=True),
 )  # fmt: skip
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}
-
-
-def _check_table() -> None:
-    """Every join of the table resolves: source, field, attribute names; names unique.
-
-    The options that rows name are checked where both are known (``selection.py``).
-    """
-    if len(METRICS_BY_NAME) != len(METRICS):
-        raise RuntimeError("metric table: a name is declared twice")
-    for m in (*METRICS, *PER_CHILD.values()):
-        source = SOURCES.get(m.source)
-        if source is None:
-            raise RuntimeError(f"metric table: {m.name} names an unknown source {m.source!r}")
-        if m.field not in source.fields:
-            raise RuntimeError(
-                f"metric table: {m.name} reads field {m.field!r}, which source "
-                f"{m.source!r} does not declare"
-            )
-        key = source.fields[m.field]
-        names = key.names if key is not None else ()
-        if m.attributes != names:
-            raise RuntimeError(
-                f"metric table: {m.name} has the attributes {m.attributes}, but field "
-                f"{m.field!r} of source {m.source!r} names {names}"
-            )
 
 
 # --- supervisor mode (children=True) ------------------------------------------
@@ -419,25 +350,24 @@ TREE_METRICS: tuple[Metric, ...] = (
     Metric("process_metrics.tree.cpu.time", C, "s",
            "CPU seconds of this process and all its descendants, those that exited and were "
            "reaped included, by mode (extension).",
-           group="tree", source="children.tree", field="cpu_time", attributes=("cpu.mode",),
+           group="tree", source="children_tree", field="cpu_time",
            value_type=float, option="children", note=_TREE_CPU),
     Metric("process_metrics.tree.process.count", G, "{process}",
            "Processes in the tree: this one and its live descendants (extension).",
-           group="tree", source="children.tree", field="count", option="children"),
+           group="tree", source="children_tree", field="count", option="children"),
     Metric("process_metrics.tree.process.exits", C, "{process}",
            "Descendants seen to exit since instrument() (extension).",
-           group="tree", source="children.tree", field="exits", option="children",
+           group="tree", source="children_tree", field="exits", option="children",
            note="a child that lived and was reaped between two collections is not seen"),
     Metric("process_metrics.tree.process.restarts", C, "{restart}",
            "Slots given again to a new child after their child exited: restarts seen "
            "(extension).",
-           group="tree", source="children.tree", field="restarts", option="children"),
+           group="tree", source="children_tree", field="restarts", option="children"),
     Metric("process_metrics.tree.memory.usage", U, "By",
            "Memory of this process and its live descendants: the sum of PSS where PSS is "
            "enabled, else the sum of RSS (which counts shared pages once per process) "
            "(extension).",
-           group="tree", source="children.tree", field="memory",
-           attributes=("process_metrics.memory.measure",), option="children",
+           group="tree", source="children_tree", field="memory", option="children",
            note="process_metrics.memory.measure is pss or rss"),
 )  # fmt: skip
 
@@ -445,19 +375,19 @@ METRICS = METRICS + TREE_METRICS
 METRICS_BY_NAME = {m.name: m for m in METRICS}
 
 _CHILD_FIELDS = {
-    "process.cpu.time": ("children.cpu", "cpu_time"),
-    "process.cpu.utilization": ("children.cpu", "cpu_utilization"),
-    "process.memory.usage": ("children.memory", "rss"),
-    "process.memory.virtual": ("children.memory", "vms"),
-    "process_metrics.memory.pss": ("children.memory_full", "pss"),
-    "process_metrics.memory.uss": ("children.memory_full", "uss"),
-    "process.disk.io": ("children.io", "bytes"),
-    "process.disk.operations": ("children.io", "operations"),
-    "process.thread.count": ("children.num_threads", "count"),
-    "process.unix.file_descriptor.count": ("children.num_fds", "count"),
-    "process.context_switches": ("children.context_switches", "context_switches"),
-    "process.paging.faults": ("children.paging_faults", "paging_faults"),
-    "process.uptime": ("children.uptime", "uptime"),
+    "process.cpu.time": ("children_cpu", "cpu_time"),
+    "process.cpu.utilization": ("children_cpu", "cpu_utilization"),
+    "process.memory.usage": ("children_memory", "rss"),
+    "process.memory.virtual": ("children_memory", "vms"),
+    "process_metrics.memory.pss": ("children_memory_full", "pss"),
+    "process_metrics.memory.uss": ("children_memory_full", "uss"),
+    "process.disk.io": ("children_io", "bytes"),
+    "process.disk.operations": ("children_io", "operations"),
+    "process.thread.count": ("children_num_threads", "count"),
+    "process.unix.file_descriptor.count": ("children_num_fds", "count"),
+    "process.context_switches": ("children_context_switches", "context_switches"),
+    "process.paging.faults": ("children_paging_faults", "paging_faults"),
+    "process.uptime": ("children_uptime", "uptime"),
 }
 """The process metrics that can be read from outside a process: its per-child source and field.
 
@@ -469,12 +399,8 @@ PER_CHILD: dict[str, Metric] = {
         METRICS_BY_NAME[name],
         source=source,
         field=field,
-        attributes=(*CHILD_ATTRIBUTES, *METRICS_BY_NAME[name].attributes),
     )
     for name, (source, field) in _CHILD_FIELDS.items()
     if name in METRICS_BY_NAME
 }
 """Per-child rows, by the name of the process metric they add points to."""
-
-
-_check_table()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 
+from .catalog import supported
 from .metrics import METRICS, Metric
 from .options import GATING_OPTIONS, ProcessMetricsOptions, is_glob
 
@@ -18,7 +19,7 @@ def enabled_metrics(
     options: ProcessMetricsOptions, platform: str | None = None
 ) -> tuple[Metric, ...]:
     """The metrics ``options`` turn on, in table order, that ``platform`` supports."""
-    return tuple(m for m in METRICS if m.supported(platform) and is_enabled(m, options))
+    return tuple(m for m in METRICS if supported(m, platform) and is_enabled(m, options))
 
 
 def is_enabled(metric: Metric, options: ProcessMetricsOptions) -> bool:

@@ -216,6 +216,7 @@ class Source:
     """One read from the OS or the runtime, named so that metrics can point at it."""
 
     name: str
+    """Its id, in snake case (``process_rusage``): never dotted, so never read as a metric name."""
     read: Callable[[ReadContext], Reading]
     fields: Fields
     """The fields its reading may hold (absent ones are unknown, never 0), with their keys."""

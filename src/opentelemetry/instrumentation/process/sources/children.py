@@ -200,10 +200,10 @@ def _own_times(ctx: ReadContext, top: int) -> tuple[float, float, float, float]:
 
 def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
     tree: Tree = ctx.state.setdefault(_STATE, Tree())
-    with_tree = "children.tree" in want
-    with_pss = "children.memory_full" in want
-    need_cpu = with_tree or "children.cpu" in want
-    need_memory = (with_tree and not with_pss) or "children.memory" in want
+    with_tree = "children_tree" in want
+    with_pss = "children_memory_full" in want
+    need_cpu = with_tree or "children_cpu" in want
+    need_memory = (with_tree and not with_pss) or "children_memory" in want
     # The times of this process and of its reaped children first, then each
     # child, parents before their children: a child reaped during the pass is
     # then missed once (the floor holds), never counted twice.
@@ -404,10 +404,10 @@ def _read_rest(
     add = rows.append
     p = child.process
     try:
-        if "children.cpu" in want and "times" in reading:
+        if "children_cpu" in want and "times" in reading:
             u, s, _, _ = reading["times"]
-            add(("children.cpu", "cpu_time", (slot, pid, "user"), u))
-            add(("children.cpu", "cpu_time", (slot, pid, "system"), s))
+            add(("children_cpu", "cpu_time", (slot, pid, "user"), u))
+            add(("children_cpu", "cpu_time", (slot, pid, "system"), s))
             cpus = ctx.facts.available_cpus or 0.0
             if cpus:
                 share = child.util.step(
@@ -416,47 +416,47 @@ def _read_rest(
                     lambda d, e: {k: v / (e * cpus) for k, v in d.items()},
                 )
                 for (mode,), v in (share or {}).items():
-                    add(("children.cpu", "cpu_utilization", (slot, pid, mode), v))
-        if "children.memory" in want and "rss" in reading:
-            add(("children.memory", "rss", (slot, pid), reading["rss"]))
-            add(("children.memory", "vms", (slot, pid), reading["vms"]))
-        if "children.memory_full" in want:
+                    add(("children_cpu", "cpu_utilization", (slot, pid, mode), v))
+        if "children_memory" in want and "rss" in reading:
+            add(("children_memory", "rss", (slot, pid), reading["rss"]))
+            add(("children_memory", "vms", (slot, pid), reading["vms"]))
+        if "children_memory_full" in want:
             if reading.get("pss") is not None:
-                add(("children.memory_full", "pss", (slot, pid), reading["pss"]))
+                add(("children_memory_full", "pss", (slot, pid), reading["pss"]))
             if "uss" in reading:
-                add(("children.memory_full", "uss", (slot, pid), reading["uss"]))
-        if "children.io" in want:
+                add(("children_memory_full", "uss", (slot, pid), reading["uss"]))
+        if "children_io" in want:
             io = _try(ctx, "I/O", child, p.io_counters)
             if io is not None:
-                add(("children.io", "bytes", (slot, pid, "read"), io.read_bytes))
-                add(("children.io", "bytes", (slot, pid, "write"), io.write_bytes))
-                add(("children.io", "operations", (slot, pid, "read"), io.read_count))
-                add(("children.io", "operations", (slot, pid, "write"), io.write_count))
-        if "children.num_threads" in want:
+                add(("children_io", "bytes", (slot, pid, "read"), io.read_bytes))
+                add(("children_io", "bytes", (slot, pid, "write"), io.write_bytes))
+                add(("children_io", "operations", (slot, pid, "read"), io.read_count))
+                add(("children_io", "operations", (slot, pid, "write"), io.write_count))
+        if "children_num_threads" in want:
             n = _try(ctx, "threads", child, p.num_threads)
             if n is not None:
-                add(("children.num_threads", "count", (slot, pid), n))
-        if "children.num_fds" in want:
+                add(("children_num_threads", "count", (slot, pid), n))
+        if "children_num_fds" in want:
             n = _try(ctx, "file descriptors", child, p.num_fds)
             if n is not None:
-                add(("children.num_fds", "count", (slot, pid), n))
-        if "children.context_switches" in want:
+                add(("children_num_fds", "count", (slot, pid), n))
+        if "children_context_switches" in want:
             cs = _try(ctx, "context switches", child, p.num_ctx_switches)
             if cs is not None:
                 field = "context_switches"
-                add(("children.context_switches", field, (slot, pid, "voluntary"), cs.voluntary))
+                add(("children_context_switches", field, (slot, pid, "voluntary"), cs.voluntary))
                 add(
-                    ("children.context_switches", field, (slot, pid, "involuntary"), cs.involuntary)
+                    ("children_context_switches", field, (slot, pid, "involuntary"), cs.involuntary)
                 )
-        if "children.paging_faults" in want and ctx.use_direct("children"):
+        if "children_paging_faults" in want and ctx.use_direct("children"):
             faults = _try(ctx, "page faults", child, lambda: page_faults(child.pid))
             if faults is not None:
-                add(("children.paging_faults", "paging_faults", (slot, pid, "major"), faults[0]))
-                add(("children.paging_faults", "paging_faults", (slot, pid, "minor"), faults[1]))
-        if "children.uptime" in want:
+                add(("children_paging_faults", "paging_faults", (slot, pid, "major"), faults[0]))
+                add(("children_paging_faults", "paging_faults", (slot, pid, "minor"), faults[1]))
+        if "children_uptime" in want:
             created = _try(ctx, "uptime", child, p.create_time)
             if created is not None:
-                add(("children.uptime", "uptime", (slot, pid), time.time() - created))
+                add(("children_uptime", "uptime", (slot, pid), time.time() - created))
     except _Gone:
         return
     targets = out.targets
@@ -499,18 +499,18 @@ def _tree_fields(
 ) -> None:
     user, system, reaped_user, reaped_system = times
     cpu = ctx.never_below_previous(
-        "children.tree",
+        "children_tree",
         {
             _TREE_MODE(("user",)): user + reaped_user,
             _TREE_MODE(("system",)): system + reaped_system,
         },
     )
-    fields = out.fields.setdefault("children.tree", {})
+    fields = out.fields.setdefault("children_tree", {})
     fields["cpu_time"] = cpu
     fields["count"] = 1 + alive
     fields["exits"] = tree.exits
     fields["restarts"] = tree.restarts
-    kind = "pss" if "children.memory_full" in wanted(ctx) else "rss"
+    kind = "pss" if "children_memory_full" in wanted(ctx) else "rss"
     own = _own_memory(ctx, kind, top)
     if own is not None:
         total = own + sum(int(r.get(kind) or 0) for r in readings.values() if not r.get("zombie"))
@@ -573,49 +573,49 @@ _PER_CHILD = "per child, in its oneshot"
 
 SOURCES: tuple[Source, ...] = (
     _source(
-        "children.cpu",
+        "children_cpu",
         {"cpu_time": _MODE, "cpu_utilization": _MODE},
         f"/proc/<pid>/stat {_PER_CHILD} (shared with the tree)",
         stateful=True,
     ),
-    _source("children.memory", {"rss": _ONE, "vms": _ONE}, f"/proc/<pid>/statm {_PER_CHILD}"),
+    _source("children_memory", {"rss": _ONE, "vms": _ONE}, f"/proc/<pid>/statm {_PER_CHILD}"),
     _source(
-        "children.memory_full",
+        "children_memory_full",
         {"pss": _ONE, "uss": _ONE},
         f"/proc/<pid>/smaps_rollup {_PER_CHILD}: its cost grows with the RSS of the child",
         platforms=LINUX,
     ),
     _source(
-        "children.io",
+        "children_io",
         {"bytes": _DIRECTION, "operations": _DIRECTION},
         f"/proc/<pid>/io {_PER_CHILD}",
         platforms=_PROCESS_IO,
         available=_has("io_counters"),
     ),
-    _source("children.num_threads", {"count": _ONE}, f"/proc/<pid>/status {_PER_CHILD}"),
+    _source("children_num_threads", {"count": _ONE}, f"/proc/<pid>/status {_PER_CHILD}"),
     _source(
-        "children.num_fds",
+        "children_num_fds",
         {"count": _ONE},
         f"lists /proc/<pid>/fd {_PER_CHILD}",
         platforms=POSIX,
         available=_has("num_fds"),
     ),
     _source(
-        "children.context_switches",
+        "children_context_switches",
         {"context_switches": _SWITCH},
         f"/proc/<pid>/status {_PER_CHILD} (the main thread only on Linux, as psutil counts)",
     ),
     _source(
-        "children.paging_faults",
+        "children_paging_faults",
         {"paging_faults": _FAULT},
         "/proc/<pid>/stat per child, read directly (psutil has no API)",
         platforms=LINUX,
     ),
     _source(
-        "children.uptime", {"uptime": _ONE}, "none: the create time of each child is read once"
+        "children_uptime", {"uptime": _ONE}, "none: the create time of each child is read once"
     ),
     _source(
-        "children.tree",
+        "children_tree",
         {
             "cpu_time": _TREE_MODE,
             "count": None,

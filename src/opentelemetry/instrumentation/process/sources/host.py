@@ -66,7 +66,7 @@ def _system_cpu(ctx: ReadContext) -> Reading:
                 times[key] = times.get(key, 0.0) + value
     # Linux may move iowait backwards (proc(5)): keep the last value instead.
     # Not mutated: the floor's name is this source's alone, any name would do.
-    times = ctx.never_below_previous("system.cpu", times)  # pragma: no mutate
+    times = ctx.never_below_previous("system_cpu", times)  # pragma: no mutate
 
     def share(deltas: Mapping[Key, float], _elapsed: float) -> dict[Key, float]:
         totals: dict[Any, float] = {}
@@ -74,7 +74,7 @@ def _system_cpu(ctx: ReadContext) -> Reading:
             totals[number] = totals.get(number, 0.0) + d
         return {k: (d / totals[k[0]] if totals[k[0]] else 0.0) for k, d in deltas.items()}
 
-    util = ctx.delta("system.cpu").step(ctx.now, times, share)
+    util = ctx.delta("system_cpu").step(ctx.now, times, share)
     return {"time": times, "utilization": util or {}}
 
 
@@ -209,14 +209,14 @@ def _host_facts(ctx: ReadContext) -> Reading:
 
 SOURCES: tuple[Source, ...] = (
     Source(
-        "system.static",
+        "system_static",
         _host_facts,
         dict.fromkeys(("logical_cpus", "physical_cpus", "cpu_freq_min", "cpu_freq_max")),
         "none: static facts of the host, read once",
         shared=True,
     ),
     Source(
-        "system.cpu",
+        "system_cpu",
         _system_cpu,
         dict.fromkeys(("time", "utilization"), _CPU),
         "/proc/stat",
@@ -224,14 +224,14 @@ SOURCES: tuple[Source, ...] = (
         shared=True,
     ),
     Source(
-        "system.memory",
+        "system_memory",
         _system_memory,
         {"usage": _MEMORY, "utilization": _MEMORY, "limit": None},
         "/proc/meminfo",
         shared=True,
     ),
     Source(
-        "system.cpu_freq",
+        "system_cpu_freq",
         _cpu_freq,
         {"current": _FREQUENCY},
         "per CPU: sysfs cpufreq files, or /proc/cpuinfo",
@@ -239,28 +239,28 @@ SOURCES: tuple[Source, ...] = (
         shared=True,
     ),
     Source(
-        "system.disk",
+        "system_disk",
         _system_disk,
         {"bytes": _DISK, "operations": _DISK},
         "/proc/diskstats",
         shared=True,
     ),
     Source(
-        "system.network",
+        "system_network",
         _system_network,
         dict.fromkeys(("bytes", "packets", "dropped", "errors"), _NETWORK),
         "/proc/net/dev",
         shared=True,
     ),
     Source(
-        "system.swap",
+        "system_swap",
         _swap,
         {"usage": _PAGING, "utilization": _PAGING},
         "one sysinfo(2) syscall (elsewhere: psutil)",
         shared=True,
     ),
     Source(
-        "system.vmstat",
+        "system_vmstat",
         _vmstat,
         {"faults": _FAULT},
         "/proc/vmstat",
@@ -268,14 +268,14 @@ SOURCES: tuple[Source, ...] = (
         shared=True,
     ),
     Source(
-        "system.filesystem",
+        "system_filesystem",
         _filesystem,
         {"usage": _FILESYSTEM, "utilization": _FILESYSTEM},
         "/proc/self/mounts, one statvfs per mount",
         shared=True,
     ),
     Source(
-        "system.connections",
+        "system_connections",
         _connections,
         {"count": _CONNECTION},
         "one netlink sock_diag dump per transport (elsewhere: psutil walks the fds of every "

@@ -110,7 +110,7 @@ def _io(ctx: ReadContext) -> Reading:
 THREAD_COUNT = "thread_count"
 """The field in which the per-thread and the signals reads give the number of threads."""
 
-_COUNTED_BY = ("process.threads", "process.signals")
+_COUNTED_BY = ("process_threads", "process_signals")
 """Sources of the same refresh that count the threads anyway, in order of preference."""
 
 
@@ -133,7 +133,7 @@ def _handle_count(
 ) -> Source:
     """The source of one psutil count of open descriptors or handles: ``Process.<method>()``."""
     return Source(
-        f"process.{method}",
+        f"process_{method}",
         read,
         numbers("count"),
         cost,
@@ -227,7 +227,7 @@ class _Groups:
     """Per pattern: user and system times of its threads that have exited."""
 
 
-_GROUPS = State("process.threads", lambda _ctx: _Groups())
+_GROUPS = State("process_threads", lambda _ctx: _Groups())
 """The by-name read's thread-name groups, kept between reads."""
 
 
@@ -300,7 +300,7 @@ REFRESH = "refresh"
 
 SOURCES: tuple[Source, ...] = (
     Source(
-        "process.rusage",
+        "process_rusage",
         _rusage,
         {
             "cpu_time": _MODE,
@@ -316,14 +316,14 @@ SOURCES: tuple[Source, ...] = (
         after_fork=_rusage_after_fork,
     ),
     Source(
-        "process.memory",
+        "process_memory",
         _memory,
         numbers("rss", "vms", "utilization"),
         "/proc/self/statm, in oneshot",
         in_process=True,
     ),
     Source(
-        "process.io",
+        "process_io",
         _io,
         {"bytes": _DIRECTION, "operations": _DIRECTION},
         "/proc/self/io, in oneshot",
@@ -332,7 +332,7 @@ SOURCES: tuple[Source, ...] = (
         available=psutil_has("Process.io_counters"),
     ),
     Source(
-        "process.smaps",
+        "process_smaps",
         _smaps,
         numbers("pss", "uss"),
         "/proc/self/smaps_rollup: the kernel walks the page tables, about 20 µs per MiB of "
@@ -343,7 +343,7 @@ SOURCES: tuple[Source, ...] = (
         available=psutil_has("Process.memory_full_info"),
     ),
     Source(
-        "process.threads",
+        "process_threads",
         _threads,
         {"cpu_time": _THREAD, THREAD_COUNT: None},
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
@@ -352,7 +352,7 @@ SOURCES: tuple[Source, ...] = (
         after_fork=_threads_after_fork,
     ),
     Source(
-        "process.signals",
+        "process_signals",
         _signals_pending,
         numbers("count", THREAD_COUNT),
         "/proc/self/status (read once; it gives the thread count too)",
@@ -360,7 +360,7 @@ SOURCES: tuple[Source, ...] = (
         in_process=True,
     ),
     Source(
-        "process.num_threads",
+        "process_num_threads",
         _num_threads,
         numbers("count"),
         "psutil: /proc/self/status, in oneshot; no read when the per-thread or the "
@@ -370,7 +370,7 @@ SOURCES: tuple[Source, ...] = (
     ),
     _handle_count("num_fds", _num_fds, "lists /proc/self/fd, in oneshot", POSIX),
     _handle_count("num_handles", _num_handles, "one Windows API call, in oneshot", WINDOWS),
-    Source("process.uptime", _uptime, numbers("uptime"), "none: create time is a static fact"),
+    Source("process_uptime", _uptime, numbers("uptime"), "none: create time is a static fact"),
     Source(
         "static",
         _static,

@@ -7,11 +7,11 @@ import sys
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-from ..runtime.gc_pauses import BOUNDS, GcPauses
+from ..probes.gc_pauses import BOUNDS, GcPauses
 from .base import Key, ReadContext, Reading, Source, State, attributes
 
 if TYPE_CHECKING:  # imported when a loop source opens: most processes never use one
-    from ..runtime.loops.monitor import LoopMonitor
+    from ..probes.loops.monitor import LoopMonitor
 
 _GENERATION = attributes("cpython.gc.generation")
 _GENERATIONS = tuple(_GENERATION((gen,)) for gen in range(3))
@@ -37,7 +37,7 @@ def _is_cpython() -> bool:
     return sys.implementation.name == "cpython"
 
 
-_PAUSES = State("cpython.gc_pauses", lambda ctx: GcPauses(histogram=ctx.options.gc_pause_histogram))
+_PAUSES = State("cpython_gc_pauses", lambda ctx: GcPauses(histogram=ctx.options.gc_pause_histogram))
 
 
 def _open_pauses(ctx: ReadContext) -> bool:
@@ -67,17 +67,17 @@ def _pauses(ctx: ReadContext) -> Reading:
 
 
 def _new_monitor(_ctx: ReadContext) -> LoopMonitor:
-    from ..runtime.loops.monitor import LoopMonitor
+    from ..probes.loops.monitor import LoopMonitor
 
     return LoopMonitor(delays=False, utilization=False)
 
 
 # One monitor for both loop sources: whichever opens first makes it.
-_LOOPS = State("asyncio.loops", _new_monitor)
+_LOOPS = State("asyncio_loops", _new_monitor)
 
 
 def _open_delays(ctx: ReadContext) -> bool:
-    from ..runtime.loops.monitor import DELAYS
+    from ..probes.loops.monitor import DELAYS
 
     monitor = ctx.state_of(_LOOPS)
     monitor.measure(DELAYS)
@@ -86,7 +86,7 @@ def _open_delays(ctx: ReadContext) -> bool:
 
 
 def _open_utilization(ctx: ReadContext) -> bool:
-    from ..runtime.loops.monitor import UTILIZATION
+    from ..probes.loops.monitor import UTILIZATION
 
     # Only opened when the utilisation metric is selected: select is timed only then.
     monitor = ctx.state_of(_LOOPS)
@@ -134,14 +134,14 @@ _PAUSE_FIELDS = {"time": _GENERATION, "max": _GENERATION, "buckets": _BUCKET}
 
 SOURCES: tuple[Source, ...] = (
     Source(
-        "cpython.gc",
+        "cpython_gc",
         _gc,
         dict.fromkeys(("collections", "collected", "uncollectable"), _GENERATION),
         "none: gc.get_stats() in memory",
         available=_is_cpython,
     ),
     Source(
-        "cpython.gc_pauses",
+        "cpython_gc_pauses",
         _pauses,
         _PAUSE_FIELDS,
         "none: a gc.callbacks hook keeps running totals (about 1 µs per garbage collection)",
@@ -150,7 +150,7 @@ SOURCES: tuple[Source, ...] = (
         close=_close_pauses,
     ),
     Source(
-        "asyncio.loops",
+        "asyncio_loops",
         _delays,
         dict.fromkeys(_DELAY_FIELDS, _LOOP),
         "none at collection: one timer per event loop every 20 ms (about 50 µs of CPU per "
@@ -160,7 +160,7 @@ SOURCES: tuple[Source, ...] = (
         after_fork=_loops_after_fork,
     ),
     Source(
-        "asyncio.select_timing",
+        "asyncio_select_timing",
         _utilization,
         {"utilization": _LOOP},
         "none at collection: two clock reads around each select of an asyncio loop (about "

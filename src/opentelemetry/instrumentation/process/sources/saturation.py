@@ -99,8 +99,8 @@ def _pressure_files(ctx: ReadContext) -> _Files:
     return _Files(found.files, scope=found.scope)
 
 
-_CPU = State("cgroup.cpu", _cpu_files)
-_MEMORY = State("cgroup.memory", _memory_files)
+_CPU = State("cgroup_cpu", _cpu_files)
+_MEMORY = State("cgroup_memory", _memory_files)
 _PRESSURE = State("pressure", _pressure_files)
 
 
@@ -214,7 +214,7 @@ def _pressure(ctx: ReadContext) -> Reading:
 
 SOURCES: tuple[Source, ...] = (
     Source(
-        "cgroup.cpu",
+        "cgroup_cpu",
         _cpu,
         {**numbers("periods", "throttled_periods", "throttled_time"), "cpu_time": _MODE},
         "the cgroup cpu.stat (v1: and cpuacct.stat)",
@@ -224,7 +224,7 @@ SOURCES: tuple[Source, ...] = (
         shared=True,
     ),
     Source(
-        "cgroup.memory",
+        "cgroup_memory",
         _memory,
         {**numbers("usage", "working_set", "peak", "limit"), "events": _EVENT},
         "the cgroup memory.current, memory.stat, memory.peak, memory.events "

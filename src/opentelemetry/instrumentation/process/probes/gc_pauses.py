@@ -126,10 +126,15 @@ class GcPauseReading:
         return None if best is None else self.longest.index(best)
 
 
-def _timing_callback(
+def _callback(
     depth: list[int], starts: list[float], total: list[float], count: list[float],
-    peak: list[float], guard: list[Callable[[], Any]],
+    peak: list[float], guard: list[Callable[[], Any]], buckets: list[list[float]] | None,
 ) -> GcCallback:  # fmt: skip
+    """The ``gc.callbacks`` entry: times each collection; counts it in ``buckets`` if given.
+
+    The state comes in as default arguments, read as fast locals on each call.
+    """
+
     def on_gc(
         phase: str,
         info: dict[str, int],
@@ -140,6 +145,9 @@ def _timing_callback(
         _count: list[float] = count,
         _peak: list[float] = peak,
         _guard: list[Callable[[], Any]] = guard,
+        _buckets: list[list[float]] | None = buckets,
+        _find: Callable[[Sequence[float], float], int] = bisect.bisect_left,
+        _bounds: tuple[float, ...] = BOUNDS,
         _slots: int = DEPTH,
     ) -> None:
         if phase == "start":
@@ -166,56 +174,10 @@ def _timing_callback(
             if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
                 _peak[g] = elapsed
             _guard[1]()
-
-    return on_gc
-
-
-def _bucket_callback(
-    depth: list[int], starts: list[float], total: list[float], count: list[float],
-    peak: list[float], guard: list[Callable[[], Any]], buckets: list[list[float]],
-) -> GcCallback:  # fmt: skip
-    def on_gc(
-        phase: str,
-        info: dict[str, int],
-        _clock: Callable[[], float] = time.perf_counter,
-        _depth: list[int] = depth,
-        _starts: list[float] = starts,
-        _total: list[float] = total,
-        _count: list[float] = count,
-        _peak: list[float] = peak,
-        _guard: list[Callable[[], Any]] = guard,
-        _buckets: list[list[float]] = buckets,
-        _find: Callable[[Sequence[float], float], int] = bisect.bisect_left,
-        _bounds: tuple[float, ...] = BOUNDS,
-        _slots: int = DEPTH,
-    ) -> None:
-        if phase == "start":
-            i = _depth[0]
-            _depth[0] = i + 1
-            if i < _slots:
-                _starts[i] = _clock()
-            return
-        i = _depth[0] - 1
-        if i < 0:
-            return
-        _depth[0] = i
-        if i >= _slots:
-            return
-        began = _starts[i]
-        elapsed = _clock() - began
-        g = info["generation"]
-        _total[g] += elapsed
-        _count[g] += 1.0
-        if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
-            # A new maximum (rare once an interval has begun): stored under the
-            # guard that read() holds to take and zero the maxima.
-            _guard[0]()
-            if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
-                _peak[g] = elapsed
-            _guard[1]()
-        # bisect_left: a pause equal to a bound counts in that bound's bucket,
-        # as OpenTelemetry's explicit buckets (upper bound inclusive) do.
-        _buckets[g][_find(_bounds, elapsed)] += 1.0
+        if _buckets is not None:
+            # bisect_left: a pause equal to a bound counts in that bound's bucket,
+            # as OpenTelemetry's explicit buckets (upper bound inclusive) do.
+            _buckets[g][_find(_bounds, elapsed)] += 1.0
 
     return on_gc
 
@@ -250,9 +212,7 @@ class GcPauses:
         self._new_guard()
         self._buckets = [[0.0] * (len(BOUNDS) + 1) for _ in range(GENERATIONS)]
         shared = (self._depth, self._starts, self._total, self._count, self._peak, self._guard)
-        self._callback: GcCallback = (
-            _bucket_callback(*shared, self._buckets) if histogram else _timing_callback(*shared)
-        )
+        self._callback = _callback(*shared, self._buckets if histogram else None)
         self._finalizer: weakref.finalize[Any, Any] | None = None
         _live.add(self)
 

@@ -1,0 +1,50 @@
+"""The metric table joined to its sources: what each metric's points carry, where, at what cost.
+
+A row of ``metrics.py`` names its source and field by id; this module
+resolves the join, and checks the table at import.
+"""
+
+from __future__ import annotations
+
+from .metrics import METRICS, PER_CHILD, Metric
+from .sources import SOURCES
+
+
+def attributes_of(metric: Metric) -> tuple[str, ...]:
+    """Attribute names of its points: those its source's field declares, in order."""
+    key = SOURCES[metric.source].fields[metric.field]
+    return key.names if key is not None else ()
+
+
+def cost_of(metric: Metric) -> str:
+    """What reading its source costs, in words (for the metric reference)."""
+    return SOURCES[metric.source].cost
+
+
+def platforms_of(metric: Metric) -> frozenset[str]:
+    """Where it can be reported: its source's platforms, or its field's."""
+    source = SOURCES[metric.source]
+    return source.field_platforms.get(metric.field, source.platforms)
+
+
+def supported(metric: Metric, platform: str | None = None) -> bool:
+    """Whether it can be reported on ``platform`` (default: this one)."""
+    return SOURCES[metric.source].supported(platform, metric.field)
+
+
+def check_table(metrics: tuple[Metric, ...] = METRICS) -> None:
+    """Names are unique; every row (per-child ones too) names a source and one of its fields."""
+    if len({m.name for m in metrics}) != len(metrics):
+        raise RuntimeError("metric table: a name is declared twice")
+    for m in (*metrics, *PER_CHILD.values()):
+        source = SOURCES.get(m.source)
+        if source is None:
+            raise RuntimeError(f"metric table: {m.name} names an unknown source {m.source!r}")
+        if m.field not in source.fields:
+            raise RuntimeError(
+                f"metric table: {m.name} reads field {m.field!r}, which source "
+                f"{m.source!r} does not declare"
+            )
+
+
+check_table()
