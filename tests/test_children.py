@@ -25,6 +25,7 @@ from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME, PER_C
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
 
 from .conftest import collect, points
+from .support.forked import c_fork, in_child
 from .support.groupkids import Kid
 
 linux_only = pytest.mark.skipif(not ON_LINUX, reason="reads /proc")
@@ -771,7 +772,7 @@ def test_a_pid_whose_cpu_time_went_down_is_a_new_child(
     # real: the master's record of the old one says it had used an hour.
     live = pm._live
     assert live is not None
-    tree = live.cache._ctx.state["children"]
+    tree = live.cache._ctx.state["children_slots"]
     tree.live[kid.pid].cpu = 3600.0
     found = collect(reader)
     assert own(found, "process_metrics.tree.process.exits") == 1
@@ -823,3 +824,40 @@ def test_tree_root_is_checked() -> None:
         ValueError, match=r"^tree_root: expected one of 'self', 'parent', got 'up'$"
     ):
         ProcessMetricsOptions(tree_root="up")
+
+
+@linux_only
+@pytest.mark.parametrize("fork", ["os.fork", "c_fork"])
+def test_a_forked_child_of_a_supervisor_reports_its_own_tree_not_its_parents(
+    fork: str,
+    spawn: Callable[..., Any],
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+) -> None:
+    """A fork starts its own tree: no parent's child counts in it as an exit or a slot."""
+    kids = [spawn() for _ in range(2)]
+    wait_listed({k.pid for k in kids})
+    supervise(child_pid=True)
+    before = collect(reader)
+    assert own(before, "process_metrics.tree.process.count") == 3
+
+    def in_the_fork() -> dict[str, Any]:
+        first, second = collect(reader), collect(reader)
+        return {
+            name: {
+                "count": own(found, "process_metrics.tree.process.count"),
+                "exits": own(found, "process_metrics.tree.process.exits"),
+                "restarts": own(found, "process_metrics.tree.process.restarts"),
+                "cpu": sum(points(found["process_metrics.tree.cpu.time"]).values()),
+                "slots": len(by_slot(found, "process.memory.usage")),
+            }
+            for name, found in (("first", first), ("second", second))
+        }
+
+    got = in_child(in_the_fork, fork=os.fork if fork == "os.fork" else c_fork)
+    parents_cpu = sum(points(before["process_metrics.tree.cpu.time"]).values())
+    for found in got.values():
+        assert found["count"] == 1  # the fork itself: the parent's children are not its own
+        assert found["exits"] == 0 and found["restarts"] == 0
+        assert found["slots"] == 0
+        assert found["cpu"] < parents_cpu  # its own time since the fork, not the parent's tree

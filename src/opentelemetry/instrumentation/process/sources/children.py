@@ -34,17 +34,15 @@ import psutil
 from ..group import SLOT_ATTRIBUTE
 from ..linux import children as linux_children
 from ..platforms import LINUX, POSIX, WINDOWS
-from .base import Delta, Key, ReadContext, Reading, Source, Value, attributes
+from .base import Delta, Key, ReadContext, Reading, Source, State, Value, attributes
 
 try:
     import resource as _resource
 except ImportError:  # Windows
     _resource = None  # type: ignore[assignment]
 
-_WANTED = "children.wanted"
-"""Where the open hooks keep the names of the children sources of this process."""
-_STATE = "children"
-"""Where the pass keeps the children, their slots and the counts between refreshes."""
+_WANTED: State[set[str]] = State("children_wanted", lambda _ctx: set())
+"""The names of the children sources of this process, kept by their open hooks."""
 
 RECORDED_SLOT_WINDOW = 60.0
 """Seconds after its first sight during which a child's own recorded slot is looked for.
@@ -126,7 +124,7 @@ def _wants(name: str) -> Callable[[ReadContext], bool]:
     def open_(ctx: ReadContext) -> bool:
         if not ctx.options.children:
             return False
-        ctx.state.setdefault(_WANTED, set()).add(name)
+        ctx.state_of(_WANTED).add(name)
         return True
 
     return open_
@@ -134,14 +132,15 @@ def _wants(name: str) -> Callable[[ReadContext], bool]:
 
 def _unwants(name: str) -> Callable[[ReadContext], None]:
     def close(ctx: ReadContext) -> None:
-        ctx.state.get(_WANTED, set()).discard(name)
+        ctx.state_of(_WANTED).discard(name)
 
     return close
 
 
 def wanted(ctx: ReadContext) -> frozenset[str]:
     """The children sources this process reads."""
-    return frozenset(ctx.state.get(_WANTED, ()))
+    names: set[str] = ctx.state_of(_WANTED)
+    return frozenset(names)
 
 
 # --- finding the descendants --------------------------------------------------
@@ -170,13 +169,20 @@ def descendants(ctx: ReadContext) -> list[tuple[int, int | None, psutil.Process 
 # --- the pass -----------------------------------------------------------------
 
 
+_TREE: State[Tree] = State("children_slots", lambda _ctx: Tree())
+"""The children, their slots and the counts, between refreshes."""
+_PASS: State[list[_Pass]] = State("children_pass", lambda _ctx: [])
+"""The pass of the latest refresh (at most one): every children source of it reads that one."""
+
+
 def _read_pass(ctx: ReadContext) -> _Pass:
-    found: _Pass | None = ctx.state.get("children.pass")
-    if found is not None and found.now == ctx.now:
-        if found.failed is not None:  # once per refresh: every children source fails alike
-            raise found.failed
-        return found
-    found = ctx.state["children.pass"] = _Pass(ctx.now)
+    latest = ctx.state_of(_PASS)
+    if latest and latest[0].now == ctx.now:
+        if latest[0].failed is not None:  # once per refresh: every children source fails alike
+            raise latest[0].failed
+        return latest[0]
+    found = _Pass(ctx.now)
+    latest[:] = [found]
     try:
         _run(ctx, found, wanted(ctx))
     except Exception as exc:
@@ -199,7 +205,7 @@ def _own_times(ctx: ReadContext, top: int) -> tuple[float, float, float, float]:
 
 
 def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
-    tree: Tree = ctx.state.setdefault(_STATE, Tree())
+    tree = ctx.state_of(_TREE)
     with_tree = "children_tree" in want
     with_pss = "children_memory_full" in want
     need_cpu = with_tree or "children_cpu" in want
@@ -560,8 +566,17 @@ def _source(
         stateful=stateful,
         open=_wants(name),
         close=_unwants(name),
+        after_fork=_forget_the_parents_tree,
         **extra,
     )
+
+
+def _forget_the_parents_tree(ctx: ReadContext, _forked_at: float | None) -> None:
+    # A forked child starts a tree of its own: its parent's children, slots,
+    # counts and CPU floor are not its own (the wanted sources are: same options).
+    ctx.drop(_TREE)
+    ctx.drop(_PASS)
+    ctx.floors.pop("children_tree", None)
 
 
 def _has(name: str) -> Callable[[], bool]:
