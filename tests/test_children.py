@@ -24,7 +24,7 @@ from opentelemetry.instrumentation.process.linux import children as linux_childr
 from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME, PER_CHILD, SLOT_ATTRIBUTE
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
 
-from .conftest import collect, points
+from .conftest import OpenRecorder, collect, points
 from .support.forked import c_fork, in_child
 from .support.groupkids import Kid
 
@@ -861,3 +861,28 @@ def test_a_forked_child_of_a_supervisor_reports_its_own_tree_not_its_parents(
         assert found["exits"] == 0 and found["restarts"] == 0
         assert found["slots"] == 0
         assert found["cpu"] < parents_cpu  # its own time since the fork, not the parent's tree
+
+
+@linux_only
+def test_the_tree_takes_this_process_pss_from_the_same_refresh_not_a_second_read(
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+    spawn: Callable[..., Any],
+    opens: OpenRecorder,
+) -> None:
+    kids = [spawn(SLEEP) for _ in range(2)]
+    wait_listed({k.pid for k in kids})
+    supervise(include=["process_metrics.memory.pss"])
+    collect(reader)  # the first collection opens what discovery needs
+    with opens.recording() as paths:
+        found = collect(reader)
+    own_smaps = [
+        p for p in paths if p in (f"/proc/{os.getpid()}/smaps_rollup", "/proc/self/smaps_rollup")
+    ]
+    assert len(own_smaps) == 1, paths  # the process's own PSS read, which the tree reuses
+    for kid in kids:
+        assert paths.count(f"/proc/{kid.pid}/smaps_rollup") == 1, paths
+    own_pss = own(found, "process_metrics.memory.pss")
+    tree = sum(points(found["process_metrics.tree.memory.usage"]).values())
+    children = sum(by_slot(found, "process_metrics.memory.pss").values())
+    assert tree == own_pss + children  # the same values, added

@@ -525,6 +525,13 @@ def _tree_fields(
 
 def _own_memory(ctx: ReadContext, kind: str, top: int) -> int | None:
     """The memory of the root ``top`` (this process, or its parent)."""
+    if top == os.getpid():
+        # This process's own reading of this refresh, where its source ran:
+        # reading smaps again would cost a second walk of its mappings.
+        own = ctx.readings.get("process_smaps" if kind == "pss" else "process_memory", {})
+        value = own.get(kind)
+        if isinstance(value, int):
+            return value
     try:
         process = ctx.process if top == os.getpid() else psutil.Process(top)
         if kind == "pss":
@@ -552,6 +559,7 @@ def _source(
     platforms: frozenset[str] | None = None,
     stateful: bool = False,
     available: Callable[[], bool] | None = None,
+    needs: tuple[str, ...] = (),
 ) -> Source:
     extra: dict[str, Any] = {}
     if platforms is not None:
@@ -567,6 +575,7 @@ def _source(
         open=_wants(name),
         close=_unwants(name),
         after_fork=_forget_the_parents_tree,
+        needs=needs,
         **extra,
     )
 
@@ -641,6 +650,7 @@ SOURCES: tuple[Source, ...] = (
         "getrusage(2) twice, lists the children file of each task (elsewhere: psutil reads every "
         "process on the host), /proc/<pid>/stat and statm per child",
         stateful=True,
+        needs=("process_memory", "process_smaps"),  # this process's own RSS or PSS
     ),
 )
 
