@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class HeldFile:
+class HeldFile(NamedTuple):
     """An open, locked file: ``fd``, taken by process ``pid``; (dev, inode) to recognise it."""
 
     fd: int

@@ -13,8 +13,8 @@ about OpenTelemetry.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .files import (
     KernelFile,
@@ -64,8 +64,7 @@ MEMORY_FAILCNT = "memory.failcnt"
 """v1: times the usage hit the limit (count)."""
 
 
-@dataclass(frozen=True)
-class Hierarchy:
+class Hierarchy(NamedTuple):
     """One controller's folders in one cgroup hierarchy."""
 
     version: int
@@ -79,8 +78,7 @@ class Hierarchy:
         return self.dirs[0]
 
 
-@dataclass(frozen=True)
-class CgroupPaths:
+class CgroupPaths(NamedTuple):
     """Where the process's cgroups are, per controller; ``None`` where there is none."""
 
     cpu: Hierarchy | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..excerpt import excerpt
 
@@ -47,8 +47,11 @@ def _rest(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-@dataclass(frozen=True)
-class KernelFile:
+# NamedTuples rather than frozen dataclasses: as immutable, and far cheaper to
+# create at import (which every process pays).
+
+
+class KernelFile(NamedTuple):
     """One file read at each collection: where it is, how it parses, what it gives."""
 
     path: str
@@ -115,8 +118,7 @@ def available(files: list[KernelFile]) -> tuple[KernelFile, ...]:
     return tuple(kept)
 
 
-@dataclass(frozen=True)
-class Key:
+class Key(NamedTuple):
     """One line ``<key> <integer>`` of a flat-keyed file, and the field it gives."""
 
     key: str

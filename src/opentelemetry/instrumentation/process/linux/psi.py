@@ -11,8 +11,8 @@ knows about OpenTelemetry.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .cgroup import CgroupPaths
 from .files import KernelFile, Values, available
@@ -28,8 +28,7 @@ def field(resource: str, kind: str) -> str:
     return f"pressure.{resource}.{kind}"
 
 
-@dataclass(frozen=True)
-class PressureFiles:
+class PressureFiles(NamedTuple):
     """The PSI files to read at each collection, and whose stalls they count."""
 
     scope: str
