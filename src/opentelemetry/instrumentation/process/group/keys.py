@@ -6,13 +6,22 @@ boot and create times stand in for them.
 
 from __future__ import annotations
 
-import hashlib
 import socket
 
 import psutil
 
 from ..platforms import ON_LINUX
 from .rundir import euid
+
+# CPython's built-in SHA-256, as the random module takes its SHA-512: hashlib
+# would load OpenSSL, about 1.5 ms at every start-up, for one short hash.
+try:
+    from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.10, 3.11
+    except ImportError:  # a build without them (FIPS, say): OpenSSL's
+        from hashlib import sha256
 
 
 def _read(path: str) -> str | None:
@@ -69,4 +78,4 @@ def group_key() -> str:
     """A hash of (user, cgroup of this process, boot, host): one group, as a file name."""
     cgroup = (_read("/proc/self/cgroup") or "") if ON_LINUX else ""
     text = "\0".join((str(euid()), cgroup, boot_id(), host_id()))
-    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+    return str(sha256(text.encode("utf-8", "replace")).hexdigest())[:32]
