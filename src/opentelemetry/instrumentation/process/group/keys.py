@@ -26,10 +26,14 @@ except ImportError:
 
 def _read(path: str) -> str | None:
     try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read().strip()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError:
         return None
+    # Decoded as a text file would (universal newlines), without loading the
+    # ascii codec's module at start-up as a text file does.
+    text = data.decode("ascii", "replace").replace("\r\n", "\n").replace("\r", "\n")
+    return text.strip()
 
 
 def boot_id() -> str:
