@@ -106,6 +106,10 @@ def discover(
     return CgroupPaths(cpu=cpu, cpuacct=cpuacct, memory=memory, unified=unified)
 
 
+_V1_CONTROLLERS = frozenset({"cpu", "cpuacct", "memory"})
+"""The v1 controllers whose folders are looked for: the only ones read."""
+
+
 def _memberships(
     cgroup_root: Path, lines: list[str]
 ) -> tuple[Hierarchy | None, dict[str, Hierarchy]]:
@@ -122,6 +126,8 @@ def _memberships(
             unified = Hierarchy(2, dirs) if dirs else None
             continue
         for name in controllers.split(","):
+            if name not in _V1_CONTROLLERS:
+                continue  # pids, devices, a named hierarchy...: nothing to find there
             for base in (cgroup_root / name, cgroup_root / controllers):
                 dirs = _chain(base, path)
                 if dirs:
