@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import NamedTuple
 
 
-class HeldFile(NamedTuple):
+class HeldFile:
     """An open, locked file: ``fd``, taken by process ``pid``; (dev, inode) to recognise it."""
 
-    fd: int
-    pid: int
-    ident: tuple[int, int]
+    # A plain class: a dataclass, or even a NamedTuple, costs many times more to
+    # create at import, which every process pays.
+    __slots__ = ("fd", "ident", "pid")
+
+    def __init__(self, fd: int, pid: int, ident: tuple[int, int]) -> None:
+        self.fd = fd
+        self.pid = pid
+        self.ident = ident
 
     @classmethod
     def of(cls, fd: int) -> HeldFile:

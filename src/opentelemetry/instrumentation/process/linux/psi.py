@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
 
 from .cgroup import CgroupPaths
 from .files import KernelFile, Values, available
@@ -28,13 +27,18 @@ def field(resource: str, kind: str) -> str:
     return f"pressure.{resource}.{kind}"
 
 
-class PressureFiles(NamedTuple):
+class PressureFiles:
     """The PSI files to read at each collection, and whose stalls they count."""
 
-    scope: str
-    """``"cgroup"`` (the process's v2 cgroup) or ``"host"`` (/proc/pressure)."""
-    files: tuple[KernelFile, ...]
-    """One per resource whose file exists; fields ``pressure.<resource>.<some|full>``."""
+    # A plain class: a dataclass, or even a NamedTuple, costs many times more to
+    # create at import, which every process pays.
+    __slots__ = ("files", "scope")
+
+    def __init__(self, scope: str, files: tuple[KernelFile, ...]) -> None:
+        self.scope = scope
+        """``"cgroup"`` (the process's v2 cgroup) or ``"host"`` (/proc/pressure)."""
+        self.files = files
+        """One per resource whose file exists; fields ``pressure.<resource>.<some|full>``."""
 
 
 def discover_pressure(paths: CgroupPaths, proc_pressure: Path = PROC_PRESSURE) -> PressureFiles:
