@@ -31,8 +31,7 @@ class Kind(enum.Enum):
 class Metric(NamedTuple):
     """One row of the table; ``_replace`` makes a changed copy."""
 
-    # A NamedTuple: as immutable as a frozen dataclass, and a quarter of its
-    # cost to create, which every process pays at import.
+    # A NamedTuple, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
 
     name: str
     kind: Kind

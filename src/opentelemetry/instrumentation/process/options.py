@@ -67,8 +67,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # --- how an option is given and checked -------------------------------------
 
 
-# Form and Declared are plain classes: a dataclass, or even a NamedTuple, costs
-# many times more to create at import, which every process pays.
+# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
 
 
 class Form:

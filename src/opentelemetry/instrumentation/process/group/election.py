@@ -28,7 +28,7 @@ except ImportError:  # Windows: runtime_dir() is None there, so fcntl is never u
 class _Lock:
     """This process's lock file (``None`` when unusable: every process reports)."""
 
-    # A plain class: a dataclass costs more to create, at every import.
+    # A plain class, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
     __slots__ = ("file", "leading", "path", "pid")
 
     def __init__(self, pid: int, file: HeldFile | None, path: Path | None = None) -> None:

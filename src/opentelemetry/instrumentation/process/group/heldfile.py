@@ -16,8 +16,7 @@ import os
 class HeldFile:
     """An open, locked file: ``fd``, taken by process ``pid``; (dev, inode) to recognise it."""
 
-    # A plain class: a dataclass, or even a NamedTuple, costs many times more to
-    # create at import, which every process pays.
+    # A plain class, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
     __slots__ = ("fd", "ident", "pid")
 
     def __init__(self, fd: int, pid: int, ident: tuple[int, int]) -> None:

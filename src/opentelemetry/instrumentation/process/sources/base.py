@@ -102,8 +102,7 @@ _T = TypeVar("_T")
 _S = TypeVar("_S")
 
 
-# State and ReadContext are plain classes: a dataclass costs more to create,
-# at every import.
+# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
 
 
 class State(Generic[_S]):
@@ -235,8 +234,7 @@ def psutil_has(name: str) -> Callable[[], bool]:
 class Source(NamedTuple):
     """One read from the OS or the runtime, named so that metrics can point at it."""
 
-    # A NamedTuple: as immutable as a frozen dataclass, and a quarter of its
-    # cost to create, which every process pays at import.
+    # A NamedTuple, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
 
     name: str
     read: Callable[[ReadContext], Reading]
