@@ -176,11 +176,11 @@ def test_a_table_row_that_does_not_resolve_is_refused_at_import(
 
     check()  # the real table resolves
     for option in (None, "cpu_frequency"):  # no option, and a gating one, are fine
-        good = dataclasses.replace(METRICS[0], name="test.good", option=option)
+        good = METRICS[0]._replace(name="test.good", option=option)
         monkeypatch.setattr(table, "METRICS", (*METRICS, good))
         monkeypatch.setattr(table, "METRICS_BY_NAME", {m.name: m for m in table.METRICS})
         check()
-    bad = dataclasses.replace(METRICS[0], **change)
+    bad = METRICS[0]._replace(**change)
     monkeypatch.setattr(table, "METRICS", (*METRICS, bad))
     monkeypatch.setattr(table, "METRICS_BY_NAME", {m.name: m for m in table.METRICS})
     with pytest.raises(RuntimeError, match=f"^{re.escape(error)}$"):

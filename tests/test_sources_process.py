@@ -6,7 +6,6 @@ lock, and the value excerpts of error messages.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import io
 import math
 import os
@@ -178,7 +177,7 @@ def test_availability_is_psutils_own_methods(monkeypatch: pytest.MonkeyPatch) ->
 def _failing_open(
     monkeypatch: pytest.MonkeyPatch, name: str, fail: Callable[[ReadContext], bool]
 ) -> None:
-    monkeypatch.setitem(SOURCES, name, dataclasses.replace(SOURCES[name], open=fail))  # type: ignore[arg-type]
+    monkeypatch.setitem(SOURCES, name, SOURCES[name]._replace(open=fail))  # type: ignore[arg-type]
 
 
 def test_each_source_whose_hook_fails_is_said(
@@ -216,12 +215,8 @@ def test_after_a_fork_an_open_hook_is_not_run_again_and_a_failing_reset_is_said(
             raise KeyError("no hook")
 
     _failing_open(monkeypatch, "cpython_gc_pauses", broken_open)
-    monkeypatch.setitem(
-        SOURCES, "process_memory", dataclasses.replace(SOURCES["process_memory"], open=counted)
-    )
-    monkeypatch.setitem(
-        SOURCES, "cpython_gc", dataclasses.replace(SOURCES["cpython_gc"], after_fork=reset)
-    )
+    monkeypatch.setitem(SOURCES, "process_memory", SOURCES["process_memory"]._replace(open=counted))
+    monkeypatch.setitem(SOURCES, "cpython_gc", SOURCES["cpython_gc"]._replace(after_fork=reset))
     names = ["cpython_gc_pauses", "process_memory", "cpython_gc"]
     cache = SnapshotCache(ProcessMetricsOptions(), names)
     try:

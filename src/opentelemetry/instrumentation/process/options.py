@@ -67,25 +67,38 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 # --- how an option is given and checked -------------------------------------
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
+
+
 class Form:
     """How an option's value is checked in code and written in its environment variable."""
 
-    check: Callable[[str, Any], Any]
-    """``(option name, value)`` to the value kept; raises ValueError naming the option."""
-    parse: Callable[[str], Any] | None = None
-    """A variable's text to a value (then checked); ``None``: the option has no variable.
+    __slots__ = ("check", "even", "format", "kind", "parse", "values")
 
-    Raises ValueError saying what is allowed.
-    """
-    format: str = ""
-    """How the variable is written, for the configuration reference."""
-    kind: str = ""
-    """What kind of value it takes: ``bool``, ``tristate``, ``list``, ``choice``, ``int``."""
-    values: tuple[str, ...] = ()
-    """The values a ``choice`` allows."""
-    even: bool = False
-    """An ``int`` that must be even."""
+    def __init__(
+        self,
+        check: Callable[[str, Any], Any],
+        parse: Callable[[str], Any] | None = None,
+        format: str = "",
+        kind: str = "",
+        values: tuple[str, ...] = (),
+        even: bool = False,
+    ) -> None:
+        self.check = check
+        """``(option name, value)`` to the value kept; raises ValueError naming the option."""
+        self.parse = parse
+        """A variable's text to a value (then checked); ``None``: the option has no variable.
+
+        Raises ValueError saying what is allowed.
+        """
+        self.format = format
+        """How the variable is written, for the configuration reference."""
+        self.kind = kind
+        """What kind of value it takes: ``bool``, ``tristate``, ``list``, ``choice``, ``int``."""
+        self.values = values
+        """The values a ``choice`` allows."""
+        self.even = even
+        """An ``int`` that must be even."""
 
 
 _TRUE = {"true", "1", "yes"}
@@ -180,17 +193,19 @@ ATTRIBUTES = Form(lambda _name, value: _check_attributes(value), kind="attribute
 """Constant attributes: code only."""
 
 
-@dataclass(frozen=True)
 class Declared:
     """What :func:`option` adds to a field (its ``metadata["option"]``)."""
 
-    form: Form
-    gates: bool
-    """It alone turns metrics on or off; the metric table names it in ``Metric.option``.
+    __slots__ = ("form", "gates")
 
-    A metric gated by one is on unless the option is ``False``: ``None`` (auto)
-    leaves the decision to the snapshot side, which then may report nothing.
-    """
+    def __init__(self, form: Form, gates: bool) -> None:
+        self.form = form
+        self.gates = gates
+        """It alone turns metrics on or off; the metric table names it in ``Metric.option``.
+
+        A metric gated by one is on unless the option is ``False``: ``None`` (auto)
+        leaves the decision to the snapshot side, which then may report nothing.
+        """
 
 
 def option(

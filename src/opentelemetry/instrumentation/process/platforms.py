@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import sysconfig
 
 import psutil
 
@@ -28,5 +27,17 @@ def current_platform() -> str:
 ON_LINUX = current_platform() == "linux"
 """Whether direct reads of Linux kernel interfaces may be tried here."""
 
-FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+def _free_threaded() -> bool:
+    abiflags = getattr(sys, "abiflags", None)
+    if abiflags is not None:
+        # POSIX: PEP 703 marks the build with "t". sysconfig says the same but
+        # loads the build's whole configuration (~1 ms at every start-up).
+        return "t" in abiflags
+    import sysconfig  # Windows: no abiflags, and sysconfig's data is cheap there
+
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+FREE_THREADED = _free_threaded()
 """Whether this is a free-threaded build of CPython (no GIL, PEP 703)."""

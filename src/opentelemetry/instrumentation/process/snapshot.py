@@ -13,7 +13,6 @@ happened.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import itertools
 import logging
 import os
@@ -299,7 +298,7 @@ class SnapshotCache:
             facts = after_fork(self._ctx.facts, process, faults=self.faults)
             # A fork zeroes the child's CPU times: the baseline is then, at 0.
             at = _fork_time[1] if hooked else started_monotonic(facts)
-            ctx = self._ctx = dataclasses.replace(self._ctx, process=process, facts=facts)
+            ctx = self._ctx = self._ctx.forked(process, facts)
             failed = [s for s in self.sources if not self._after_fork(s, ctx, at)]
             if failed:
                 self.idle |= {s.name for s in failed}

@@ -6,7 +6,6 @@ boot and create times stand in for them.
 
 from __future__ import annotations
 
-import hashlib
 import socket
 
 import psutil
@@ -14,13 +13,27 @@ import psutil
 from ..platforms import ON_LINUX
 from .rundir import euid
 
+# CPython's built-in SHA-256, as the random module takes its SHA-512: hashlib
+# would load OpenSSL, about 1.5 ms at every start-up, for one short hash.
+try:
+    from _sha2 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.12+
+except ImportError:
+    try:
+        from _sha256 import sha256  # type: ignore[import-not-found,unused-ignore]  # 3.10, 3.11
+    except ImportError:  # a build without them (FIPS, say): OpenSSL's
+        from hashlib import sha256
+
 
 def _read(path: str) -> str | None:
     try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            return f.read().strip()
+        with open(path, "rb") as f:
+            data = f.read()
     except OSError:
         return None
+    # Decoded as a text file would (universal newlines), without loading the
+    # ascii codec's module at start-up as a text file does.
+    text = data.decode("ascii", "replace").replace("\r\n", "\n").replace("\r", "\n")
+    return text.strip()
 
 
 def boot_id() -> str:
@@ -69,4 +82,4 @@ def group_key() -> str:
     """A hash of (user, cgroup of this process, boot, host): one group, as a file name."""
     cgroup = (_read("/proc/self/cgroup") or "") if ON_LINUX else ""
     text = "\0".join((str(euid()), cgroup, boot_id(), host_id()))
-    return hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:32]
+    return str(sha256(text.encode("utf-8", "replace")).hexdigest())[:32]

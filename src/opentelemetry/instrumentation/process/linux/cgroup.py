@@ -13,8 +13,8 @@ about OpenTelemetry.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from .files import (
     KernelFile,
@@ -64,8 +64,7 @@ MEMORY_FAILCNT = "memory.failcnt"
 """v1: times the usage hit the limit (count)."""
 
 
-@dataclass(frozen=True)
-class Hierarchy:
+class Hierarchy(NamedTuple):
     """One controller's folders in one cgroup hierarchy."""
 
     version: int
@@ -79,8 +78,7 @@ class Hierarchy:
         return self.dirs[0]
 
 
-@dataclass(frozen=True)
-class CgroupPaths:
+class CgroupPaths(NamedTuple):
     """Where the process's cgroups are, per controller; ``None`` where there is none."""
 
     cpu: Hierarchy | None = None
@@ -108,6 +106,10 @@ def discover(
     return CgroupPaths(cpu=cpu, cpuacct=cpuacct, memory=memory, unified=unified)
 
 
+_V1_CONTROLLERS = frozenset({"cpu", "cpuacct", "memory"})
+"""The v1 controllers whose folders are looked for: the only ones read."""
+
+
 def _memberships(
     cgroup_root: Path, lines: list[str]
 ) -> tuple[Hierarchy | None, dict[str, Hierarchy]]:
@@ -124,6 +126,8 @@ def _memberships(
             unified = Hierarchy(2, dirs) if dirs else None
             continue
         for name in controllers.split(","):
+            if name not in _V1_CONTROLLERS:
+                continue  # pids, devices, a named hierarchy...: nothing to find there
             for base in (cgroup_root / name, cgroup_root / controllers):
                 dirs = _chain(base, path)
                 if dirs:
@@ -244,17 +248,27 @@ def limited(paths: CgroupPaths) -> bool:
 
 
 def cgroup_cpu_quota(
-    cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
+    cgroup_root: Path = CGROUP_ROOT,
+    proc_self_cgroup: Path = PROC_SELF_CGROUP,
+    paths: CgroupPaths | None = None,
 ) -> float | None:
-    """CPUs allowed by the tightest cgroup CPU quota, or ``None`` if unlimited."""
-    return cpu_quota(discover(cgroup_root, proc_self_cgroup))
+    """CPUs allowed by the tightest cgroup CPU quota, or ``None`` if unlimited.
+
+    In the cgroups ``paths`` if given, else in those discovered now.
+    """
+    return cpu_quota(paths if paths is not None else discover(cgroup_root, proc_self_cgroup))
 
 
 def cgroup_memory_limit(
-    cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
+    cgroup_root: Path = CGROUP_ROOT,
+    proc_self_cgroup: Path = PROC_SELF_CGROUP,
+    paths: CgroupPaths | None = None,
 ) -> int | None:
-    """Bytes allowed by the tightest cgroup memory limit, or ``None`` if unlimited."""
-    return memory_limit(discover(cgroup_root, proc_self_cgroup))
+    """Bytes allowed by the tightest cgroup memory limit, or ``None`` if unlimited.
+
+    In the cgroups ``paths`` if given, else in those discovered now.
+    """
+    return memory_limit(paths if paths is not None else discover(cgroup_root, proc_self_cgroup))
 
 
 # Files read at each collection.

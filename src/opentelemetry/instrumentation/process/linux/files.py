@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from ..excerpt import excerpt
 
@@ -47,15 +46,22 @@ def _rest(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
+
+
 class KernelFile:
     """One file read at each collection: where it is, how it parses, what it gives."""
 
-    path: str
-    parse: Callable[[bytes], Values]
-    """Bytes to fields; raises ValueError (or IndexError) on garbage."""
-    fields: tuple[str, ...]
-    """The fields it gives. When a read fails, exactly these are missing."""
+    __slots__ = ("fields", "parse", "path")
+
+    def __init__(
+        self, path: str, parse: Callable[[bytes], Values], fields: tuple[str, ...]
+    ) -> None:
+        self.path = path
+        self.parse = parse
+        """Bytes to fields; raises ValueError (or IndexError) on garbage."""
+        self.fields = fields
+        """The fields it gives. When a read fails, exactly these are missing."""
 
     def read(self) -> Values:
         """Open, read and close the file once, and parse it.
@@ -115,14 +121,16 @@ def available(files: list[KernelFile]) -> tuple[KernelFile, ...]:
     return tuple(kept)
 
 
-@dataclass(frozen=True)
 class Key:
     """One line ``<key> <integer>`` of a flat-keyed file, and the field it gives."""
 
-    key: str
-    field: str
-    divisor: float | None = None
-    """The field is the integer divided by this (a unit change); ``None`` keeps the int."""
+    __slots__ = ("divisor", "field", "key")
+
+    def __init__(self, key: str, field: str, divisor: float | None = None) -> None:
+        self.key = key
+        self.field = field
+        self.divisor = divisor
+        """The field is the integer divided by this (a unit change); ``None`` keeps the int."""
 
 
 def flat_keyed(keys: tuple[Key, ...]) -> Callable[[bytes], Values]:

@@ -11,7 +11,6 @@ knows about OpenTelemetry.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from .cgroup import CgroupPaths
@@ -28,14 +27,17 @@ def field(resource: str, kind: str) -> str:
     return f"pressure.{resource}.{kind}"
 
 
-@dataclass(frozen=True)
 class PressureFiles:
     """The PSI files to read at each collection, and whose stalls they count."""
 
-    scope: str
-    """``"cgroup"`` (the process's v2 cgroup) or ``"host"`` (/proc/pressure)."""
-    files: tuple[KernelFile, ...]
-    """One per resource whose file exists; fields ``pressure.<resource>.<some|full>``."""
+    # A plain class, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
+    __slots__ = ("files", "scope")
+
+    def __init__(self, scope: str, files: tuple[KernelFile, ...]) -> None:
+        self.scope = scope
+        """``"cgroup"`` (the process's v2 cgroup) or ``"host"`` (/proc/pressure)."""
+        self.files = files
+        """One per resource whose file exists; fields ``pressure.<resource>.<some|full>``."""
 
 
 def discover_pressure(paths: CgroupPaths, proc_pressure: Path = PROC_PRESSURE) -> PressureFiles:

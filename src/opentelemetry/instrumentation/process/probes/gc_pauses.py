@@ -67,8 +67,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..excerpt import excerpt
 
@@ -96,8 +95,7 @@ BOUNDS: tuple[float, ...] = (
 GcCallback = Callable[[str, dict[str, int]], None]
 
 
-@dataclass(frozen=True)
-class GcPauseReading:
+class GcPauseReading(NamedTuple):
     """Totals since :meth:`GcPauses.start` (or the last reset), by generation.
 
     ``seconds`` and ``pauses`` are cumulative. ``longest`` is the longest pause

@@ -9,9 +9,10 @@ against those names. Nothing here knows about OpenTelemetry.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
 
 import psutil
 
@@ -101,7 +102,9 @@ _T = TypeVar("_T")
 _S = TypeVar("_S")
 
 
-@dataclass(frozen=True)
+# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
+
+
 class State(Generic[_S]):
     """What a source keeps between reads, typed: made on first use, one per process.
 
@@ -109,11 +112,13 @@ class State(Generic[_S]):
     (a discovery made once for all of them) has a name of its own.
     """
 
-    name: str
-    make: Callable[[ReadContext], _S]
+    __slots__ = ("make", "name")
+
+    def __init__(self, name: str, make: Callable[[ReadContext], _S]) -> None:
+        self.name = name
+        self.make = make
 
 
-@dataclass
 class ReadContext:
     """What a source may use: this process, its facts, the options, and state between reads.
 
@@ -121,20 +126,35 @@ class ReadContext:
     process handle and facts, and the sources' ``after_fork`` applied.
     """
 
-    process: psutil.Process
-    facts: Facts
-    options: ProcessMetricsOptions
-    faults: FaultLog
-    now: float = 0.0
-    direct: bool = False
-    """Whether direct Linux reads may be tried (Linux, and the option allows them)."""
-    deltas: dict[str, Delta] = field(default_factory=dict)
-    floors: dict[str, dict[Key, float]] = field(default_factory=dict)
-    state: dict[str, Any] = field(default_factory=dict)
-    """Each source's :class:`State`, by its name: read it with :meth:`state_of`."""
-    readings: Mapping[str, Reading] = field(default_factory=dict)
-    """The readings of this refresh so far: a source reads only those it ``needs``."""
-    direct_failed: set[str] = field(default_factory=set)
+    def __init__(
+        self,
+        process: psutil.Process,
+        facts: Facts,
+        options: ProcessMetricsOptions,
+        faults: FaultLog,
+        now: float = 0.0,
+        direct: bool = False,
+    ) -> None:
+        self.process = process
+        self.facts = facts
+        self.options = options
+        self.faults = faults
+        self.now = now
+        self.direct = direct
+        """Whether direct Linux reads may be tried (Linux, and the option allows them)."""
+        self.deltas: dict[str, Delta] = {}
+        self.floors: dict[str, dict[Key, float]] = {}
+        self.state: dict[str, Any] = {}
+        """Each source's :class:`State`, by its name: read it with :meth:`state_of`."""
+        self.readings: Mapping[str, Reading] = {}
+        """The readings of this refresh so far: a source reads only those it ``needs``."""
+        self.direct_failed: set[str] = set()
+
+    def forked(self, process: psutil.Process, facts: Facts) -> ReadContext:
+        """A copy for a forked child, with its own ``process`` and ``facts``; the rest is shared."""
+        ctx = copy.copy(self)
+        ctx.process, ctx.facts = process, facts
+        return ctx
 
     def state_of(self, state: State[_S]) -> _S:
         """The ``state`` kept in this process, made now if it was not yet."""
@@ -211,9 +231,10 @@ def psutil_has(name: str) -> Callable[[], bool]:
     return check
 
 
-@dataclass(frozen=True)
-class Source:
+class Source(NamedTuple):
     """One read from the OS or the runtime, named so that metrics can point at it."""
+
+    # A NamedTuple, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
 
     name: str
     """Its id, in snake case (``process_rusage``): never dotted, so never read as a metric name."""
@@ -224,7 +245,7 @@ class Source:
     """What one read costs, in words, for the metric reference."""
     platforms: frozenset[str] = ALL
     """Where it can be read; the metric reference says so for each metric."""
-    field_platforms: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    field_platforms: Mapping[str, frozenset[str]] = MappingProxyType({})
     """Fields given on fewer platforms than the source is read on."""
     in_process: bool = False
     """Read inside the one ``Process.oneshot()`` of a refresh."""

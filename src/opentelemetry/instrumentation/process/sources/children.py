@@ -26,7 +26,6 @@ import contextlib
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
@@ -54,34 +53,43 @@ master first sees it; a child with no record after this is not a detector's.
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-@dataclass
+# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
+
+
 class Child:
     """One descendant, as the master sees it."""
 
-    pid: int
-    process: psutil.Process
-    parent: int | None
-    first_seen: float
-    slot: int = -1
-    recorded: bool = False
-    """Whether ``slot`` is the child's own, from the resource detector."""
-    cpu: float = -1.0
-    """User + system seconds at the last read: less next time means the pid was reused."""
-    util: Delta = field(default_factory=Delta)
+    __slots__ = ("cpu", "first_seen", "parent", "pid", "process", "recorded", "slot", "util")
+
+    def __init__(
+        self, pid: int, process: psutil.Process, parent: int | None, first_seen: float
+    ) -> None:
+        self.pid = pid
+        self.process = process
+        self.parent = parent
+        self.first_seen = first_seen
+        self.slot = -1
+        self.recorded = False
+        """Whether ``slot`` is the child's own, from the resource detector."""
+        self.cpu = -1.0
+        """User + system seconds at the last read: less next time means the pid was reused."""
+        self.util = Delta()
 
 
-@dataclass
 class Tree:
     """The children of this process between refreshes."""
 
-    live: dict[int, Child] = field(default_factory=dict)
-    used_slots: set[int] = field(default_factory=set)
-    """Every slot given so far: giving one again is a restart."""
-    zombies: set[int] = field(default_factory=set)
-    """Zombie pids already counted as exits."""
-    exits: int = 0
-    restarts: int = 0
-    cap_warned: bool = False
+    __slots__ = ("cap_warned", "exits", "live", "restarts", "used_slots", "zombies")
+
+    def __init__(self) -> None:
+        self.live: dict[int, Child] = {}
+        self.used_slots: set[int] = set()
+        """Every slot given so far: giving one again is a restart."""
+        self.zombies: set[int] = set()
+        """Zombie pids already counted as exits."""
+        self.exits = 0
+        self.restarts = 0
+        self.cap_warned = False
 
 
 _CHILD = (SLOT_ATTRIBUTE, "process.pid")  # process.pid is None unless child_pid=True
@@ -94,15 +102,17 @@ _TREE_MODE = attributes("cpu.mode")
 _MEASURE = attributes("process_metrics.memory.measure")
 
 
-@dataclass
 class _Pass:
     """What one refresh found; each children source reads its fields from it."""
 
-    now: float
-    fields: dict[str, dict[str, Value]] = field(default_factory=dict)
-    failed: Exception | None = None
-    targets: dict[tuple[str, str], dict[Key, float]] = field(default_factory=dict)
-    """The mappings of ``fields`` by (source, field), found once per pass."""
+    __slots__ = ("failed", "fields", "now", "targets")
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.fields: dict[str, dict[str, Value]] = {}
+        self.failed: Exception | None = None
+        self.targets: dict[tuple[str, str], dict[Key, float]] = {}
+        """The mappings of ``fields`` by (source, field), found once per pass."""
 
     def target(self, source: str, name: str) -> dict[Key, float]:
         """The mapping of field ``name`` of ``source``, made empty on first use."""
