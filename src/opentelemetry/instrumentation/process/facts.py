@@ -19,12 +19,7 @@ import psutil
 
 from .faultlog import FaultLog
 from .linux import cgroup
-from .linux.cgroup import (
-    CGROUP_ROOT,
-    PROC_SELF_CGROUP,
-    cgroup_cpu_quota,
-    cgroup_memory_limit,
-)
+from .linux.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP
 
 _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -110,8 +105,8 @@ def read_facts(
     host_memory = get("the host memory size", lambda: int(psutil.virtual_memory().total))
     # One discovery for both limits (about 0.4 ms); one that raises is tried again.
     paths = functools.cache(lambda: cgroup.discover(cgroup_root, proc_self_cgroup))
-    quota = get("the cgroup CPU quota", lambda: cgroup_cpu_quota(paths=paths()))
-    mem_limit = get("the cgroup memory limit", lambda: cgroup_memory_limit(paths=paths()))
+    quota = get("the cgroup CPU quota", lambda: cgroup.cpu_quota(paths()))
+    mem_limit = get("the cgroup memory limit", lambda: cgroup.memory_limit(paths()))
     affinity = get("the CPU affinity", lambda: _affinity_count(process))
     limits = get("the CPU frequency limits", _cpu_freq_limits) if cpu_frequency else None
     fmin, fmax = limits or (None, None)

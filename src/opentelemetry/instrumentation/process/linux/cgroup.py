@@ -248,27 +248,17 @@ def limited(paths: CgroupPaths) -> bool:
 
 
 def cgroup_cpu_quota(
-    cgroup_root: Path = CGROUP_ROOT,
-    proc_self_cgroup: Path = PROC_SELF_CGROUP,
-    paths: CgroupPaths | None = None,
+    cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
 ) -> float | None:
-    """CPUs allowed by the tightest cgroup CPU quota, or ``None`` if unlimited.
-
-    In the cgroups ``paths`` if given, else in those discovered now.
-    """
-    return cpu_quota(paths if paths is not None else discover(cgroup_root, proc_self_cgroup))
+    """CPUs allowed by the tightest CPU quota of the cgroups found now, or ``None``."""
+    return cpu_quota(discover(cgroup_root, proc_self_cgroup))
 
 
 def cgroup_memory_limit(
-    cgroup_root: Path = CGROUP_ROOT,
-    proc_self_cgroup: Path = PROC_SELF_CGROUP,
-    paths: CgroupPaths | None = None,
+    cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
 ) -> int | None:
-    """Bytes allowed by the tightest cgroup memory limit, or ``None`` if unlimited.
-
-    In the cgroups ``paths`` if given, else in those discovered now.
-    """
-    return memory_limit(paths if paths is not None else discover(cgroup_root, proc_self_cgroup))
+    """Bytes allowed by the tightest memory limit of the cgroups found now, or ``None``."""
+    return memory_limit(discover(cgroup_root, proc_self_cgroup))
 
 
 # Files read at each collection.
