@@ -243,6 +243,54 @@ def test_after_a_fork_an_open_hook_is_not_run_again_and_a_failing_reset_is_said(
     ], got
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_reset_failing_otherwise_in_a_grandchild_is_said_again(
+    monkeypatch: pytest.MonkeyPatch, logged: LogLines
+) -> None:
+    """A hook fault is keyed by its exception type: another one is said, the same one is not."""
+    parent = os.getpid()
+
+    def reset(_ctx: ReadContext, _forked_at: float | None) -> None:
+        if os.getppid() == parent:  # a fault injected: one in the child, another in its child
+            raise RuntimeError("no hook")
+        raise KeyError("no hook")
+
+    monkeypatch.setitem(SOURCES, "cpython_gc", SOURCES["cpython_gc"]._replace(after_fork=reset))
+    cache = SnapshotCache(ProcessMetricsOptions(), ["process_memory", "cpython_gc"])
+
+    def log() -> list[str]:
+        return [line for line in logged.lines if "could not" in line]
+
+    def great_grandchild() -> dict[str, Any]:
+        cache.snapshot()
+        return {"log": log()}
+
+    def grandchild() -> dict[str, Any]:
+        cache.snapshot()
+        return {"log": log(), "child": in_child(great_grandchild)}
+
+    def child() -> dict[str, Any]:
+        cache.snapshot()
+        return {"log": log(), "child": in_child(grandchild)}
+
+    try:
+        got = in_child(child)
+    finally:
+        cache.close()
+    said = (
+        "WARNING process metrics: could not reset source 'cpython_gc' ({}); "
+        "the metrics it feeds are left out."
+    )
+    in_the_child = [said.format("RuntimeError: no hook")]
+    assert got["log"] == in_the_child, got
+    # Each child inherits its parent's fault log: the KeyError is new in the
+    # grandchild, and the same KeyError in the next generation is not said again.
+    second = got["child"]
+    assert second["log"] == [*in_the_child, said.format("KeyError: 'no hook'")], got
+    assert second["child"]["log"] == second["log"], got
+
+
 def broken_open(_ctx: ReadContext) -> bool:  # a fault injected: the runtime refuses a hook
     raise RuntimeError("no hook")
 
