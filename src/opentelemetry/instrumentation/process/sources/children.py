@@ -31,6 +31,7 @@ from typing import Any
 import psutil
 
 from ..group import SLOT_ATTRIBUTE
+from ..group.keys import start_time
 from ..linux import children as linux_children
 from ..platforms import LINUX, POSIX, WINDOWS
 from .base import Delta, Key, ReadContext, Reading, Source, State, Value, attributes
@@ -50,29 +51,36 @@ A worker claims its slot in its post-fork hook, which may run after the
 master first sees it; a child with no record after this is not a detector's.
 """
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
 # Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
 
 
 class Child:
     """One descendant, as the master sees it."""
 
-    __slots__ = ("cpu", "first_seen", "parent", "pid", "process", "recorded", "slot", "util")
+    __slots__ = ("first_seen", "parent", "pid", "process", "recorded", "slot", "started", "util")
 
     def __init__(
-        self, pid: int, process: psutil.Process, parent: int | None, first_seen: float
+        self,
+        pid: int,
+        process: psutil.Process,
+        parent: int | None,
+        first_seen: float,
+        started: str,
     ) -> None:
         self.pid = pid
         self.process = process
         self.parent = parent
         self.first_seen = first_seen
+        self.started = started
+        """When it started (``keys.start_time``): another start time at its pid is a reused pid.
+
+        In clock ticks (10 ms) on Linux: a pid given again within the tick in
+        which its last process started would not be told apart, but the kernel
+        gives a pid again only after it has gone through every other one.
+        """
         self.slot = -1
         self.recorded = False
         """Whether ``slot`` is the child's own, from the resource detector."""
-        self.cpu = -1.0
-        """User + system seconds at the last read: less next time means the pid was reused."""
         self.util = Delta()
 
 
@@ -233,8 +241,11 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
         for pid, parent, handle in listed:
             child = tree.live.get(pid)
             try:
+                started = start_time(pid)
+                if child is not None and child.started != started:
+                    child = None  # a reused pid: another process, whatever its CPU time
                 if child is None:
-                    child = Child(pid, handle or psutil.Process(pid), parent, out.now)
+                    child = Child(pid, handle or psutil.Process(pid), parent, out.now, started)
                 stack.enter_context(child.process.oneshot())
                 reading = _read_first(ctx, child, need_cpu, need_memory, with_pss)
             except (_Gone, psutil.Error, OSError):  # gone, hidden, or not ours to read
@@ -246,13 +257,8 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
                     tree.exits += 1  # exited before it was ever seen alive
                 tree.zombies.add(pid)
             else:
-                cpu = reading.get("cpu", child.cpu)
-                if cpu < child.cpu - 1 / _CLOCK_TICKS:  # less CPU than before: a reused pid
-                    with contextlib.suppress(psutil.Error):  # a new handle: a new create time
-                        child = Child(pid, psutil.Process(pid), parent, out.now)
                 if child.parent is None:
                     child.parent = reading.get("ppid")
-                child.cpu = cpu
                 live[pid] = child
             readings[pid] = reading
             if with_tree and "times" in reading:
@@ -337,7 +343,6 @@ def _read_first(
             cu = getattr(t, "children_user", 0.0)
             cs = getattr(t, "children_system", 0.0)
             out["times"] = (t.user, t.system, cu, cs)
-            out["cpu"] = t.user + t.system
     if out.get("zombie"):
         return out
     if memory:
