@@ -11,6 +11,7 @@ from typing import NamedTuple
 
 import psutil
 
+from ..linux import stat
 from ..platforms import ON_LINUX
 from .rundir import euid
 
@@ -63,10 +64,7 @@ def start_time(pid: int) -> str:
     Raises ``OSError`` (or ``psutil.Error``) when the process is gone.
     """
     if ON_LINUX:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        # The name may hold spaces and parentheses: the fields start after the last ')'.
-        return stat[stat.rindex(b")") + 2 :].split()[19].decode("ascii")
+        return str(stat.of_process(pid).starttime)
     return f"{psutil.Process(pid).create_time():.2f}"
 
 
