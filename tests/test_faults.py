@@ -493,7 +493,7 @@ FACT_FAULTS = [
         id="start-time",
     ),
     pytest.param(
-        [(facts_module, "cgroup_memory_limit"), (psutil, "virtual_memory")],
+        [(facts_module.cgroup, "memory_limit"), (psutil, "virtual_memory")],
         {"process.memory.utilization", "process_metrics.memory.limit"},
         id="memory-limit",
     ),
@@ -525,8 +525,11 @@ def test_unreadable_static_facts_leave_out_only_what_needs_them(
         raise ERRORS[error]()
 
     for owner, name in targets:
-        if hasattr(owner, name):
-            monkeypatch.setattr(owner, name, functools.wraps(getattr(owner, name))(broken))
+        if not hasattr(owner, name):
+            # psutil's API differs by platform; a target of this package's is never missing.
+            assert owner in (psutil, psutil.Process), f"{owner.__name__}.{name}: a stale target"
+            continue
+        monkeypatch.setattr(owner, name, functools.wraps(getattr(owner, name))(broken))
     caplog.set_level(logging.WARNING, logger=LOGGER)
     sdk.instrument(include=include)  # must not raise
     assert ProcessInstrumentor().is_instrumented_by_opentelemetry
@@ -535,7 +538,9 @@ def test_unreadable_static_facts_leave_out_only_what_needs_them(
     # Unknown is left out, never reported as a misleading 0.
     assert got == healthy - needing, (healthy - needing) ^ got
     warnings = _ours(caplog)
-    assert warnings and all("could not read" in w and error in w for w in warnings), warnings
+    # A source that reads the same at its open says so too (the cgroup memory limit).
+    assert any("could not read" in w for w in warnings), warnings
+    assert all(error in w for w in warnings), warnings
 
 
 def test_start_time_unreadable_in_the_psutil_constructor_leaves_out_only_uptime(

@@ -1,6 +1,6 @@
 """Stress: concurrent readers, thread churn over a long run, instrument cycles.
 
-Real psutil, real SDK, real threads. Sizes come from ``tests/stress.py``
+Real psutil, real SDK, real threads. Sizes come from ``tests/support/stress.py``
 (``PROCESS_METRICS_LONG=1`` for the long variants). Nothing here asserts
 speed; time limits only turn a deadlock into a failure.
 """

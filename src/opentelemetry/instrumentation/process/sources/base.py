@@ -12,12 +12,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar, cast
 
 import psutil
 
 from ..facts import Facts
 from ..faultlog import FaultLog
+from ..options import ProcessMetricsOptions
 from ..platforms import ALL, current_platform
 
 
@@ -94,15 +95,8 @@ class Delta:
         return self._last
 
 
-if TYPE_CHECKING:  # annotations only: options.py imports the table, which imports this
-    from ..options import ProcessMetricsOptions
-
-
 _T = TypeVar("_T")
 _S = TypeVar("_S")
-
-
-# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
 
 
 class State(Generic[_S]):
@@ -239,8 +233,6 @@ def psutil_has(name: str) -> Callable[[], bool]:
 
 class Source(NamedTuple):
     """One read from the OS or the runtime, named so that metrics can point at it."""
-
-    # A NamedTuple, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
 
     name: str
     """Its id, in snake case (``process_rusage``): never dotted, so never read as a metric name."""

@@ -23,9 +23,6 @@ _EVENT = attributes("process_metrics.cgroup.memory.event")
 _STALL = attributes("process_metrics.pressure.stall_type", "process_metrics.pressure.scope")
 
 
-# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
-
-
 class _Files:
     """What one source reads in this process, and which of its files failed last time."""
 
