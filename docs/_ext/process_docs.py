@@ -170,13 +170,9 @@ def prometheus_name(metric: Metric) -> str:
 
 
 def when_on(metric: Metric) -> str:
-    if metric.option == "saturation":
-        auto = (
-            "wherever the kernel has pressure stall information"
-            if metric.source == "pressure"
-            else "when a cgroup CPU quota or memory limit applies to the process"
-        )
-        return f"**auto**: on {auto}; `saturation=True` or `False` forces it"
+    auto = SOURCES[metric.source].auto
+    if auto:
+        return f"**auto**: on {auto}; `{metric.option}=True` or `False` forces it"
     if metric.option is not None:  # the section's text gives the environment variable
         return f"off; on with `{metric.option}=True`"
     if metric.default:

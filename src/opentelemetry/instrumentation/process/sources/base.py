@@ -143,6 +143,8 @@ class ReadContext:
         self.readings: Mapping[str, Reading] = {}
         """The readings of this refresh so far: a source reads only those it ``needs``."""
         self.direct_failed: set[str] = set()
+        self.source: Source | None = None
+        """The source being read: the direct reads it declares are those it may make."""
 
     def forked(self, process: psutil.Process, facts: Facts) -> ReadContext:
         """A copy for a forked child, with its own ``process`` and ``facts``; the rest is shared."""
@@ -185,6 +187,9 @@ class ReadContext:
         A read that raises ``OSError`` is given up for this process (said once),
         and its caller falls back to psutil.
         """
+        source = self.source
+        if source is not None and name not in source.direct:
+            raise RuntimeError(f"source {source.name!r} reads {name!r} directly: declare it")
         if not self.use_direct(name):
             return None
         try:
@@ -268,6 +273,15 @@ class Source(NamedTuple):
     Each comes earlier in ``SOURCES``, and is read in the oneshot if this one is;
     one that is not enabled, or failed, is simply absent.
     """
+    direct: tuple[str, ...] = ()
+    """The direct Linux reads it may make (``ctx.direct_read(name, ...)``), each with a
+    psutil fallback: a read it has not declared here fails it."""
+    keeps: tuple[State[Any], ...] = ()
+    """The states it keeps between reads (:class:`State`); a state of several sources is
+    declared by each."""
+    auto: str = ""
+    """For a source its option turns on by itself (``None``, auto): when it has anything
+    to read, in words (the metric reference says it)."""
     after_fork: Callable[[ReadContext, float | None], None] | None = None
     """Called in a forked child, before its first read: drops the parent's state.
 

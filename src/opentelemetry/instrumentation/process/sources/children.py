@@ -327,6 +327,8 @@ def _source(
         close=_unwants(name),
         after_fork=_forget_the_parents_tree,
         needs=needs,
+        direct=("children",),
+        keeps=(_WANTED, _TREE, _PASS),
         **extra,
     )
 

@@ -343,6 +343,7 @@ SOURCES: tuple[Source, ...] = (
         field_platforms={"pss": LINUX},
         in_process=True,
         available=psutil_has("Process.memory_full_info"),
+        direct=("smaps",),
     ),
     Source(
         "process_threads",
@@ -351,6 +352,8 @@ SOURCES: tuple[Source, ...] = (
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
         "(elsewhere: psutil reads every thread)",
         in_process=True,
+        direct=("threads",),
+        keeps=(_GROUPS,),
         after_fork=_threads_after_fork,
     ),
     Source(

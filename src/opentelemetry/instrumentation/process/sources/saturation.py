@@ -217,6 +217,8 @@ def _pressure(ctx: ReadContext) -> Reading:
     return reading
 
 
+_LIMITED = "when a cgroup CPU quota or memory limit applies to the process"
+
 SOURCES: tuple[Source, ...] = (
     Source(
         "cgroup_cpu",
@@ -227,6 +229,8 @@ SOURCES: tuple[Source, ...] = (
         open=_open_cpu,
         after_fork=_cgroup_after_fork,
         shared=True,
+        keeps=(_CGROUP, _CPU),
+        auto=_LIMITED,
     ),
     Source(
         "cgroup_memory",
@@ -238,6 +242,8 @@ SOURCES: tuple[Source, ...] = (
         open=_open_memory,
         after_fork=_cgroup_after_fork,
         shared=True,
+        keeps=(_CGROUP, _MEMORY),
+        auto=_LIMITED,
     ),
     Source(
         "pressure",
@@ -249,5 +255,7 @@ SOURCES: tuple[Source, ...] = (
         open=_open_pressure,
         after_fork=_cgroup_after_fork,
         shared=True,
+        keeps=(_CGROUP, _PRESSURE),
+        auto="wherever the kernel has pressure stall information",
     ),
 )
