@@ -4,6 +4,7 @@
 #               matrix, a benchmark smoke run, the docs build and a check of the
 #               built docs in a headless browser
 #   make matrix every cell of the version matrix (noxfile.py)
+#   make check  the edit-test loop: lint, types and the unit tests that need no servers
 # `make test` also needs apt-get, dpkg-deb and the Debian archive (README, "Two commands").
 PYTHON ?= python3
 VENV   ?= .venv
@@ -18,7 +19,7 @@ export PROCESS_TESTS_LOG_DIR := $(TEST_LOGS)
 ,      := ,
 say     = @printf '\n==> %s\n' "$(1)"
 
-.PHONY: demo test setup servers pythons browser lint typecheck unit lowest-oldest latest-newest \
+.PHONY: demo test check setup servers pythons browser lint typecheck unit lowest-oldest latest-newest \
 	free-threaded matrix stress bench bench-smoke docs docs-render clean \
 	mutants mutants-score
 
@@ -71,6 +72,20 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(call say,types (mypy --strict))
 	$(BIN)/mypy
+
+# The edit-test loop (CONTRIBUTING.md): lint, types, the README's generated blocks and the
+# unit tests that need no server, browser or other Python, and not the hardening tests at
+# their CI size: a few minutes on 2 CPUs. `make test` stays the full gate, and what CI runs.
+CHECK_LEAVES_OUT := --ignore=tests/e2e --ignore=tests/test_docs_render.py \
+	--ignore=tests/test_pythons.py --ignore=tests/test_stress.py --ignore=tests/test_fork_stress.py
+
+check: $(STAMP)
+	$(call say,check: lint$(,) types$(,) generated blocks$(,) unit tests (no servers$(,) browser or other Pythons))
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/python docs/_ext/readme_blocks.py --check
+	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -x $(CHECK_LEAVES_OUT)
 
 # Every test but the browser check of the built docs, which `docs-render` runs.
 unit: $(STAMP)

@@ -54,9 +54,9 @@ class SharedGate:
         self._led = False
         self._service = service if mode == SHARED_ONCE else None
         if self._service is not None:
-            self._join(self._service)
+            self._join(self._service, say=True)
 
-    def _join(self, service: str) -> None:
+    def _join(self, service: str, say: bool = False) -> None:
         self.group = self._election = None
         try:
             group = group_of(service)
@@ -70,6 +70,8 @@ class SharedGate:
         finalizer = weakref.finalize(self, election.close)
         finalizer.atexit = False
         self._finalizer = finalizer
+        if not say:  # a forked child: its parent said it at instrument()
+            return
         _logger.debug(
             "process metrics: shared metrics once per group: this process joins the group of "
             "%s, user %d, cgroup %s (lock file %s.lock); its reporter is elected at a collection",
