@@ -130,6 +130,12 @@ def test_console_demo() -> None:
     names = set(re.findall(r"^([a-z][\w.]+) ", first, re.MULTILINE))
     assert names == on_by_default()
     assert len(first.strip().splitlines()) == len(names)  # one line per metric
+    # The values start in one column, the long pressure-stall names included.
+    starts = {len(line) - len(line.split(None, 1)[1]) for line in first.strip().splitlines()}
+    assert len(starts) == 1, first
+    # The note on the two disk metrics, once, under the last table.
+    assert out.count("Note: process.disk.operations counts read and write calls") == 1
+    assert "Note: process.disk.operations" in exports[-1]
     rss = re.search(r"^process\.memory\.usage +([\d,.]+) MiB$", first, re.MULTILINE)
     assert rss is not None and float(rss.group(1).replace(",", "")) > 1
     assert re.search(r"^process\.cpu\.time +user=[\d.,]+ m?s  system=", first, re.MULTILINE)

@@ -30,6 +30,7 @@ EXPECTED: dict[str, str] = {
     r"^psutil has no cpu_freq here$": "platform",
     r"^psutil\.net_connections\(\) needs root on macOS": "platform",
     r"^stops the example with SIGTERM, which Windows cannot send$": "platform",
+    r"^sends SIGINT, which Windows cannot send$": "platform",
     r"^the names of other hosts are checked with a faked platform below$": "platform",
     r"^no garbage-collection pauses here \(not CPython\)$": "platform",
     r"^this platform reports none of ": "platform",
