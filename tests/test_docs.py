@@ -389,3 +389,16 @@ def test_the_readmes_peer_figures_are_the_benchmark_pages() -> None:
     readme = squash((ROOT / "README.md").read_text())
     assert f"(version {peer} on a 2-CPU VM), one default collection made {calls} psutil " in readme
     assert f"calls and opened {opens} files" in readme
+
+
+def test_the_readmes_cost_figures_are_the_benchmark_pages() -> None:
+    page = (DOCS / "benchmarks.md").read_text()
+    row = re.search(r"^\| `default` \| ([\d,]+) \| ([\d.]+)x \[", page, re.MULTILINE)
+    assert row is not None
+    micros, ratio = float(row.group(1).replace(",", "")), float(row.group(2))
+    readme = squash((ROOT / "README.md").read_text())
+    assert f"included, took {micros / 1000:.1f} ms in [the benchmarks]" in readme
+    assert f"{ratio:.1f} times less than the peer's default." in readme
+    # The refresh's own cost is the metric the README names, in the table.
+    assert "`process_metrics.refresh.cpu_time`" in readme
+    assert "process_metrics.refresh.cpu_time" in METRICS_BY_NAME

@@ -527,3 +527,15 @@ def test_dashboard_rows_of_a_group_use_only_its_metrics(row: str, group: str) ->
         assert used, q
         for name in used:
             assert any(name == n or name.startswith(n + "_") for n in names), (q.source, name)
+
+
+def test_the_readme_names_the_dashboard_and_each_of_its_rows() -> None:
+    dashboard = json.loads((EXAMPLES / "grafana" / "process-metrics-dashboard.json").read_text())
+    rows = [p["title"] for p in dashboard["panels"] if p.get("type") == "row"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    start = readme.index("**A Grafana dashboard**")
+    line = readme[start : readme.index("**What a collection costs**", start)]
+    assert "examples/grafana/process-metrics-dashboard.json" in line
+    for title in rows:
+        word = title.split()[0]
+        assert (word if word == "CPython" else word.lower()) in line, title
