@@ -42,6 +42,7 @@ def load(path: Path) -> ModuleType:
 
 migration_map = load(DOCS / "_ext" / "migration_map.py")
 process_docs = load(DOCS / "_ext" / "process_docs.py")
+options_markdown = load(DOCS / "_ext" / "options_markdown.py")
 
 
 def text_of(page: Path) -> str:
@@ -131,6 +132,9 @@ def test_configuration_reference_shows_every_option_and_real_errors(built: Path)
             eval(case, namespace)  # the same constant cases the docs ran
         assert squash(f"ValueError: {caught.value}") in text, case
     assert "using the default" in text
+    # The one rule for words, from the forms, as the README states it.
+    rule = re.sub(r"\*\*|`|\s", "", options_markdown.spelling_rule())
+    assert rule in re.sub(r"\s", "", text)  # text_of puts a blank around each code span
 
 
 def test_migration_targets_are_rows_of_the_metric_table() -> None:

@@ -7,6 +7,9 @@ variables (``environment.py``), the gating options of the metric table, the
 configuration reference and the README's table are all derived from these
 declarations.
 
+Words are read alike from code and from the environment: in any case, blanks
+around them ignored, the same spellings (:data:`TRUE_WORDS`, :data:`FALSE_WORDS`,
+:data:`AUTO_WORD`, a choice's values); code may also give the Python value.
 A bad value raises ``ValueError`` naming the option, a bounded excerpt of the
 value, and what is allowed. Which metrics the options turn on is in
 ``selection.py``.
