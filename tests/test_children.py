@@ -27,6 +27,7 @@ from opentelemetry.instrumentation.process.platforms import ON_LINUX
 from .conftest import OpenRecorder, collect, points
 from .support.forked import c_fork, in_child
 from .support.groupkids import Kid
+from .support.waiting import eventually
 
 linux_only = pytest.mark.skipif(not ON_LINUX, reason="reads /proc")
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
@@ -759,26 +760,59 @@ def test_a_failing_pass_is_run_once_drops_the_children_only_and_recovers(
     assert set(collect(reader)) == set(healthy)
 
 
-def test_a_pid_whose_cpu_time_went_down_is_a_new_child(
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+BUSY_THEN_SLEEP = [
+    sys.executable,
+    "-c",
+    "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass\n"
+    "time.sleep(60)",
+]
+
+
+def _start_at(pid: int, spawn: Callable[..., subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
+    """``BUSY_THEN_SLEEP`` with the pid ``pid``, free again: the kernel's next pid is set to it.
+
+    Another process of the machine may fork first and take it: tried again.
+    """
+    for _ in range(50):
+        with open(NS_LAST_PID, "w") as f:
+            f.write(str(pid - 1))
+        proc = spawn(BUSY_THEN_SLEEP)
+        if proc.pid == pid:
+            return proc
+        proc.kill()
+        proc.wait()
+    pytest.skip("another process took the freed pid each time")
+
+
+@pytest.mark.skipif(
+    not (ON_LINUX and os.access(NS_LAST_PID, os.W_OK)),
+    reason="reusing a pid on purpose needs root (ns_last_pid)",
+)
+def test_a_reused_pid_is_a_new_child_even_with_more_cpu_time(
     supervise: Callable[..., ProcessMetrics],
     reader: InMemoryMetricReader,
     spawn: Callable[..., Any],
 ) -> None:
-    kid = spawn()
-    wait_listed({kid.pid})
-    pm = supervise()
-    collect(reader)
-    # A pid reused by a new child between two collections cannot be timed for
-    # real: the master's record of the old one says it had used an hour.
-    live = pm._live
-    assert live is not None
-    tree = live.cache._ctx.state["children_slots"]
-    tree.live[kid.pid].cpu = 3600.0
+    old = spawn()  # sleep: it uses almost no CPU
+    wait_listed({old.pid})
+    supervise()
+    assert own(collect(reader), "process_metrics.tree.process.exits") == 0
+    time.sleep(0.05)  # start times count clock ticks (10 ms): the new one starts in a later one
+    old.kill()
+    old.wait()
+    # Its pid, reused at once by a process that has used more CPU than it had.
+    new = _start_at(old.pid, spawn)
+    wait_listed({new.pid})
+    assert eventually(lambda: sum(psutil.Process(new.pid).cpu_times()[:2]) >= 0.4, timeout=30)
     found = collect(reader)
     assert own(found, "process_metrics.tree.process.exits") == 1
     assert own(found, "process_metrics.tree.process.restarts") == 1  # slot 0, given again
     assert by_slot(found, "process.memory.usage").keys() == {0}
-    assert tree.live[kid.pid].cpu < 3600.0
+    # Its own CPU time from the start, not the old child's continued.
+    modes = ("user", "system")
+    cpu = sum(by_slot(found, "process.cpu.time", **{"cpu.mode": m})[0] for m in modes)
+    assert cpu >= 0.4
 
 
 def _report_parents_tree() -> dict[str, Any]:

@@ -10,16 +10,18 @@ import pytest
 
 from opentelemetry.instrumentation.process.group import election
 from opentelemetry.instrumentation.process.group.election import Election
-from opentelemetry.instrumentation.process.group.keys import group_key
+from opentelemetry.instrumentation.process.group.keys import group_of
 from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
+from .conftest import log_lines
 from .support.forkapps import c_fork
 from .support.groupkids import Kid
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 NOBODY = 65534
+SERVICE = "service.name=election-test"
 
 
 _mine: list[Election] = []
@@ -31,7 +33,7 @@ def voter(kids: list[Kid], *, raw: bool = False, before: Any = None) -> Kid:
     def job() -> bool:
         if before is not None:
             before()
-        _mine.append(Election())
+        _mine.append(Election(group_of(SERVICE)))
         return _mine[0].leader()
 
     kid = Kid(job, raw=raw, serve=lambda _word: _mine[0].leader())
@@ -60,7 +62,7 @@ def test_after_sigkill_of_the_leader_another_takes_over_at_its_next_call(
 
 def test_a_forked_child_never_believes_it_leads(rundir: Path, kids: list[Kid]) -> None:
     def leader_then_children() -> dict[str, Any]:
-        mine = Election()
+        mine = Election(group_of(SERVICE))
         out: dict[str, Any] = {"parent": mine.leader()}
         for name, fork in (("hooked", os.fork), ("unhooked", c_fork)):
             child = Kid(mine.leader, raw=fork is c_fork)
@@ -85,9 +87,9 @@ def test_a_child_without_hooks_frees_the_inherited_lock_for_a_takeover(
     # The leader's grandchild, forked from C, inherits its descriptor; once it has
     # asked (and closed its copy), the leader's death frees the role.
     def leader_with_grandchild() -> int:
-        mine = Election()
+        mine = Election(group_of(SERVICE))
         assert mine.leader()
-        grandchild = Kid(lambda: Election().leader(), raw=True, linger=30)
+        grandchild = Kid(lambda: Election(group_of(SERVICE)).leader(), raw=True, linger=30)
         assert grandchild.result is False
         return grandchild.pid
 
@@ -107,7 +109,7 @@ def test_another_user_can_neither_take_nor_suppress_the_role(rundir: Path, kids:
     if os.geteuid() != 0:
         pytest.skip("needs root to become another user")
     leader, follower = voter(kids), voter(kids)
-    lock = rundir / "groups" / f"{group_key()}.lock"
+    lock = rundir / "groups" / f"{group_of(SERVICE).key}.lock"
     assert lock.exists()
 
     def as_nobody() -> None:
@@ -123,13 +125,14 @@ def test_another_user_can_neither_take_nor_suppress_the_role(rundir: Path, kids:
         except PermissionError:
             out["open"] = "refused"
         # Pointed at root's directory, it refuses it (not its own) and reports for itself.
-        mine = Election()
-        out["leader"], out["fallback"] = mine.leader(), mine.fallback
+        with log_lines() as said:
+            out["leader"] = Election(group_of(SERVICE)).leader()
+        out["warned"] = any("cannot be used safely" in line for line in said.lines)
         return out
 
     intruder = Kid(attempt)
     kids.append(intruder)
-    assert intruder.result == {"open": "refused", "leader": True, "fallback": True}
+    assert intruder.result == {"open": "refused", "leader": True, "warned": True}
     # With a directory of its own, it is a group of its own: root's group is untouched.
     os.environ.pop("OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR")
     try:
@@ -146,7 +149,7 @@ def test_elections_of_one_process_agree_and_the_last_close_frees_the_role(
     rundir: Path, kids: list[Kid]
 ) -> None:
     def two() -> list[bool]:
-        first, second = Election(), Election()
+        first, second = Election(group_of(SERVICE)), Election(group_of(SERVICE))
         out = [first.leader(), second.leader()]
         first.close()
         out.append(second.leader())
@@ -157,7 +160,7 @@ def test_elections_of_one_process_agree_and_the_last_close_frees_the_role(
     kids.append(kid)
     assert kid.result == [True, True, True]
     assert voter(kids).result is True  # freed by the last close
-    assert election._state is None or election._state.pid == os.getpid()
+    assert not election._states  # nothing of the kid's in this process
 
 
 SHARED = {"system_cpu", "system_memory"}

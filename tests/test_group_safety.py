@@ -14,14 +14,16 @@ import pytest
 
 from opentelemetry.instrumentation.process.group import election, rundir, slots
 from opentelemetry.instrumentation.process.group.election import Election
-from opentelemetry.instrumentation.process.group.keys import group_key
-from opentelemetry.instrumentation.process.group.shared import SharedGate
+from opentelemetry.instrumentation.process.group.keys import group_of
+from opentelemetry.instrumentation.process.shared_sources import SharedGate
 from opentelemetry.instrumentation.process.sources import SOURCES
 
+from .conftest import log_lines
 from .support.groupkids import Kid
 from .support.planted import planted_symlink
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
+SERVICE = "service.name=safety-test"
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 
@@ -36,15 +38,16 @@ def _fresh(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
 
 def in_kid() -> dict[str, object]:
     """A fresh process's view: the election falls back, no slot, what a refresh reads."""
-    gate = SharedGate("once")
-    every = tuple(SOURCES[n] for n in ("system_memory", "process_memory"))
-    out = {
-        "leader": Election().leader(),
-        "fallback": Election().fallback,
-        "read": sorted(s.name for s in gate.sources(every)),
-        "slot": slots.claim_slot(),
-    }
-    gate.close()
+    with log_lines() as said:
+        gate = SharedGate("once", SERVICE)
+        every = tuple(SOURCES[n] for n in ("system_memory", "process_memory"))
+        out = {
+            "leader": Election(group_of(SERVICE)).leader(),
+            "read": sorted(s.name for s in gate.sources(every)),
+            "slot": slots.claim_slot(),
+        }
+        gate.close()
+    out["warned"] = sum("cannot be used safely" in line for line in said.lines)
     return out
 
 
@@ -53,16 +56,16 @@ def falls_back(caplog: pytest.LogCaptureFixture) -> None:
     try:
         assert kid.result == {
             "leader": True,
-            "fallback": True,
             "read": ["process_memory", "system_memory"],
             "slot": None,
+            "warned": 1,
         }
     finally:
         kid.kill()
     # And here: warned once however often it is asked.
     election._forget_in_child()  # this process's state, as a new process has it
     for _ in range(3):
-        assert Election().leader() and slots.claim_slot() is None
+        assert Election(group_of(SERVICE)).leader() and slots.claim_slot() is None
     lines = [r for r in caplog.records if "cannot be used safely" in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in lines]
 
@@ -84,14 +87,14 @@ def test_a_symlink_planted_as_the_lock_file(
     run.chmod(0o700)
     victim = tmp_path / "victim"
     victim.write_text("precious\n")
-    (run / "groups" / f"{group_key()}.lock").symlink_to(victim)
+    (run / "groups" / f"{group_of(SERVICE).key}.lock").symlink_to(victim)
     # Slots: a symlink where the slot folder of this process's parent would be.
     (run / "slots").mkdir(mode=0o700)
     from opentelemetry.instrumentation.process.group.keys import parent_key
 
     monkeypatch.setenv(VAR, str(run))
     election._forget_in_child()
-    assert Election().leader() and Election().fallback
+    assert Election(group_of(SERVICE)).leader()
     (run / "slots" / parent_key(os.getppid())).symlink_to(tmp_path)
     assert slots.claim_slot() is None
     assert victim.read_text() == "precious\n"

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -70,6 +72,16 @@ def _prom_names() -> set[str]:
     return {PROMETHEUS.name(m) for m in default_metrics()}
 
 
+@contextlib.contextmanager
+def _port_taken(port: int) -> Iterator[None]:
+    """Hold ``port`` on 127.0.0.1 as another collector would; taken already is as good."""
+    with socket.socket() as held:
+        with contextlib.suppress(OSError):
+            held.bind(("127.0.0.1", port))
+            held.listen()
+        yield
+
+
 @pytest.fixture(scope="module")
 def through_collector(
     otelcol_binary: Path, vm_prom: VictoriaMetrics, tmp_path_factory: pytest.TempPathFactory
@@ -82,12 +94,15 @@ def through_collector(
         OTLP_GRPC_ENDPOINT=f"127.0.0.1:{grpc_port}",
         OTLP_HTTP_ENDPOINT=f"127.0.0.1:{http_port}",
         BACKEND_OTLP_URL=vm_prom.otlp_url,
+        # Its own metrics too: the default port, 8888, is taken by any other collector.
+        OTELCOL_TELEMETRY_PORT=str(free_port()),
     )
     collector = Collector(
         otelcol_binary, COLLECTOR_CONFIG, folder / "otelcol.log", grpc_port, http_port, env
     )
     children = Children(folder)
-    with collector.running():
+    # A user's own collector holds the default telemetry port (8888): the example still starts.
+    with _port_taken(8888), collector.running():
         try:
             apps = {
                 "grpc": _push(

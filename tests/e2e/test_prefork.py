@@ -27,7 +27,6 @@ import os
 import re
 import sys
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from . import groups
+from . import groups, recipes
 from .checks import PROMETHEUS, check_process_values, dashboard_queries
 from .servers import (
     OTLP_INTERVAL_MS,
@@ -54,24 +53,13 @@ from .servers import (
 
 pytestmark = pytest.mark.e2e
 
-CONF = REPO / "examples" / "gunicorn" / "gunicorn.conf.py"
+CONF = recipes.GUNICORN_CONF
 WORKERS = 2
 """Workers of the multiprocessing-pool example (its default)."""
-SLOTS = 3
+SLOTS = recipes.WORKERS
 INTERVAL_MS = OTLP_INTERVAL_MS
 REQUESTS = 40
 """Requests (or tasks) sent: each worker is recycled after 4 of them."""
-
-
-def _get(port: int) -> str:
-    def answer() -> str:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as response:
-                return str(response.read().decode())
-        except OSError as exc:
-            raise AssertionError(f"no answer: {exc}") from exc
-
-    return wait_until(answer, 15, f"an answer on port {port}")
 
 
 # --- one run per server: start, recycle its workers, kill the reporting one ---
@@ -120,20 +108,11 @@ class Server:
 def _gunicorn(
     children: Children, vm: VictoriaMetrics, service: str, _tmp: Path, recycle: bool = True
 ) -> Child:
-    port = free_port()
-    argv = [str(VENV_BIN / "gunicorn"), "--config", str(CONF)]
-    argv += ["--max-requests", "4"] if recycle else []
-    env = otlp_env(vm, service, GUNICORN_BIND=f"127.0.0.1:{port}", GUNICORN_WORKERS=str(SLOTS))
-    child = children.start("gunicorn", argv, env)
-    child.port = port  # type: ignore[attr-defined]
-    return child
+    return recipes.gunicorn(children, otlp_env(vm, service), recycle=recycle)
 
 
 def _http_load(child: Child) -> None:
-    # Spaced so that a worker lives a few export intervals: each one reports.
-    for _ in range(REQUESTS):
-        _get(child.port)  # type: ignore[attr-defined]
-        time.sleep(0.15)
+    recipes.http_load(child, REQUESTS)
 
 
 def _uwsgi(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) -> Child:
@@ -146,34 +125,12 @@ def _uwsgi(children: Children, vm: VictoriaMetrics, service: str, _tmp: Path) ->
     return server.child
 
 
-CELERY = REPO / "examples" / "celery-worker"
-
-
 def _celery(children: Children, vm: VictoriaMetrics, service: str, tmp: Path) -> Child:
-    celery = VENV_BIN / "celery"
-    need(celery if celery.is_file() else None, "celery is not installed (pip install celery)")
-    env = otlp_env(vm, service, CELERY_BROKER_FOLDER=str(tmp / "broker"))
-    argv = [str(celery), "--app=tasks", "worker", "--pool=prefork", f"--concurrency={SLOTS}"]
-    argv += ["--max-tasks-per-child=4", "--loglevel=INFO"]
-    argv += ["--without-gossip", "--without-mingle", "--without-heartbeat"]
-    child = children.start("celery", argv, env, cwd=CELERY)
-    child.env = env  # type: ignore[attr-defined]
-    child.children = children  # type: ignore[attr-defined]
-    return child
+    return recipes.celery(children, otlp_env(vm, service), tmp / "broker")
 
 
 def _celery_load(child: Child) -> None:
-    send = f"import tasks\nfor _ in range({REQUESTS}): tasks.pid.delay()"
-    env = child.env  # type: ignore[attr-defined]
-    sender = child.children.start("send", [sys.executable, "-c", send], env, cwd=CELERY)  # type: ignore[attr-defined]
-    assert sender.wait(60) == 0, sender.describe()
-
-    def ran() -> int:
-        done = len(re.findall(r"Task tasks\.pid\[[^]]+\] succeeded", child.output()))
-        assert done >= REQUESTS, f"{done} tasks ran"
-        return done
-
-    wait_until(ran, 60, "every task to run")
+    recipes.celery_load(child, REQUESTS)
 
 
 UVICORN = REPO / "examples" / "uvicorn"
@@ -394,7 +351,7 @@ def test_gunicorn_workers_values_are_their_own(
         "three workers",
     )
     for _ in range(4):
-        body = _get(child.port)  # type: ignore[attr-defined]
+        body = recipes.get(child.port)  # type: ignore[attr-defined]
         assert int(body.split()[-1]) in {w.pid for w in found}, body
     leader = groups.leader(vm_prom, service, time.time() - 30)
     for worker in found:

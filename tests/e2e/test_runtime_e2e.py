@@ -46,8 +46,8 @@ ASGI_APP = APPS / "asgi_app.py"
 BLOCKS = 3
 # The loop is probed every 20 ms: a block of b reads as b - INTERVAL to b, plus
 # the wake-up latency and the noise of 2 shared cores (SLACK). uvloop's clock
-# has 1 ms resolution. A collection's pause is inside the time around it, short
-# of it by at most TOLERANCE.
+# has 1 ms resolution. A collection's pause is inside the app's own bracket of
+# it (two gc.callbacks around every other one), short of it by at most TOLERANCE.
 INTERVAL = 0.02
 SLACK = 0.05
 UVLOOP_CLOCK = 0.002
@@ -74,7 +74,9 @@ class Served:
     blocks: list[tuple[float, str]] = field(default_factory=list)
     """(seconds, thread name) of each /block, by the server's clock."""
     collected: list[float] = field(default_factory=list)
-    """Seconds around each gc.collect() of /gc, by the server's clock."""
+    """Seconds of each collection of /gc, bracketed by the app's own gc.callbacks."""
+    full: list[float] = field(default_factory=list)
+    """Seconds of every full collection, automatic ones included, bracketed alike."""
 
 
 def _get(port: int, path: str) -> str:
@@ -173,6 +175,9 @@ def servers(
             served.blocks = [(float(s), thread) for s, thread in blocked]
             collected = re.findall(r"^collected ([\d.e-]+)$", output, re.M)
             served.collected = [float(s) for s in collected]
+            served.full = [float(s) for s in re.findall(r"^fullgc ([\d.e-]+)$", output, re.M)]
+            # The package's callback was there first: the app's brackets surround it.
+            assert re.search(r"^brackets [1-9]\d* gc callbacks$", output, re.M), output
         yield [served for served, _ in started]
     finally:
         children.stop_all()
@@ -244,21 +249,21 @@ def test_gc_pause_metrics_arrive_by_default_with_the_timed_collection_in_them(
         for key, values in time_by_gen.items():
             assert values == sorted(values), f"{key}: a counter went down"
         assert time_by_gen[f"{gen}=0"][-1] > 0  # the server allocates: generation 0 collects
-        # The timed full collection: in the time total, and as the longest pause of an interval.
+        # The timed full collection is in the time total; each interval's longest
+        # pause is one of the full collections the app measured (automatic ones
+        # come too, and a preempted one lasts longer on this shared machine).
         around = served.collected[0]
+        assert around in served.full, (around, served.full)
         assert time_by_gen[f"{gen}=2"][-1] >= around - TOLERANCE
         longest = _samples(served, PAUSE_MAX)[f"{gen}=2"]
-        # One interval's longest pause is that collection. (Another interval may
-        # show a longer one: a pause is wall time, and a preempted collection on
-        # this shared machine lasts longer. No pause is longer than the total.)
-        assert any(around - TOLERANCE <= v <= around for v in longest), (
-            served.loop,
-            served.naming,
-            [v for v in longest if v],
-            around,
-        )
-        assert max(longest) <= time_by_gen[f"{gen}=2"][-1]
-        assert min(longest) == 0.0  # intervals without a full collection
+        paused = [v for v in longest if v]
+        for v in paused:
+            assert any(b - TOLERANCE <= v <= b for b in served.full), (served.loop, v, served.full)
+        assert max(paused) >= around - TOLERANCE, (served.loop, paused, around)
+        assert max(paused) <= time_by_gen[f"{gen}=2"][-1]
+        assert len(paused) <= len(served.full), (paused, served.full)
+        if len(longest) > len(served.full):
+            assert min(longest) == 0.0  # intervals without a full collection
         buckets = _samples(served, PAUSE_BUCKET)
         assert bool(buckets) == served.histogram, served.loop
 
@@ -276,10 +281,15 @@ def test_loop_delay_of_the_main_thread_is_the_block(servers: list[Served], which
     values = delays[f"{thread}=MainThread"]
     block = max(seconds for seconds, _ in served.blocks)
     clock = UVLOOP_CLOCK if served.loop == "uvloop" else 0.0
-    assert block - INTERVAL - clock <= max(values) <= block + SLACK, (values, served.blocks)
+    # A full collection (of /gc, in a worker thread) holds the GIL, so the loop too:
+    # tens of ms, but on a loaded machine it can last as long as a block.
+    stalls = [block, *served.full]
+    assert block - INTERVAL - clock <= max(values) <= max(stalls) + SLACK, (values, stalls)
     # Each block in an export interval of its own; the intervals between them are
-    # idle (the collection of /gc holds the loop up for tens of ms at most).
-    assert sum(v >= 0.2 - INTERVAL - clock for v in values) == BLOCKS, values
+    # idle, but for the full collections that may be as long.
+    long = 0.2 - INTERVAL - clock
+    late = sum(v >= long for v in values)
+    assert BLOCKS <= late <= BLOCKS + sum(b + SLACK >= long for b in served.full), (values, stalls)
     assert min(values) <= IDLE_MAX, values
     p99 = _samples(served, DELAY_P99)[f"{thread}=MainThread"]
     assert max(p99) <= max(values) and len(p99) == len(values)
@@ -334,7 +344,8 @@ def test_the_runtime_row_of_the_dashboard_shows_these_servers(
     for service, served in by_service.items():
         block = max(seconds for seconds, _ in served.blocks)
         top = delay[(service, "MainThread")]
-        assert block - INTERVAL - UVLOOP_CLOCK <= top <= block + SLACK, delay
+        stall = max(block, *served.full)  # a full collection holds the loop too
+        assert block - INTERVAL - UVLOOP_CLOCK <= top <= stall + SLACK, delay
         assert 0 <= p99[(service, "MainThread")] <= top
     busy = values("panel Event-loop utilization / A")
     asyncio_service = next(s for s, served in by_service.items() if served.loop == "asyncio")
@@ -355,10 +366,10 @@ def test_histogram_quantile_reads_the_pause_buckets(
     )
     assert top and median, (top, median)
     q100, q50 = float(top[0]["value"][1]), float(median[0]["value"][1])
-    # The timed collection is the longest pause: the top bucket's bound is at or above it,
-    # within one 1-2-5 step (a factor of 2.5).
-    around = served.collected[0]
-    assert around - TOLERANCE <= q100 <= around * 2.5, (q100, around)
+    # The top bucket's bound is at or above the longest full collection (the timed one,
+    # or a longer automatic one), within one 1-2-5 step (a factor of 2.5).
+    longest = max(served.full)
+    assert served.collected[0] - TOLERANCE <= q100 <= longest * 2.5, (q100, served.full)
     assert 0 < q50 <= q100
     # Cumulative: the count at each bound never falls as the bound grows.
     rows = vm_prom.query(f"{name}{{{selector}}}")

@@ -42,6 +42,8 @@ EXPECTED: dict[str, str] = {
     r"^needs root to drop to nobody$": "host",
     r"^needs root(, to setuid| to become another user| to mount)$": "host",
     r"^needs root to give a directory away$": "host",
+    r"^reusing a pid on purpose needs root \(ns_last_pid\)$": "host",
+    r"^another process took the freed pid each time$": "host",
     r"^cannot mount a tmpfs: ": "host",
     r"^creating a cgroup and moving a process into it needs root$": "host",
     r"^this host has nothing for \S+ to read \(no such device or cgroup\)$": "host",

@@ -18,7 +18,7 @@ from typing import NamedTuple, TypeVar
 import psutil
 
 from .faultlog import FaultLog
-from .linux import cgroup
+from .linux import cgroup, stat
 from .linux.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP
 
 _logger = logging.getLogger(__name__)
@@ -199,10 +199,7 @@ def _start_boottime(pid: int) -> float | None:
     # rounds to whole seconds: an uptime from it can be off by up to 1 s.
     if not hasattr(time, "CLOCK_BOOTTIME") or not os.path.exists(f"/proc/{pid}/stat"):
         return None
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        stat = f.read()
-    ticks = int(stat[stat.rfind(b")") + 2 :].split()[19])
-    return ticks / os.sysconf("SC_CLK_TCK")
+    return stat.of_process(pid).starttime / stat.CLOCK_TICKS
 
 
 def _affinity_count(process: psutil.Process) -> int | None:

@@ -25,8 +25,9 @@ from opentelemetry.metrics import (
     get_meter_provider,
 )
 
-from . import sdk_fork_guard
+from . import sdk_fork_guard, service
 from .catalog import supported
+from .group.keys import Group
 from .metrics import Kind, Metric
 from .options import ProcessMetricsOptions
 from .selection import enabled_metrics
@@ -50,9 +51,13 @@ its limit, which a View or the reader may set to another value.
 
 
 class Instrumentation:
-    """One ``instrument()``: the options in force and their snapshot cache."""
+    """One ``instrument()``: the options in force and their snapshot cache.
 
-    def __init__(self, options: ProcessMetricsOptions) -> None:
+    ``service`` is the identity of the service the provider exports
+    (:func:`.service.identity`): the group whose shared metrics one process reports.
+    """
+
+    def __init__(self, options: ProcessMetricsOptions, service: str = "") -> None:
         self.options = options
         self.provider: weakref.ref[Any] | None = None
         metrics = enabled_metrics(options)
@@ -63,7 +68,7 @@ class Instrumentation:
             if options.children and (child := m.per_child) is not None and supported(child)
         }
         sources = {m.source for m in (*metrics, *self._children.values())}
-        self.cache = SnapshotCache(options, sources)
+        self.cache = SnapshotCache(options, sources, service)
         # A source with nothing to read here (no cgroup limit, say) gets no instruments.
         self.metrics = tuple(m for m in metrics if m.source not in self.cache.idle)
         self._attributes = dict(options.attributes)
@@ -197,7 +202,7 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
     if registry is None:
         meter = get_meter(SCOPE_NAME, __version__, provider, schema_url=SCHEMA_URL)
         registry = _registries[provider] = _Registry(meter)
-    live = Instrumentation(options)
+    live = Instrumentation(options, service.identity(provider))
     for metric in live.metrics:
         registry.observer(metric).live = live
     live.provider = weakref.ref(provider)
@@ -253,6 +258,18 @@ class ProcessMetrics:
     def options(self) -> ProcessMetricsOptions:
         """The options in force."""
         return self._options
+
+    @property
+    def group(self) -> Group | None:
+        """The group of processes that elect one reporter of the shared metrics with this one.
+
+        Its ``service`` (the provider's ``service.namespace``, ``service.name``
+        and ``deployment.environment.name``), ``user``, ``cgroup`` and ``key``
+        (the lock file's name). ``None`` with ``shared_metrics="every"``, where
+        no group could be worked out (every process then reports), or after
+        :meth:`close`.
+        """
+        return self._live.cache.group if self._live is not None else None
 
     def close(self) -> None:
         """Stop every point and every hook; idempotent."""

@@ -48,7 +48,8 @@ every point of every collection, so this package bounds them by default.
 DEFAULT_MAX_CHILDREN = 64
 """Most descendant processes reported one by one with ``children=True``."""
 
-SHARED_METRICS = ("once", "every")
+SHARED_ONCE, SHARED_EVERY = "once", "every"
+SHARED_METRICS = (SHARED_ONCE, SHARED_EVERY)
 """Who reports the host, cgroup and pressure metrics: one process of the group, or each."""
 
 TREE_ROOT = ("self", "parent")
@@ -323,11 +324,13 @@ class ProcessMetricsOptions:
     """``"once"``: one process of a group reports the shared metrics (``system.*``, container,
     cgroup and pressure); ``"every"``: each process does.
 
-    A group is the processes of one user in one cgroup on one boot of one
-    host (a container, a systemd service). The shared metrics are the host
-    ones (``system.*``), the container and cgroup ones and the pressure
-    stalls; the group elects its reporter by a lock the kernel frees when the
-    holder dies, and another process takes over at its next collection.
+    A group is the processes that export one service (its ``service.name``,
+    ``service.namespace`` and ``deployment.environment.name``) as one user in
+    one cgroup on one boot of one host: the workers of one server in one
+    container or systemd service. The shared metrics are the host ones
+    (``system.*``), the container and cgroup ones and the pressure stalls; the
+    group elects its reporter at a collection, by a lock the kernel frees when
+    the holder dies, and another process takes over at its next collection.
     """
 
     children: bool = option(False, BOOLEAN, gates=True)

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from .facts import Facts, after_fork, read_facts, started_monotonic, this_process
 from .faultlog import FaultLog
-from .group.shared import SharedGate
+from .group.keys import Group
 from .platforms import FREE_THREADED, ON_LINUX
+from .shared_sources import SharedGate
 from .sources import SOURCES, ReadContext, Reading, Source
 from .sources.process import REFRESH
 
@@ -56,7 +57,15 @@ class SnapshotCache:
     of that collection then finds a generation it has not seen and shares it.
     """
 
-    def __init__(self, options: ProcessMetricsOptions, source_names: Iterable[str]) -> None:
+    def __init__(
+        self, options: ProcessMetricsOptions, source_names: Iterable[str], service: str = ""
+    ) -> None:
+        """Read the static facts and the baselines of ``source_names``' stateful sources.
+
+        ``service`` names the service this process exports (see
+        :class:`~.shared_sources.SharedGate`): with ``shared_metrics="once"``,
+        the processes of one service elect one reporter of the shared sources.
+        """
         names = set(source_names)
         self.options = options
         self.sources: tuple[Source, ...] = tuple(s for s in SOURCES.values() if s.name in names)
@@ -67,8 +76,8 @@ class SnapshotCache:
         self._closed = False
         self.on_unhooked_fork: Callable[[], None] | None = None
         """Called once in a process forked without Python's at-fork hooks, after the re-bind."""
-        self._shared = SharedGate(options.shared_metrics)
-        """Leaves out the shared sources where this process does not lead its group."""
+        self._shared = SharedGate(options.shared_metrics, service)
+        """Leaves out the shared sources where this process does not report for its group."""
         self._pid = os.getpid()
         """The process this cache is bound to; another one re-binds at its first snapshot."""
         self._locks: dict[int, threading.Lock] = {}
@@ -84,8 +93,15 @@ class SnapshotCache:
         )
         self.idle = frozenset(s.name for s in self.sources if not self._open(s))
         """Sources with nothing to read (their open hook said so); a fork does not change it."""
-        self._read(self._shared.sources(tuple(s for s in self.sources if s.stateful)))
+        # Baselines, in every process (the role is taken at a collection, not
+        # here): whoever reports first has a real utilisation at once.
+        self._read(tuple(s for s in self.sources if s.stateful))
         _live_caches.add(self)
+
+    @property
+    def group(self) -> Group | None:
+        """The group whose shared metrics one process reports; ``None`` with ``"every"``."""
+        return self._shared.group
 
     @property
     def facts(self) -> Facts:
@@ -141,7 +157,10 @@ class SnapshotCache:
 
     def _refresh(self) -> Snapshot:
         wall, cpu = time.perf_counter(), time.thread_time()
-        readings = self._read(self._shared.sources(self.sources))
+        sources = self._shared.sources(self.sources)
+        if self._shared.took_over:  # its baselines of the shared sources are not its own
+            self._ctx.forget_deltas(s.name for s in self.sources if s.shared)
+        readings = self._read(sources)
         if any(s.name == REFRESH for s in self.sources):
             readings[REFRESH] = {
                 "duration": time.perf_counter() - wall,

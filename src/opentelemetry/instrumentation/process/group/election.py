@@ -1,12 +1,12 @@
 """The election: one process of a group reports the shared metrics.
 
 The leader is the process that holds an exclusive ``flock`` on
-``<runtime dir>/groups/<group key>.lock`` (see ``keys.group_key``); the kernel
+``<runtime dir>/groups/<group key>.lock`` (see ``keys.group_of``); the kernel
 frees it when the leader dies, and another process takes it at its next try.
-One descriptor per process (``O_CLOEXEC``), shared by every :class:`Election`
-of it; a forked child never believes it leads. Without a safe runtime
-directory every process reports, after one warning. Details: docs/design.md,
-"Worker slots and the election".
+One descriptor per group and process (``O_CLOEXEC``), shared by every
+:class:`Election` of that group in the process; a forked child never believes
+it leads. Without a safe runtime directory every process reports, after one
+warning. Details: docs/design.md, "Worker slots and the election".
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import os
 import threading
 from pathlib import Path
 
-from . import keys
 from .heldfile import HeldFile
+from .keys import Group
 from .rundir import open_private, private_dir, runtime_dir, warn_unusable
 
 try:
@@ -26,31 +26,32 @@ except ImportError:  # Windows: runtime_dir() is None there, so fcntl is never u
 
 
 class _Lock:
-    """This process's lock file (``None`` when unusable: every process reports)."""
+    """This process's lock file of one group (``file`` is ``None`` when unusable: it reports)."""
 
-    # A plain class, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
-    __slots__ = ("file", "leading", "path", "pid")
+    __slots__ = ("file", "leading", "path", "pid", "users")
 
     def __init__(self, pid: int, file: HeldFile | None, path: Path | None = None) -> None:
         self.pid = pid
         self.file = file
         self.path = path
         self.leading = False
+        self.users = 0
 
 
-_state: _Lock | None = None
-_users = 0
+_states: dict[str, _Lock] = {}
+"""This process's lock of each group it takes part in, by group key."""
+_pid = os.getpid()
+"""The process ``_states`` belong to: a fork that skipped the at-fork hooks is seen by it."""
 _mutex = threading.Lock()
 
 
 class Election:
-    """Whether this process reports its group's shared metrics, asked once per refresh."""
+    """Whether this process reports ``group``'s shared metrics, asked once per refresh."""
 
-    def __init__(self) -> None:
-        global _users
+    def __init__(self, group: Group) -> None:
+        self.group = group
         with _mutex:
-            _current_pid_users()
-            _users += 1
+            _current(group).users += 1
         self._closed = False
 
     def leader(self) -> bool:
@@ -58,12 +59,12 @@ class Election:
 
         A non-leader tries to take the lock at each call (one non-blocking
         ``flock``); a leader keeps it until it exits or every election of the
-        process is closed.
+        group in this process is closed.
         """
         if self._closed:
             return False
         with _mutex:
-            state = _current()
+            state = _current(self.group)
             if state.file is None:
                 return True  # no safe lock file: "every" (warned once)
             if state.leading:
@@ -80,56 +81,53 @@ class Election:
             state.leading = True
             return True
 
-    @property
-    def fallback(self) -> bool:
-        """Whether no lock can be used here, so that every process reports."""
-        with _mutex:
-            return _current().file is None
-
     def close(self) -> None:
-        """Stop taking part; the last election of the process to close frees the lock."""
-        global _state, _users
+        """Stop taking part; the last election of the group to close frees its lock."""
         if self._closed:
             return
         self._closed = True
         with _mutex:
-            _users = max(0, _users - 1)
-            if _users == 0 and _state is not None:
-                if _state.file is not None and _state.pid == os.getpid():
-                    _state.file.drop()
-                _state = None
+            _forget_other_process()
+            state = _states.get(self.group.key)
+            if state is None:
+                return
+            state.users -= 1
+            if state.users <= 0:
+                del _states[self.group.key]
+                if state.file is not None:
+                    state.file.drop()
 
 
-def _current_pid_users() -> None:
-    """Forget the state and users of a parent (a fork that skipped the at-fork hooks)."""
-    global _state, _users
-    state = _state
-    if state is not None and state.pid != os.getpid():
-        _state, _users = None, 0
+def _forget_other_process() -> None:
+    """Drop a parent's states (a fork that skipped the at-fork hooks); under ``_mutex``."""
+    global _pid
+    if _pid == os.getpid():
+        return
+    _pid = os.getpid()
+    for state in _states.values():
         if state.file is not None:
             state.file.drop()  # a child's copy: the parent keeps its lock
+    _states.clear()
 
 
-def _current() -> _Lock:
-    """This process's lock state, opened on first use; inherited state is dropped."""
-    global _state
-    _current_pid_users()
-    state = _state
-    pid = os.getpid()
-    if state is not None:
-        return state
-    _state = state = _open(pid)
+def _current(group: Group) -> _Lock:
+    """This process's lock state of ``group``, opened on first use; under ``_mutex``."""
+    _forget_other_process()
+    state = _states.get(group.key)
+    if state is None:
+        state = _states[group.key] = _open(group)
     return state
 
 
-def _open(pid: int) -> _Lock:
+def _open(group: Group) -> _Lock:
+    pid = os.getpid()
     base = runtime_dir()
     if base is None:
         return _Lock(pid, None)
     path = base / "groups"
     try:
         private_dir(path)
-        path = path / f"{keys.group_key()}.lock"
+        path = path / f"{group.key}.lock"
         return _Lock(pid, HeldFile.of(open_private(path)), path)
     except OSError as exc:
         warn_unusable(path, exc)
@@ -137,12 +135,9 @@ def _open(pid: int) -> _Lock:
 
 
 def _forget_in_child() -> None:
-    global _state, _mutex, _users
+    global _mutex
     _mutex = threading.Lock()
-    _users = 0  # the parent's elections are the parent's: a close here frees this one's lock
-    state, _state = _state, None
-    if state is not None and state.file is not None:
-        state.file.drop()
+    _forget_other_process()
 
 
 if hasattr(os, "register_at_fork"):

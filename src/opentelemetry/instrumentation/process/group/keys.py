@@ -7,9 +7,11 @@ boot and create times stand in for them.
 from __future__ import annotations
 
 import socket
+from typing import NamedTuple
 
 import psutil
 
+from ..linux import stat
 from ..platforms import ON_LINUX
 from .rundir import euid
 
@@ -62,10 +64,7 @@ def start_time(pid: int) -> str:
     Raises ``OSError`` (or ``psutil.Error``) when the process is gone.
     """
     if ON_LINUX:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-        # The name may hold spaces and parentheses: the fields start after the last ')'.
-        return stat[stat.rindex(b")") + 2 :].split()[19].decode("ascii")
+        return str(stat.of_process(pid).starttime)
     return f"{psutil.Process(pid).create_time():.2f}"
 
 
@@ -78,8 +77,37 @@ def parent_key(ppid: int) -> str:
     return f"{boot_id()}-{ppid}-{start_time(ppid) if ppid > 0 else 0}"
 
 
-def group_key() -> str:
-    """A hash of (user, cgroup of this process, boot, host): one group, as a file name."""
+class Group(NamedTuple):
+    """The processes that elect one reporter of the shared metrics.
+
+    One service (``service``, the identity the caller gives: its name,
+    namespace and environment) of one user in one cgroup, on one boot of one
+    host. ``key`` hashes all of it: the name of the group's lock file.
+    """
+
+    service: str
+    user: int
+    cgroup: str
+    key: str
+
+
+def group_of(service: str) -> Group:
+    """The group of this process for ``service``, whose processes share one reporter.
+
+    Raises ``OSError`` or another error where the system cannot be read (an
+    unreadable standard library after ``setuid``, say): the caller falls back.
+    """
     cgroup = (_read("/proc/self/cgroup") or "") if ON_LINUX else ""
-    text = "\0".join((str(euid()), cgroup, boot_id(), host_id()))
-    return str(sha256(text.encode("utf-8", "replace")).hexdigest())[:32]
+    user = euid()
+    text = "\0".join((service, str(user), cgroup, boot_id(), host_id()))
+    key = str(sha256(text.encode("utf-8", "replace")).hexdigest())[:32]
+    return Group(service, user, _readable(cgroup), key)
+
+
+def _readable(cgroup: str) -> str:
+    """``/proc/self/cgroup`` as a person reads it: the v2 path alone, or the lines not at ``/``."""
+    lines = cgroup.splitlines()
+    if len(lines) == 1 and lines[0].startswith("0::"):
+        return lines[0][3:]
+    placed = [line for line in lines if not line.endswith(":/")]
+    return " ".join(placed) or "/"

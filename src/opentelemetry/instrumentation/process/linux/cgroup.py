@@ -12,7 +12,6 @@ about OpenTelemetry.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import NamedTuple
 
@@ -26,6 +25,7 @@ from .files import (
     scaled_value,
     single_value,
 )
+from .stat import CLOCK_TICKS
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
@@ -281,8 +281,10 @@ def _cpu_files(paths: CgroupPaths) -> list[KernelFile | None]:
     if cpu is not None and cpu.version == 1:
         files.append(flat_keyed_file(str(cpu.own / "cpu.stat"), _V1_CPU_STAT))
     if acct is not None and acct.version == 1:
-        ticks = float(os.sysconf("SC_CLK_TCK"))  # USER_HZ
-        stat = (Key("user", CPU_TIME_USER, ticks), Key("system", CPU_TIME_SYSTEM, ticks))
+        stat = (
+            Key("user", CPU_TIME_USER, float(CLOCK_TICKS)),
+            Key("system", CPU_TIME_SYSTEM, float(CLOCK_TICKS)),
+        )
         files.append(flat_keyed_file(str(acct.own / "cpuacct.stat"), stat))
         usage = str(acct.own / "cpuacct.usage")
         files.append(KernelFile(usage, scaled_value(CPU_TIME_TOTAL, 1e9), (CPU_TIME_TOTAL,)))

@@ -18,11 +18,11 @@ import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from . import stat
+
 __all__ = ["ThreadTimes", "busiest_threads"]
 
 _TASK_DIR = "/proc/self/task"
-# psutil divides by the same value; os.sysconf is missing on Windows (import only).
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 # CPUCLOCK_PERTHREAD_MASK (4) | CPUCLOCK_SCHED (2).
 _THREAD_SCHED_CLOCK = 6
 
@@ -33,9 +33,9 @@ class ThreadTimes(NamedTuple):
     id: int
     """The kernel thread id (tid), as psutil's ``pthread.id``."""
     user_time: float
-    """Seconds in user mode (``utime`` / ``SC_CLK_TCK``)."""
+    """Seconds in user mode (``utime`` / ``stat.CLOCK_TICKS``)."""
     system_time: float
-    """Seconds in kernel mode (``stime`` / ``SC_CLK_TCK``)."""
+    """Seconds in kernel mode (``stime`` / ``stat.CLOCK_TICKS``)."""
 
 
 def busiest_threads(limit: int, *, tids: Sequence[int] | None = None) -> list[ThreadTimes]:
@@ -109,21 +109,7 @@ def _rank(tids: Sequence[int]) -> list[tuple[int, int]]:
 def _read_stat(tid: int) -> ThreadTimes | None:
     """utime and stime of ``tid`` in seconds; ``None`` if the thread has exited."""
     try:
-        fd = os.open(f"{_TASK_DIR}/{tid}/stat", os.O_RDONLY)
+        found = stat.read(f"{_TASK_DIR}/{tid}/stat")
     except (FileNotFoundError, ProcessLookupError):
         return None
-    try:
-        data = os.read(fd, 4096)  # pragma: no mutate - the line is a few hundred bytes
-    except ProcessLookupError:
-        return None
-    finally:
-        os.close(fd)
-    if not data:
-        return None
-    # The name (comm) may itself hold ") ", so split after the last one.
-    fields = data.rpartition(b")")[2].split()
-    return ThreadTimes(
-        id=tid,
-        user_time=float(fields[11]) / _CLOCK_TICKS,
-        system_time=float(fields[12]) / _CLOCK_TICKS,
-    )
+    return ThreadTimes(id=tid, user_time=found.utime, system_time=found.stime)

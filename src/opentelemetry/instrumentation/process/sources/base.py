@@ -10,7 +10,7 @@ against those names. Nothing here knows about OpenTelemetry.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
 
@@ -169,7 +169,13 @@ class ReadContext:
         return found
 
     def delta(self, name: str) -> Delta:
+        """The :class:`Delta` kept under ``name``: a source's own name, where it keeps one."""
         return self.deltas.setdefault(name, Delta())
+
+    def forget_deltas(self, names: Iterable[str]) -> None:
+        """Drop the deltas of the sources ``names``: their next step has no baseline."""
+        for name in names:
+            self.deltas.pop(name, None)
 
     def never_below_previous(self, name: str, values: dict[Key, float]) -> dict[Key, float]:
         """``values``, none below its previous reading (a counter never goes down)."""

@@ -7,9 +7,7 @@ Every children source of that refresh takes its fields from the same pass;
 the pass reads only what the enabled sources need (each source's open hook
 says it is wanted).
 
-Slots: a child gets the lowest slot free among the live children, reused
-after it exits, unless it is a direct child that holds a slot of its own from
-the per-worker resource detector: then it gets that one. Per-child points are
+Who each child is, and its slot: ``child_slots.py``. Per-child points are
 given for the ``max_children`` lowest slots; the tree totals count every child.
 
 Faults: a child that exits during its read drops its points for that
@@ -24,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -33,7 +30,9 @@ import psutil
 from ..group import SLOT_ATTRIBUTE
 from ..linux import children as linux_children
 from ..platforms import LINUX, POSIX, WINDOWS
-from .base import Delta, Key, ReadContext, Reading, Source, State, Value, attributes
+from .base import Key, ReadContext, Reading, Source, State, Value, attributes
+from .child_reads import ChildReading, Gone, Row, identity, read_first, read_rest
+from .child_slots import Child, Tree
 
 try:
     import resource as _resource
@@ -42,55 +41,6 @@ except ImportError:  # Windows
 
 _WANTED: State[set[str]] = State("children_wanted", lambda _ctx: set())
 """The names of the children sources of this process, kept by their open hooks."""
-
-RECORDED_SLOT_WINDOW = 60.0
-"""Seconds after its first sight during which a child's own recorded slot is looked for.
-
-A worker claims its slot in its post-fork hook, which may run after the
-master first sees it; a child with no record after this is not a detector's.
-"""
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
-
-
-class Child:
-    """One descendant, as the master sees it."""
-
-    __slots__ = ("cpu", "first_seen", "parent", "pid", "process", "recorded", "slot", "util")
-
-    def __init__(
-        self, pid: int, process: psutil.Process, parent: int | None, first_seen: float
-    ) -> None:
-        self.pid = pid
-        self.process = process
-        self.parent = parent
-        self.first_seen = first_seen
-        self.slot = -1
-        self.recorded = False
-        """Whether ``slot`` is the child's own, from the resource detector."""
-        self.cpu = -1.0
-        """User + system seconds at the last read: less next time means the pid was reused."""
-        self.util = Delta()
-
-
-class Tree:
-    """The children of this process between refreshes."""
-
-    __slots__ = ("cap_warned", "exits", "live", "restarts", "used_slots", "zombies")
-
-    def __init__(self) -> None:
-        self.live: dict[int, Child] = {}
-        self.used_slots: set[int] = set()
-        """Every slot given so far: giving one again is a restart."""
-        self.zombies: set[int] = set()
-        """Zombie pids already counted as exits."""
-        self.exits = 0
-        self.restarts = 0
-        self.cap_warned = False
-
 
 _CHILD = (SLOT_ATTRIBUTE, "process.pid")  # process.pid is None unless child_pid=True
 _ONE = attributes(*_CHILD)
@@ -121,10 +71,6 @@ class _Pass:
         if found is None:
             found = fields[name] = {}
         return found  # type: ignore[return-value]
-
-
-class _Gone(Exception):
-    """The child exited (or vanished from view) during its read."""
 
 
 # --- the wanted sources -------------------------------------------------------
@@ -228,41 +174,38 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
     user, system, reaped_user, reaped_system = _own_times(ctx, top) if with_tree else (0, 0, 0, 0)
     listed = descendants(ctx)
     live: dict[int, Child] = {}
-    readings: dict[int, dict[str, Any]] = {}
+    readings: dict[int, ChildReading] = {}
     with contextlib.ExitStack() as stack:
         for pid, parent, handle in listed:
-            child = tree.live.get(pid)
+            known = tree.live.get(pid)
             try:
+                started, found = identity(pid, handle)
+                child = tree.known(pid, started)  # None for a new child, or a reused pid
                 if child is None:
-                    child = Child(pid, handle or psutil.Process(pid), parent, out.now)
+                    child = Child(pid, handle or psutil.Process(pid), parent, out.now, started)
                 stack.enter_context(child.process.oneshot())
-                reading = _read_first(ctx, child, need_cpu, need_memory, with_pss)
-            except (_Gone, psutil.Error, OSError):  # gone, hidden, or not ours to read
-                if child is not None and pid in tree.live:
-                    live[pid] = child  # listed, so alive: exiting now, or hidden from us
+                reading = read_first(ctx, child, need_cpu, need_memory, with_pss, found)
+            except (Gone, psutil.Error, OSError):  # gone, hidden, or not ours to read
+                if known is not None:
+                    live[pid] = known  # listed, so alive: exiting now, or hidden from us
                 continue
-            if reading.get("zombie"):
+            if reading.zombie:
                 if pid not in tree.live and pid not in tree.zombies:
                     tree.exits += 1  # exited before it was ever seen alive
                 tree.zombies.add(pid)
             else:
-                cpu = reading.get("cpu", child.cpu)
-                if cpu < child.cpu - 1 / _CLOCK_TICKS:  # less CPU than before: a reused pid
-                    with contextlib.suppress(psutil.Error):  # a new handle: a new create time
-                        child = Child(pid, psutil.Process(pid), parent, out.now)
                 if child.parent is None:
-                    child.parent = reading.get("ppid")
-                child.cpu = cpu
+                    child.parent = reading.ppid
                 live[pid] = child
             readings[pid] = reading
-            if with_tree and "times" in reading:
-                u, s, cu, cs = reading["times"]
+            if with_tree and reading.times is not None:
+                u, s, cu, cs = reading.times
                 user, system = user + u + cu, system + s + cs
         tree.zombies &= {pid for pid, _, _ in listed}
         # Every listed process that is not a zombie is alive, read or not.
         alive = len(listed) - len(tree.zombies)
-        _count_exits(tree, live)
-        _give_slots(ctx, tree, live, top, out.now)
+        tree.count_exits(live)
+        tree.give_slots(live, top, out.now)
         # A helper reporting its parent's tree (tree_root="parent") is not one of the children.
         kept = sorted(
             (c for c in live.values() if c.pid in readings and c.pid != me), key=lambda c: c.slot
@@ -282,199 +225,17 @@ def _run(ctx: ReadContext, out: _Pass, want: frozenset[str]) -> None:
                 )
             kept = kept[:cap]
         for child in kept:
-            _read_rest(ctx, child, readings[child.pid], want, out)
+            rows = read_rest(ctx, child, readings[child.pid], want, out.now)
+            if rows is not None:
+                _store(out, rows)
     tree.live = live
     if with_tree:
         times = (user, system, reaped_user, reaped_system)
         _tree_fields(ctx, tree, alive, readings, out, times, top)
 
 
-def _denied(ctx: ReadContext, what: str, child: Child, exc: BaseException) -> None:
-    ctx.faults.warning(
-        ("children", what, type(exc).__name__),
-        "process metrics: cannot read %s of child process %d (%s: %s): it may belong to "
-        "another user, be hidden (hidepid) or not be dumpable after setuid; its %s points "
-        "are left out while this lasts. This fault is logged at most once per %.0f s.",
-        what,
-        child.pid,
-        type(exc).__name__,
-        exc,
-        what,
-        ctx.faults.period,
-    )
-
-
-def _try(ctx: ReadContext, what: str, child: Child, read: Callable[[], Any]) -> Any:
-    """``read()``; ``None`` if the master may not make it; ``_Gone`` if the child went."""
-    try:
-        return read()
-    except psutil.ZombieProcess:
-        raise _Gone from None
-    except psutil.NoSuchProcess:
-        raise _Gone from None
-    except (psutil.AccessDenied, PermissionError) as exc:
-        _denied(ctx, what, child, exc)
-        return None
-    except (OSError, psutil.Error, ValueError) as exc:
-        _denied(ctx, what, child, exc)
-        return None
-
-
-def _read_first(
-    ctx: ReadContext, child: Child, cpu: bool, memory: bool, pss: bool
-) -> dict[str, Any]:
-    """What the tree needs of every child: its state, CPU times and memory."""
-    p = child.process
-    out: dict[str, Any] = {}
-    status = _try(ctx, "status", child, p.status)
-    if status == psutil.STATUS_ZOMBIE:
-        out["zombie"] = True
-    if child.parent is None:
-        out["ppid"] = _try(ctx, "parent", child, p.ppid)
-    if cpu:
-        t = _try(ctx, "cpu", child, p.cpu_times)
-        if t is not None:
-            cu = getattr(t, "children_user", 0.0)
-            cs = getattr(t, "children_system", 0.0)
-            out["times"] = (t.user, t.system, cu, cs)
-            out["cpu"] = t.user + t.system
-    if out.get("zombie"):
-        return out
-    if memory:
-        m = _try(ctx, "memory", child, p.memory_info)
-        if m is not None:
-            out["rss"], out["vms"] = m.rss, m.vms
-    if pss:
-        full = _try(ctx, "pss", child, p.memory_full_info)
-        if full is not None:
-            out["pss"], out["uss"] = getattr(full, "pss", None), full.uss
-    return out
-
-
-def _count_exits(tree: Tree, live: Mapping[int, Child]) -> None:
-    for pid, child in tree.live.items():
-        if live.get(pid) is not child:  # gone, a zombie, or replaced by a reused pid
-            tree.exits += 1
-
-
-def _give_slots(
-    ctx: ReadContext, tree: Tree, live: Mapping[int, Child], me: int, now: float
-) -> None:
-    """A slot for each new child; a direct child of the root ``me`` keeps its own recorded one."""
-    helper = os.getpid()  # with tree_root="parent", this process: no slot
-    live = {pid: c for pid, c in live.items() if pid != helper}
-    young = [
-        c
-        for c in live.values()
-        if c.parent == me and not c.recorded and now - c.first_seen < RECORDED_SLOT_WINDOW
-    ]
-    recorded = _recorded_slots(me) if young else {}
-    held = {c.slot for c in live.values() if c.slot >= 0}
-    for child in young:
-        own = recorded.get(child.pid)
-        if own is None or own == child.slot:
-            child.recorded = own is not None
-            continue
-        if own in held:  # another child holds it: keep this one's
-            continue
-        if child.slot >= 0:
-            held.discard(child.slot)
-        elif own in tree.used_slots:
-            tree.restarts += 1
-        child.slot, child.recorded = own, True
-        held.add(own)
-        tree.used_slots.add(own)
-    reserved = set(recorded.values())
-    for child in sorted(live.values(), key=lambda c: c.pid):
-        if child.slot >= 0:
-            continue
-        slot = 0
-        while slot in held or slot in reserved:
-            slot += 1
-        if slot in tree.used_slots:
-            tree.restarts += 1
-        child.slot = slot
-        held.add(slot)
-        tree.used_slots.add(slot)
-
-
-def _recorded_slots(parent: int) -> dict[int, int]:
-    """Slots that the per-worker resource detector recorded for the children of ``parent``."""
-    try:
-        from ..group.slots import recorded_slots
-
-        return recorded_slots(parent)
-    except Exception:  # noqa: BLE001 - a record we cannot read: the master's own slots
-        return {}
-
-
-def _read_rest(
-    ctx: ReadContext, child: Child, reading: Mapping[str, Any], want: frozenset[str], out: _Pass
-) -> None:
-    """The per-child fields of one kept child; nothing of it if it exits meanwhile."""
-    pid: int | None = child.pid if ctx.options.child_pid else None
-    slot = child.slot
-    # Kept aside until the child's last read: a child gone meanwhile gives nothing.
-    # Plain value tuples here: each is typed by its field's key type when stored.
-    rows: list[tuple[str, str, tuple[int | str | None, ...], float]] = []
-    add = rows.append
-    p = child.process
-    try:
-        if "children_cpu" in want and "times" in reading:
-            u, s, _, _ = reading["times"]
-            add(("children_cpu", "cpu_time", (slot, pid, "user"), u))
-            add(("children_cpu", "cpu_time", (slot, pid, "system"), s))
-            cpus = ctx.facts.available_cpus or 0.0
-            if cpus:
-                share = child.util.step(
-                    out.now,
-                    {_TREE_MODE(("user",)): u, _TREE_MODE(("system",)): s},
-                    lambda d, e: {k: v / (e * cpus) for k, v in d.items()},
-                )
-                for (mode,), v in (share or {}).items():
-                    add(("children_cpu", "cpu_utilization", (slot, pid, mode), v))
-        if "children_memory" in want and "rss" in reading:
-            add(("children_memory", "rss", (slot, pid), reading["rss"]))
-            add(("children_memory", "vms", (slot, pid), reading["vms"]))
-        if "children_memory_full" in want:
-            if reading.get("pss") is not None:
-                add(("children_memory_full", "pss", (slot, pid), reading["pss"]))
-            if "uss" in reading:
-                add(("children_memory_full", "uss", (slot, pid), reading["uss"]))
-        if "children_io" in want:
-            io = _try(ctx, "I/O", child, p.io_counters)
-            if io is not None:
-                add(("children_io", "bytes", (slot, pid, "read"), io.read_bytes))
-                add(("children_io", "bytes", (slot, pid, "write"), io.write_bytes))
-                add(("children_io", "operations", (slot, pid, "read"), io.read_count))
-                add(("children_io", "operations", (slot, pid, "write"), io.write_count))
-        if "children_num_threads" in want:
-            n = _try(ctx, "threads", child, p.num_threads)
-            if n is not None:
-                add(("children_num_threads", "count", (slot, pid), n))
-        if "children_num_fds" in want:
-            n = _try(ctx, "file descriptors", child, p.num_fds)
-            if n is not None:
-                add(("children_num_fds", "count", (slot, pid), n))
-        if "children_context_switches" in want:
-            cs = _try(ctx, "context switches", child, p.num_ctx_switches)
-            if cs is not None:
-                field = "context_switches"
-                add(("children_context_switches", field, (slot, pid, "voluntary"), cs.voluntary))
-                add(
-                    ("children_context_switches", field, (slot, pid, "involuntary"), cs.involuntary)
-                )
-        if "children_paging_faults" in want and ctx.use_direct("children"):
-            faults = _try(ctx, "page faults", child, lambda: page_faults(child.pid))
-            if faults is not None:
-                add(("children_paging_faults", "paging_faults", (slot, pid, "major"), faults[0]))
-                add(("children_paging_faults", "paging_faults", (slot, pid, "minor"), faults[1]))
-        if "children_uptime" in want:
-            created = _try(ctx, "uptime", child, p.create_time)
-            if created is not None:
-                add(("children_uptime", "uptime", (slot, pid), time.time() - created))
-    except _Gone:
-        return
+def _store(out: _Pass, rows: list[Row]) -> None:
+    """One child's points into the pass, each under its field's key type."""
     targets = out.targets
     for source, name, key, value in rows:
         target = targets.get((source, name))
@@ -483,32 +244,11 @@ def _read_rest(
         target[_KEY_TYPES[source, name](key)] = value
 
 
-def page_faults(pid: int) -> tuple[int, int]:
-    """``(major, minor)`` page faults of process ``pid``, from ``/proc/<pid>/stat``.
-
-    psutil has no API for another process's page faults. Raises
-    ``ProcessLookupError`` when the process has gone.
-    """
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise psutil.NoSuchProcess(pid) from None
-    try:
-        data = os.read(fd, 4096)  # one line of a few hundred bytes
-    except ProcessLookupError:
-        raise psutil.NoSuchProcess(pid) from None
-    finally:
-        os.close(fd)
-    # The name (comm) may itself hold ") ", so split after the last one.
-    fields = data.rpartition(b")")[2].split()
-    return int(fields[9]), int(fields[7])  # majflt, minflt
-
-
 def _tree_fields(
     ctx: ReadContext,
     tree: Tree,
     alive: int,
-    readings: Mapping[int, Mapping[str, Any]],
+    readings: Mapping[int, ChildReading],
     out: _Pass,
     times: tuple[float, float, float, float],
     top: int,
@@ -529,7 +269,7 @@ def _tree_fields(
     kind = "pss" if "children_memory_full" in wanted(ctx) else "rss"
     own = _own_memory(ctx, kind, top)
     if own is not None:
-        total = own + sum(int(r.get(kind) or 0) for r in readings.values() if not r.get("zombie"))
+        total = own + sum(getattr(r, kind) or 0 for r in readings.values() if not r.zombie)
         fields["memory"] = {_MEASURE((kind,)): total}
 
 
