@@ -7,9 +7,7 @@ variables (``environment.py``), the gating options of the metric table, the
 configuration reference and the README's table are all derived from these
 declarations.
 
-Words are read alike from code and from the environment: in any case, blanks
-around them ignored, the same spellings (:data:`TRUE_WORDS`, :data:`FALSE_WORDS`,
-:data:`AUTO_WORD`, a choice's values); code may also give the Python value.
+Words are read alike from code and from the environment (:func:`_words_or`).
 A bad value raises ``ValueError`` naming the option, a bounded excerpt of the
 value, and what is allowed. Which metrics the options turn on is in
 ``selection.py``.
@@ -17,6 +15,7 @@ value, and what is allowed. Which metrics the options turn on is in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import os
@@ -139,38 +138,39 @@ def _boolean_or_auto(raw: str) -> bool | None:
         raise ValueError(f"expected one of {AUTO_WORD}, {_ALLOWED_WORDS} (any case)") from None
 
 
-def _check_boolean(name: str, value: object) -> bool:
-    if isinstance(value, str):
-        try:
-            return _boolean(value)
-        except ValueError:
-            pass
-    elif isinstance(value, bool):
-        return value
-    raise ValueError(
-        f"{name}: expected True or False, or one of {_ALLOWED_WORDS} (any case), "
-        f"got {excerpt(value)}"
-    )
+def _words_or(
+    native: Callable[[object], bool], parse: Callable[[str], Any], expected: str
+) -> Callable[[str, Any], Any]:
+    """The check from code: a ``native`` value as it is, text as its variable would be read."""
+
+    def check(name: str, value: object) -> Any:
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return parse(value)
+        elif native(value):
+            return value
+        raise ValueError(f"{name}: expected {expected}, got {excerpt(value)}")
+
+    return check
 
 
-def _check_boolean_or_auto(name: str, value: object) -> bool | None:
-    if isinstance(value, str):
-        try:
-            return _boolean_or_auto(value)
-        except ValueError:
-            pass
-    elif value is None or isinstance(value, bool):
-        return value
-    raise ValueError(
-        f"{name}: expected True, False or None (auto), or one of {AUTO_WORD}, {_ALLOWED_WORDS} "
-        f"(any case), got {excerpt(value)}"
-    )
-
-
-BOOLEAN = Form(_check_boolean, _boolean, _written(_BOOLEAN_WORDS), kind="bool")
+BOOLEAN = Form(
+    _words_or(
+        lambda v: isinstance(v, bool),
+        _boolean,
+        f"True or False, or one of {_ALLOWED_WORDS} (any case)",
+    ),
+    _boolean,
+    _written(_BOOLEAN_WORDS),
+    kind="bool",
+)
 """``True`` or ``False``, or one of their words in any case."""
 BOOLEAN_OR_AUTO = Form(
-    _check_boolean_or_auto,
+    _words_or(
+        lambda v: v is None or isinstance(v, bool),
+        _boolean_or_auto,
+        f"True, False or None (auto), or one of {AUTO_WORD}, {_ALLOWED_WORDS} (any case)",
+    ),
     _boolean_or_auto,
     _written((AUTO_WORD, *_BOOLEAN_WORDS)),
     kind="tristate",
@@ -208,14 +208,8 @@ def choice(values: tuple[str, ...]) -> Form:
             raise ValueError(f"expected one of {', '.join(values)} (any case)")
         return word
 
-    def check(name: str, value: object) -> str:
-        if isinstance(value, str) and value.strip().lower() in values:
-            return value.strip().lower()
-        raise ValueError(
-            f"{name}: expected one of {', '.join(map(repr, values))} (any case), "
-            f"got {excerpt(value)}"
-        )
-
+    expected = f"one of {', '.join(map(repr, values))} (any case)"
+    check = _words_or(lambda _v: False, parse, expected)
     return Form(check, parse, _written(values), "choice", values)
 
 
