@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "benchmarks.md"
 REGENERATE = "python benchmarks/run.py --counts-only benchmarks/results/results.json"
 
+OURS = "ours"
+"""The group of this package's rows in the counts table."""
+
 OPENS = ("Opens (audit hook)", "Opens (strace)")
 """Columns that grow with the host's processes where a read walks all of them."""
 
@@ -37,15 +40,11 @@ def table_after(text: str, heading: str) -> list[dict[str, str]]:
 
 def rows_of(text: str) -> list[dict[str, str]]:
     """The rows of the first Markdown table in ``text``, by column name."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("|")), None)
-    if start is None:
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")] for line in _first_table(text)
+    ]
+    if not rows:
         return []
-    rows = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
     header, body = rows[0], rows[2:]
     return [dict(zip(header, row, strict=False)) for row in body]
 
@@ -63,8 +62,10 @@ def counts_check(
     page: str, run_table: str, counts: Sequence[Count], info: dict[str, Any]
 ) -> tuple[bool, str]:
     """The page's exact counts against this run's: whether they match here, and what differs."""
-    theirs = {r["Subject"]: r for r in table_after(page, "## Exact counts")}
-    ours = {r["Subject"]: r for r in rows_of(run_table)}
+    # Only this package's rows: a change here cannot touch the peer's or the bare
+    # baselines', whose counts move with the host (its processes, disks, interfaces).
+    theirs = {r["Subject"]: r for r in table_after(page, "## Exact counts") if r["Group"] == OURS}
+    ours = {r["Subject"]: r for r in rows_of(run_table) if r["Group"] == OURS}
     if machine_of(page) != counted_on(info):
         return True, (
             f"not compared: the page was counted on {machine_of(page)}, this is "
@@ -129,3 +130,37 @@ def staleness(page: str) -> str:
         f"WARNING: docs/benchmarks.md's timed figures are from {at}, older than the last "
         f"change to src/ ({src_at}, {changed[1]}): run `make bench` on a quiet machine."
     )
+
+
+def keep_others(page: str, run_table: str) -> str:
+    """``run_table`` with the page's own rows for the subjects that are not this package's.
+
+    Recounting them elsewhere, or later, changes them with the host: a change to
+    this package must not rewrite them.
+    """
+    old = {
+        row["Subject"]: line
+        for line, row in zip(
+            _first_table(page.split("## Exact counts", 1)[-1])[2:],
+            table_after(page, "## Exact counts"),
+            strict=True,
+        )
+        if row["Group"] != OURS
+    }
+    lines = []
+    for line in run_table.splitlines():
+        subject = line.split("|")[1].strip() if line.startswith("| `") else None
+        lines.append(old.get(subject, line) if subject is not None else line)
+    return "\n".join(lines)
+
+
+def _first_table(text: str) -> list[str]:
+    """The lines of the first Markdown table in ``text``, its header and rule included."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
+    table = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        table.append(line)
+    return table

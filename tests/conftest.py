@@ -95,15 +95,23 @@ def on_by_default() -> set[str]:
     cgroup, where the exact set depends on its files (tests skip then).
     """
     from opentelemetry.instrumentation.process.metrics import METRICS
+    from opentelemetry.instrumentation.process.sources import SOURCES
 
     if cgroup_limited_here():
         pytest.skip("this process is in a limited cgroup: the default set depends on its files")
-    names = {m.name for m in METRICS if m.default and supported(m)}
-    return names | {
+    return {
         m.name
         for m in METRICS
-        if m.source == "pressure" and supported(m) and os.path.exists(f"/proc/pressure/{m.field}")
+        if supported(m) and (m.default or (SOURCES[m.source].auto and automatic_here(m)))
     }
+
+
+def automatic_here(metric: Any) -> bool:
+    """Whether ``metric``, of a source that is on by itself (``Source.auto``), has anything to
+    read on this host, by the kernel's own files: the test's truth, not the package's."""
+    if metric.source == "pressure":
+        return os.path.exists(f"/proc/pressure/{metric.field}")
+    return cgroup_limited_here()  # the cgroup sources
 
 
 def points(metric: Metric) -> Points:

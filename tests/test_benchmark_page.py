@@ -61,7 +61,7 @@ def test_the_page_names_when_and_where_each_kind_of_figure_was_made() -> None:
 
 def test_the_same_counts_match(page_check: ModuleType) -> None:
     ok, measured = page_check.counts_check(PAGE, _table(PAGE), [], _here(page_check))
-    rows = len(page_check.rows_of(_table(PAGE)))
+    rows = len([r for r in page_check.rows_of(_table(PAGE)) if r["Group"] == "ours"])
     assert rows >= 15
     assert (ok, measured) == (True, f"{rows} of {rows} rows match")
 
@@ -82,11 +82,11 @@ def test_opens_of_a_read_that_walks_every_process_are_not_compared(
     page_check: ModuleType,
 ) -> None:
     table = _table(PAGE)
-    row = next(line for line in table.splitlines() if line.startswith("| `net_connections` |"))
+    row = next(line for line in table.splitlines() if line.startswith("| `connections_psutil` |"))
     cells = row.split(" | ")
     cells[2], cells[3] = "12345", "12346"  # both opens columns
     changed = table.replace(row, " | ".join(cells))
-    walking = [_count("net_connections", {"psutil.net_connections": 1})]
+    walking = [_count("connections_psutil", {"psutil.net_connections": 1})]
     ok, _ = page_check.counts_check(PAGE, changed, walking, _here(page_check))
     assert ok
     ok, _ = page_check.counts_check(PAGE, changed, [], _here(page_check))
@@ -110,3 +110,20 @@ def test_a_page_older_than_src_warns(page_check: ModuleType, monkeypatch: Any) -
     assert "newer than the last change to src/" in page_check.staleness(PAGE)
     monkeypatch.setattr(page_check, "last_src_change", lambda: None)
     assert "not dated against src/" in page_check.staleness(PAGE)
+
+
+def test_the_peers_rows_are_neither_compared_nor_rewritten(page_check: ModuleType) -> None:
+    """A change to this package cannot touch them; their counts move with the host."""
+    table = _table(PAGE)
+    row = next(line for line in table.splitlines() if line.startswith("| `peer_default` |"))
+    cells = row.split(" | ")
+    cells[2] = "12345"
+    changed = table.replace(row, " | ".join(cells))
+    ok, _ = page_check.counts_check(PAGE, changed, [], _here(page_check))
+    assert ok
+    # A recount keeps the page's peer rows and takes this package's new ones.
+    ours = next(line for line in table.splitlines() if line.startswith("| `default` |"))
+    recount = changed.replace(ours, ours.replace("| ours | 9 |", "| ours | 10 |"))
+    kept = page_check.keep_others(PAGE, recount)
+    assert row in kept.splitlines() and " | 12345 | " not in kept
+    assert ours.replace("| ours | 9 |", "| ours | 10 |") in kept.splitlines()

@@ -20,13 +20,14 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.catalog import supported
+from opentelemetry.instrumentation.process.group import SLOT_ATTRIBUTE
 from opentelemetry.instrumentation.process.linux import children as linux_children
-from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME, PER_CHILD, SLOT_ATTRIBUTE
+from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME, PER_CHILD
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
 
 from .conftest import OpenRecorder, collect, points
 from .support.forked import c_fork, in_child
-from .support.groupkids import Kid
+from .support.groupkids import Kid, claimed_slot
 from .support.waiting import eventually
 
 linux_only = pytest.mark.skipif(not ON_LINUX, reason="reads /proc")
@@ -307,9 +308,8 @@ def test_slots_are_the_lowest_free_and_reused_after_exit(
 
 
 def _claim() -> int | None:
-    from opentelemetry.instrumentation.process.group.slots import claim_slot
 
-    return claim_slot()
+    return claimed_slot()
 
 
 @linux_only

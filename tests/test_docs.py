@@ -42,7 +42,7 @@ def load(path: Path) -> ModuleType:
 
 migration_map = load(DOCS / "_ext" / "migration_map.py")
 process_docs = load(DOCS / "_ext" / "process_docs.py")
-options_markdown = load(DOCS / "_ext" / "options_markdown.py")
+readme_blocks = load(DOCS / "_ext" / "readme_blocks.py")
 
 
 def text_of(page: Path) -> str:
@@ -133,7 +133,7 @@ def test_configuration_reference_shows_every_option_and_real_errors(built: Path)
         assert squash(f"ValueError: {caught.value}") in text, case
     assert "using the default" in text
     # The one rule for words, from the forms, as the README states it.
-    rule = re.sub(r"\*\*|`|\s", "", options_markdown.spelling_rule())
+    rule = re.sub(r"\*\*|`|\s", "", readme_blocks.spelling_rule())
     assert rule in re.sub(r"\s", "", text)  # text_of puts a blank around each code span
 
 

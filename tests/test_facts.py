@@ -18,10 +18,7 @@ import psutil
 import pytest
 
 from opentelemetry.instrumentation.process.facts import available_cpus, read_facts
-from opentelemetry.instrumentation.process.linux.cgroup import (
-    cgroup_cpu_quota,
-    cgroup_memory_limit,
-)
+from opentelemetry.instrumentation.process.linux.cgroup import cpu_quota, discover, memory_limit
 
 from .support import cgroups
 
@@ -101,13 +98,15 @@ def test_cgroup_quota_and_memory_limit(
     limit: int | None,
 ) -> None:
     root, self_cgroup = _tree(tmp_path, proc_cgroup, files)
-    assert cgroup_cpu_quota(root, self_cgroup) == quota
-    assert cgroup_memory_limit(root, self_cgroup) == limit
+    found = discover(root, self_cgroup)
+    assert cpu_quota(found) == quota
+    assert memory_limit(found) == limit
 
 
 def test_missing_cgroup_files_mean_no_limit(tmp_path: Path) -> None:
-    assert cgroup_cpu_quota(tmp_path / "none", tmp_path / "none-either") is None
-    assert cgroup_memory_limit(tmp_path / "none", tmp_path / "none-either") is None
+    nothing = discover(tmp_path / "none", tmp_path / "none-either")
+    assert cpu_quota(nothing) is None
+    assert memory_limit(nothing) is None
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,6 @@ from opentelemetry.instrumentation.process.probes.gc_pauses import (
     GENERATIONS,
     GcPauseReading,
     GcPauses,
-    quantile_bound,
 )
 
 from .support.gc import (
@@ -52,6 +51,7 @@ from .support.gc import (
     cyclic_garbage,
     gc_off,
     minus,
+    quantile_bound,
     steady,
     timed_collect,
 )
@@ -93,8 +93,7 @@ def test_full_collection_matches_the_time_around_it(recorder: GcPauses) -> None:
         assert 0 < pause <= around, (pause, around)
         # The one full collection is the longest pause of generation 2 ...
         assert after.longest[2] == pytest.approx(pause, abs=1e-9)
-        assert after.longest_overall == after.longest[2]
-        assert after.longest_generation == 2
+        assert max(x or 0.0 for x in after.longest) == after.longest[2]
         # ... and the next read starts a new interval.
         assert again.longest == (None,) * len(again.longest)
         gaps.append(around - pause)

@@ -19,7 +19,7 @@ from opentelemetry.instrumentation.process.shared_sources import SharedGate
 from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .conftest import log_lines
-from .support.groupkids import Kid
+from .support.groupkids import Kid, claimed_slot
 from .support.planted import planted_symlink
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
@@ -44,7 +44,7 @@ def in_kid() -> dict[str, object]:
         out = {
             "leader": Election(group_of(SERVICE)).leader(),
             "read": sorted(s.name for s in gate.sources(every)),
-            "slot": slots.claim_slot(),
+            "slot": claimed_slot(),
         }
         gate.close()
     out["warned"] = sum("cannot be used safely" in line for line in said.lines)
@@ -65,7 +65,7 @@ def falls_back(caplog: pytest.LogCaptureFixture) -> None:
     # And here: warned once however often it is asked.
     election._forget_in_child()  # this process's state, as a new process has it
     for _ in range(3):
-        assert Election(group_of(SERVICE)).leader() and slots.claim_slot() is None
+        assert Election(group_of(SERVICE)).leader() and claimed_slot() is None
     lines = [r for r in caplog.records if "cannot be used safely" in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in lines]
 
@@ -96,7 +96,7 @@ def test_a_symlink_planted_as_the_lock_file(
     election._forget_in_child()
     assert Election(group_of(SERVICE)).leader()
     (run / "slots" / parent_key(os.getppid())).symlink_to(tmp_path)
-    assert slots.claim_slot() is None
+    assert claimed_slot() is None
     assert victim.read_text() == "precious\n"
     assert len([r for r in caplog.records if "cannot be used safely" in r.getMessage()]) == 1
 
@@ -196,7 +196,7 @@ def test_a_full_file_system_with_inodes_left_fails_at_the_pid_write(
     (run / "slots").chmod(0o700)
     fill(tmpfs / "filler")
     monkeypatch.setenv(VAR, str(run))
-    assert slots.claim_slot() is None
+    assert claimed_slot() is None
     # The lock taken before the failed write was given back.
     import fcntl
 

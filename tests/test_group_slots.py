@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.instrumentation.process.group import keys, slots
 from opentelemetry.instrumentation.process.group.rundir import runtime_dir
 
-from .support.groupkids import Kid
+from .support.groupkids import Kid, claimed_slot
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
@@ -24,7 +24,7 @@ def _no_slot_here() -> Iterator[None]:
 
 
 def worker(kids: list[Kid], **kw: object) -> Kid:
-    kid = Kid(slots.claim_slot, **kw)  # type: ignore[arg-type]
+    kid = Kid(claimed_slot, **kw)  # type: ignore[arg-type]
     kids.append(kid)
     assert kid.result is not None  # claimed before the test goes on
     return kid
@@ -52,7 +52,7 @@ def test_concurrent_claims_never_share_a_slot(kids: list[Kid]) -> None:
 
     def racer() -> int | None:
         os.read(start_r, 1)
-        return slots.claim_slot()
+        return claimed_slot()
 
     racers = [worker_job(kids, racer) for _ in range(8)]
     os.write(start_w, b"x" * 8)
@@ -71,9 +71,9 @@ def worker_job(kids: list[Kid], job: object, **kw: object) -> Kid:
 def test_a_child_forked_without_hooks_does_not_keep_its_parents_slot(kids: list[Kid]) -> None:
     # A worker claims slot 0, then forks a grandchild from C (no at-fork hook).
     def worker_with_grandchild() -> dict[str, object]:
-        mine = slots.claim_slot()
+        mine = claimed_slot()
         grandchild = Kid(
-            lambda: {"slot": slots.claim_slot(), "holder": slots.claim().held.pid},  # type: ignore[union-attr]
+            lambda: {"slot": claimed_slot(), "holder": slots.claim().held.pid},  # type: ignore[union-attr]
             raw=True,
             linger=30,
         )
@@ -125,7 +125,7 @@ def test_a_stale_pid_in_a_free_slot_file_is_not_live(kids: list[Kid]) -> None:
 
 
 def _parent_with_worker() -> dict[str, int]:
-    worker = Kid(slots.claim_slot, linger=30)
+    worker = Kid(claimed_slot, linger=30)
     assert worker.result == 0
     return {"worker": worker.pid}
 

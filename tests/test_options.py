@@ -16,6 +16,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.environment import ENV_VARS, resolve
 from opentelemetry.instrumentation.process.excerpt import excerpt
+from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.options import (
     BOOLEAN,
     DEFAULT_MAX_THREAD_SERIES,
@@ -289,19 +290,18 @@ def test_excerpt_names_the_type_of_a_value_that_cannot_be_shown() -> None:
 # --- each option declared once: the rest is derived from the declaration
 
 ROOT = Path(__file__).resolve().parent.parent
-MARKDOWN = ROOT / "docs" / "_ext" / "options_markdown.py"
+MARKDOWN = ROOT / "docs" / "_ext" / "readme_blocks.py"
 
 
 def _markdown() -> Any:
-    return load_file(MARKDOWN, "docs_options_markdown")
+    return load_file(MARKDOWN, "docs_readme_blocks")
 
 
 def test_the_readme_table_is_the_one_generated_from_the_declarations() -> None:
     markdown = _markdown()
     readme = (ROOT / "README.md").read_text()
     assert markdown.in_readme(readme) == markdown.table(), (
-        "README.md's options table differs from options.py: run "
-        "`python docs/_ext/options_markdown.py`"
+        "README.md's options table differs from options.py: run `python docs/_ext/readme_blocks.py`"
     )
     rows = [line for line in markdown.table().splitlines() if line.startswith("| `")]
     assert [row.split("`")[1].split(":")[0] for row in rows] == list(OPTION_NAMES)
@@ -315,12 +315,14 @@ def test_the_generator_rewrites_only_its_block_and_check_says_when_it_is_stale(
     tmp_path: Path,
 ) -> None:
     markdown = _markdown()
-    stale = f"before\n{markdown.BEGIN}\n| old |\n{markdown.END}\nafter\n"
+    defaults = markdown.defaults()
+    stale = f"before\n{markdown.BEGIN}\n| old |\n{markdown.END}\nmiddle\n{defaults}\nafter\n"
     markdown.README = tmp_path / "README.md"
     markdown.README.write_text(stale)
     assert markdown.main(["--check"]) == 1
     assert markdown.main([]) == 0
-    assert markdown.README.read_text() == f"before\n{markdown.table()}\nafter\n"
+    wanted = f"before\n{markdown.table()}\nmiddle\n{defaults}\nafter\n"
+    assert markdown.README.read_text() == wanted
     assert markdown.main(["--check"]) == 0
     real = subprocess.run(
         [sys.executable, str(MARKDOWN), "--check"], capture_output=True, check=False
@@ -332,14 +334,8 @@ def test_variables_formats_and_gating_options_come_from_the_declarations() -> No
     assert set(ENV_VARS) == set(OPTION_NAMES) - {"attributes"}  # code only
     for name, var in ENV_VARS.items():
         assert var == "OTEL_PYTHON_PROCESS_METRICS_" + name.upper()
-    assert GATING_OPTIONS == (
-        "cpu_frequency",
-        "per_thread",
-        "saturation",
-        "gc_pause_histogram",
-        "event_loop",
-        "children",
-    )
+    # An option declared to gate metrics gates some, and every gate is such an option.
+    assert set(GATING_OPTIONS) == {m.option for m in METRICS if m.option is not None}
     assert all(declared(name).form is BOOLEAN for name in ("per_cpu", "direct_reads"))
 
 
@@ -391,3 +387,12 @@ def test_a_choice_and_a_whole_number_form_check_parse_and_say_how_they_are_writt
             cap.check("max_children", bad)
     with pytest.raises(ValueError, match=r"^expected a whole number >= 0$"):
         cap.parse("lots")
+
+
+def test_the_readme_lists_every_default_metric_from_the_table() -> None:
+    markdown = _markdown()
+    readme = (ROOT / "README.md").read_text()
+    block = markdown.in_readme(readme, "defaults")
+    assert block == markdown.defaults(), "README.md's defaults are stale: run the generator"
+    listed = set(re.findall(r"`([a-z_.]+)`", block))
+    assert listed == {m.name for m in METRICS if m.default}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import logging
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from opentelemetry.instrumentation.process.sources.base import (
     Delta,
     Key,
     ReadContext,
+    Reading,
     State,
 )
 from opentelemetry.instrumentation.process.sources.process import THREAD_COUNT
@@ -173,37 +173,67 @@ def test_a_refresh_gives_the_thread_count_of_its_own_per_thread_read() -> None:
         cache.close()
 
 
-def test_each_state_is_kept_under_its_sources_name() -> None:
+def test_the_states_kept_are_those_the_sources_declare() -> None:
     options = ProcessMetricsOptions(
         per_thread=True,
         thread_series_by="name",
         saturation=True,
         gc_pause_histogram=True,
         event_loop=True,
+        children=True,
     )
     cache = SnapshotCache(options, SOURCES)
     try:
         cache.snapshot()
         kept = set(cache._ctx.state)
+        declared = {state.name for source in cache.sources for state in source.keeps}
     finally:
         cache.close()
-    # "cgroup" is what the cgroup and pressure sources found once for all three.
-    stateful = {"process_threads", "cpython_gc_pauses", "asyncio_loops"}
-    if sys.platform == "linux":
-        stateful |= {"cgroup", "cgroup_cpu", "cgroup_memory", "pressure"}
-    if not SOURCES["cpython_gc_pauses"].supported():
-        stateful.discard("cpython_gc_pauses")
-    assert kept == stateful
+    assert kept == declared
+    # One name, one state: two states under one name would overwrite each other.
+    states = {id(state): state.name for s in SOURCES.values() for state in s.keeps}
+    assert len(set(states.values())) == len(states)
 
 
-SNAPSHOT_SIDE = ("sources", "linux", "runtime", "snapshot.py", "options.py", "excerpt.py")
+def test_a_source_that_reads_directly_what_it_did_not_declare_fails_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, logged: LogLines
+) -> None:
+    def sneaky(ctx: ReadContext) -> Reading:
+        found = ctx.direct_read("undeclared", lambda: 1)
+        return {"count": found or 0}
+
+    name = "process_num_threads"
+    monkeypatch.setitem(SOURCES, name, SOURCES[name]._replace(read=sneaky))  # type: ignore[index]
+    cache = SnapshotCache(ProcessMetricsOptions(), {name, "process_memory"})
+    try:
+        readings = cache.snapshot().readings
+    finally:
+        cache.close()
+    assert name not in readings and "process_memory" in readings
+    (said,) = [line for line in logged.lines if name in line]
+    assert "reads 'undeclared' directly: declare it" in said
+
+
+INSTRUMENT_SIDE = {
+    "__init__.py",  # the instrumentor
+    "instruments.py",
+    "service.py",
+    "resource.py",
+    "sdk_fork_guard.py",
+    "package.py",
+    "version.py",
+}
+"""The modules that know OpenTelemetry; every other module of the package is the snapshot side."""
 
 
 def test_the_snapshot_side_imports_nothing_of_opentelemetry() -> None:
     package = Path(__file__).resolve().parent.parent / "src/opentelemetry/instrumentation/process"
-    paths = [p for part in SNAPSHOT_SIDE for p in sorted((package / part).glob("**/*.py"))]
-    paths += [package / part for part in SNAPSHOT_SIDE if part.endswith(".py")]
-    assert len(paths) > 10
+    paths = [
+        p
+        for p in sorted(package.rglob("*.py"))
+        if str(p.relative_to(package)) not in INSTRUMENT_SIDE
+    ]
+    assert len(paths) > 30
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):

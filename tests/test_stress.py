@@ -1,6 +1,6 @@
 """Stress: concurrent readers, thread churn over a long run, instrument cycles.
 
-Real psutil, real SDK, real threads. Sizes come from ``tests/stress.py``
+Real psutil, real SDK, real threads. Sizes come from ``tests/support/stress.py``
 (``PROCESS_METRICS_LONG=1`` for the long variants). Nothing here asserts
 speed; time limits only turn a deadlock into a failure.
 """
@@ -56,7 +56,7 @@ from opentelemetry.instrumentation.process.selection import enabled_metrics
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources import process as process_sources
 
-from .conftest import Points, cgroup_limited_here, collect, ours, points
+from .conftest import Points, automatic_here, collect, ours, points
 from .support.stress import seconds, size
 
 # Concurrency: readers collecting at once for this long, per variant.
@@ -222,16 +222,11 @@ def current_live() -> Instrumentation:
 
 def names_for(options: Mapping[str, Any]) -> set[str]:
     """Every metric ``options`` enable here: one instrument each."""
-    return {m.name for m in enabled_metrics(ProcessMetricsOptions(**options)) if _here(m)}
-
-
-def _here(metric: Any) -> bool:
-    """Whether the automatic saturation group has ``metric`` on this host, by the OS's files."""
-    if metric.source == "pressure":
-        return os.path.exists(f"/proc/pressure/{metric.field}")
-    if metric.source.startswith("cgroup_"):
-        return cgroup_limited_here()
-    return True
+    return {
+        m.name
+        for m in enabled_metrics(ProcessMetricsOptions(**options))
+        if not SOURCES[m.source].auto or automatic_here(m)
+    }
 
 
 def expected_names(options: Mapping[str, Any]) -> set[str]:

@@ -170,13 +170,9 @@ def prometheus_name(metric: Metric) -> str:
 
 
 def when_on(metric: Metric) -> str:
-    if metric.option == "saturation":
-        auto = (
-            "wherever the kernel has pressure stall information"
-            if metric.source == "pressure"
-            else "when a cgroup CPU quota or memory limit applies to the process"
-        )
-        return f"**auto**: on {auto}; `saturation=True` or `False` forces it"
+    auto = SOURCES[metric.source].auto
+    if auto:
+        return f"**auto**: on {auto}; `{metric.option}=True` or `False` forces it"
     if metric.option is not None:  # the section's text gives the environment variable
         return f"off; on with `{metric.option}=True`"
     if metric.default:
@@ -350,7 +346,7 @@ class SpellingRule(_Generated):
 
     def run(self) -> list[nodes.Node]:
         self.note_dependencies()
-        from options_markdown import spelling_rule  # beside this file, on conf.py's path
+        from readme_blocks import spelling_rule  # beside this file, on conf.py's path
 
         return [para(spelling_rule())]
 

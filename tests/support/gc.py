@@ -9,7 +9,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from opentelemetry.instrumentation.process.probes.gc_pauses import GcPauseReading, GcPauses
+from opentelemetry.instrumentation.process.probes.gc_pauses import (
+    BOUNDS,
+    GcPauseReading,
+    GcPauses,
+)
 
 # Objects in the cyclic graph: a full collection of it takes tens of ms here.
 GRAPH = 300_000
@@ -71,3 +75,31 @@ def timed_collect() -> float:
     t0 = time.perf_counter()
     gc.collect()
     return time.perf_counter() - t0
+
+
+def quantile_bound(
+    previous: GcPauseReading, current: GcPauseReading, generation: int, q: float
+) -> float | None:
+    """An upper bound of the ``q`` quantile of the pauses between two readings, as a backend's
+    ``histogram_quantile`` over the bucket counters computes it.
+
+    The bound of the bucket that holds it; for the bucket above the last bound,
+    the longest pause in ``current``. ``None`` without pauses in between or
+    without buckets. Both readings must come from one recorder, in order.
+    """
+    if not 0.0 < q <= 1.0:
+        raise ValueError(f"q must be in (0, 1], not {q!r:.40}")
+    if previous.buckets is None or current.buckets is None:
+        return None
+    before, after = previous.buckets[generation], current.buckets[generation]
+    delta = [b - a for a, b in zip(before, after, strict=True)]
+    n = sum(delta)
+    if n <= 0:
+        return None
+    rank = q * n
+    seen = 0
+    for i, k in enumerate(delta):
+        seen += k
+        if seen >= rank:
+            return BOUNDS[i] if i < len(BOUNDS) else current.longest[generation]
+    return current.longest[generation]

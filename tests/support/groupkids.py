@@ -119,3 +119,11 @@ class Kid:
             with contextlib.suppress(OSError):
                 os.close(fd)
         self._control = self._report = -1
+
+
+def claimed_slot() -> int | None:
+    """This process's worker slot, claimed now if need be; ``None`` where none can be."""
+    from opentelemetry.instrumentation.process.group import slots
+
+    found = slots.claim()
+    return None if found is None else found.slot

@@ -1,7 +1,8 @@
-"""The few internals that tests touch, each behind one small function.
+"""Internals that tests of other modules touch, each behind one small function.
 
-Everything else in the tests goes through the public API. When the package's
-internals move, only these functions need to follow.
+The tests of one module may read that module's own internals (its state after
+a fork, say); tests of behaviour across modules go through the public API or
+through these functions, so that when an internal moves, one function follows.
 """
 
 from __future__ import annotations

@@ -15,7 +15,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .excerpt import excerpt
-from .options import ENV_PREFIX, MAX_PATTERNS, OPTION_NAMES, ProcessMetricsOptions, declared
+from .options import (
+    ATTRIBUTE_LIMITS,
+    ENV_PREFIX,
+    MAX_PATTERNS,
+    OPTION_NAMES,
+    ProcessMetricsOptions,
+    declared,
+    limit_value,
+)
 
 _logger = logging.getLogger(__name__)
 
@@ -28,8 +36,6 @@ ENV_VARS: Mapping[str, str] = {name: ENV_PREFIX + name.upper() for name in _PARS
 
 FORMATS: Mapping[str, str] = {name: declared(name).form.format for name in ENV_VARS}
 """How each variable is written, for the configuration reference."""
-
-ATTRIBUTE_LIMIT_VARS = ("OTEL_ATTRIBUTE_COUNT_LIMIT", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT")
 
 
 def from_environment(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -96,10 +102,10 @@ def _warn(var: str, raw: str, why: str, default: str) -> None:
 
 
 def _check_attribute_limits(environ: Mapping[str, str]) -> None:
-    for var in ATTRIBUTE_LIMIT_VARS:
-        raw = environ.get(var, "").strip()
-        if raw and not (raw.isascii() and raw.isdigit()):
-            _warn(var, raw, "expected a whole number >= 0", "this package's limit")
+    for var in ATTRIBUTE_LIMITS:
+        raw = environ.get(var, "")
+        if raw.strip() and limit_value(raw) is None:
+            _warn(var, raw.strip(), "expected a whole number >= 0", "this package's limit")
 
 
 def resolve(

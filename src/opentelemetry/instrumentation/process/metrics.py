@@ -15,8 +15,6 @@ from __future__ import annotations
 import enum
 from typing import NamedTuple
 
-from .group import SLOT_ATTRIBUTE
-
 EXTENSION_PREFIX = "process_metrics."
 
 
@@ -30,8 +28,6 @@ class Kind(enum.Enum):
 
 class Metric(NamedTuple):
     """One row of the table; ``_replace`` makes a changed copy."""
-
-    # A NamedTuple, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
 
     name: str
     kind: Kind
@@ -75,6 +71,10 @@ _PER_CPU = "cpu.logical_number only with per_cpu=True"
 _LOOP = (
     "thread.name: the thread running the loop, with the counter of default names "
     "removed (Thread (serve)); #2, #3 for loops alive at once under one name"
+)
+_TREE_CPU = (
+    "this process's own time, its live descendants' (with what they reaped of theirs) and "
+    "what it reaped of its children (RUSAGE_CHILDREN); never decreases"
 )
 _PSI = (
     "stall_type is some or full; scope is cgroup (the files of a v2 cgroup) or host "
@@ -330,22 +330,7 @@ METRICS: tuple[Metric, ...] = (
            "Host network connections by state and transport. Enabled only when named "
            "exactly in include.",
            group="connections", source="system_connections", field="count", exact_only=True),
-)  # fmt: skip
-
-METRICS_BY_NAME = {m.name: m for m in METRICS}
-
-
-# --- supervisor mode (children=True) ------------------------------------------
-
-CHILD_ATTRIBUTES = (SLOT_ATTRIBUTE, "process.pid")
-"""The attributes every per-child point starts with; ``process.pid`` only with child_pid."""
-
-_TREE_CPU = (
-    "this process's own time, its live descendants' (with what they reaped of theirs) and "
-    "what it reaped of its children (RUSAGE_CHILDREN); never decreases"
-)
-
-TREE_METRICS: tuple[Metric, ...] = (
+    # --- supervisor mode (children=True): the tree's totals
     Metric("process_metrics.tree.cpu.time", C, "s",
            "CPU seconds of this process and all its descendants, those that exited and were "
            "reaped included, by mode (extension).",
@@ -370,8 +355,10 @@ TREE_METRICS: tuple[Metric, ...] = (
            note="process_metrics.memory.measure is pss or rss"),
 )  # fmt: skip
 
-METRICS = METRICS + TREE_METRICS
 METRICS_BY_NAME = {m.name: m for m in METRICS}
+
+
+# --- supervisor mode (children=True): per-child rows ----------------------------
 
 _CHILD_FIELDS = {
     "process.cpu.time": ("children_cpu", "cpu_time"),

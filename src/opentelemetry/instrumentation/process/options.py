@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .excerpt import excerpt
+from .metrics import METRICS, METRICS_BY_NAME
 
 DEFAULT_MAX_THREAD_SERIES = 200
 """100 threads, each with a ``user`` and a ``system`` series."""
@@ -51,10 +52,12 @@ SHARED_ONCE, SHARED_EVERY = "once", "every"
 SHARED_METRICS = (SHARED_ONCE, SHARED_EVERY)
 """Who reports the host, cgroup and pressure metrics: one process of the group, or each."""
 
-TREE_ROOT = ("self", "parent")
+TREE_SELF, TREE_PARENT = "self", "parent"
+TREE_ROOT = (TREE_SELF, TREE_PARENT)
 """Whose descendants supervisor mode reports: this process's, or its parent's."""
 
-THREAD_SERIES_BY = ("thread", "name")
+BY_THREAD, BY_NAME = "thread", "name"
+THREAD_SERIES_BY = (BY_THREAD, BY_NAME)
 """What a per-thread series stands for: one thread, or one thread-name pattern."""
 
 ENV_PREFIX = "OTEL_PYTHON_PROCESS_METRICS_"
@@ -68,9 +71,6 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 # --- how an option is given and checked -------------------------------------
-
-
-# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
 
 
 class Form:
@@ -285,7 +285,7 @@ class ProcessMetricsOptions:
         whole_number(even_because="each thread has a user and a system series"),
     )
     """Cap on per-thread series, an even number (two per thread); the busiest threads are kept."""
-    thread_series_by: str = option("thread", choice(THREAD_SERIES_BY))
+    thread_series_by: str = option(BY_THREAD, choice(THREAD_SERIES_BY))
     """``"thread"``: a series per thread. ``"name"``: a series per thread-name pattern
     (digits replaced by ``N``), for servers that start a thread per request or per scrape.
 
@@ -309,12 +309,12 @@ class ProcessMetricsOptions:
     event_loop: bool = option(False, BOOLEAN, gates=True)
     """Measure how late each asyncio event loop runs a timer (``process_metrics.eventloop.*``)."""
     direct_reads: bool = option(True, BOOLEAN)
-    """On Linux, read the thread ranking, the connection count, the swap totals and PSS/USS
-    directly, where psutil costs more per item or rereads a file.
+    """On Linux, read the thread ranking, the connection count, the swap totals, PSS/USS and
+    the children directly, where psutil costs more per item or rereads a file.
 
     Turn off to troubleshoot: psutil is then used wherever it has the value.
     """
-    shared_metrics: str = option("once", choice(SHARED_METRICS))
+    shared_metrics: str = option(SHARED_ONCE, choice(SHARED_METRICS))
     """``"once"``: one process of a group reports the shared metrics (``system.*``, container,
     cgroup and pressure); ``"every"``: each process does.
 
@@ -338,7 +338,7 @@ class ProcessMetricsOptions:
     """Cap on descendants reported one by one: the lowest slots are kept; tree totals count all."""
     child_pid: bool = option(False, BOOLEAN)
     """Add ``process.pid`` to per-child points (it churns a series at every restart)."""
-    tree_root: str = option("self", choice(TREE_ROOT))
+    tree_root: str = option(TREE_SELF, choice(TREE_ROOT))
     """``"self"``: the tree is this process and its descendants. ``"parent"``: its parent's.
 
     ``"parent"`` is for a helper process of a server (a uWSGI mule) that reports
@@ -397,9 +397,6 @@ def _check_patterns(option: str, value: object) -> tuple[str, ...]:
 
 
 def _check_pattern(option: str, pattern: str) -> None:
-    # Imported here: the metric table imports this module for GATING_OPTIONS.
-    from .metrics import METRICS, METRICS_BY_NAME
-
     if is_glob(pattern):
         if not any(fnmatch.fnmatchcase(m.name, pattern) for m in METRICS):
             raise ValueError(
@@ -423,6 +420,19 @@ def _check_pattern(option: str, pattern: str) -> None:
         )
 
 
+ATTRIBUTE_LIMITS = {
+    "OTEL_ATTRIBUTE_COUNT_LIMIT": DEFAULT_ATTRIBUTE_COUNT_LIMIT,
+    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+}
+"""The standard attribute-limit variables this package reads, each with its default here."""
+
+
+def limit_value(raw: str) -> int | None:
+    """A limit variable's text as a whole number >= 0; ``None`` if empty or not one."""
+    raw = raw.strip()
+    return int(raw) if raw.isascii() and raw.isdigit() else None
+
+
 def attribute_limits(environ: Mapping[str, str] | None = None) -> tuple[int, int]:
     """``(count limit, value length limit)`` for constant attributes.
 
@@ -431,15 +441,11 @@ def attribute_limits(environ: Mapping[str, str] | None = None) -> tuple[int, int
     module warns about a bad value once).
     """
     environ = os.environ if environ is None else environ
-    return (
-        _limit(environ, "OTEL_ATTRIBUTE_COUNT_LIMIT", DEFAULT_ATTRIBUTE_COUNT_LIMIT),
-        _limit(environ, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", DEFAULT_ATTRIBUTE_VALUE_LENGTH_LIMIT),
+    count, length = (
+        found if (found := limit_value(environ.get(var, ""))) is not None else default
+        for var, default in ATTRIBUTE_LIMITS.items()
     )
-
-
-def _limit(environ: Mapping[str, str], name: str, default: int) -> int:
-    raw = environ.get(name, "").strip()
-    return int(raw) if raw.isascii() and raw.isdigit() else default
+    return count, length
 
 
 def _check_attributes(value: object) -> Mapping[str, Any]:

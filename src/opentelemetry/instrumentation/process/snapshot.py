@@ -194,6 +194,7 @@ class SnapshotCache:
         return readings
 
     def _read_one(self, source: Source, ctx: ReadContext, out: dict[str, Reading]) -> None:
+        ctx.source = source
         try:
             out[source.name] = source.read(ctx)
         except Exception as exc:  # noqa: BLE001 - a source must never break a collection

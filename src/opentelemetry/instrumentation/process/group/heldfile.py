@@ -16,7 +16,6 @@ import os
 class HeldFile:
     """An open, locked file: ``fd``, taken by process ``pid``; (dev, inode) to recognise it."""
 
-    # A plain class, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
     __slots__ = ("fd", "ident", "pid")
 
     def __init__(self, fd: int, pid: int, ident: tuple[int, int]) -> None:

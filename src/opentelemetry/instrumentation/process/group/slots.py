@@ -76,12 +76,6 @@ def claim() -> Claim | None:
         return _claim
 
 
-def claim_slot() -> int | None:
-    """The slot number of this process (see :func:`claim`), or ``None``."""
-    found = claim()
-    return None if found is None else found.slot
-
-
 def release() -> None:
     """Give the slot back (tests; a process normally holds it until it dies)."""
     global _claim

@@ -247,20 +247,6 @@ def limited(paths: CgroupPaths) -> bool:
     return cpu_quota(paths) is not None or memory_limit(paths) is not None
 
 
-def cgroup_cpu_quota(
-    cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
-) -> float | None:
-    """CPUs allowed by the tightest CPU quota of the cgroups found now, or ``None``."""
-    return cpu_quota(discover(cgroup_root, proc_self_cgroup))
-
-
-def cgroup_memory_limit(
-    cgroup_root: Path = CGROUP_ROOT, proc_self_cgroup: Path = PROC_SELF_CGROUP
-) -> int | None:
-    """Bytes allowed by the tightest memory limit of the cgroups found now, or ``None``."""
-    return memory_limit(discover(cgroup_root, proc_self_cgroup))
-
-
 # Files read at each collection.
 
 

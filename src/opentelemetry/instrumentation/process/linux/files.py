@@ -46,9 +46,6 @@ def _rest(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
-
-
 class KernelFile:
     """One file read at each collection: where it is, how it parses, what it gives."""
 

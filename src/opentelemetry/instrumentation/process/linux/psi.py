@@ -30,7 +30,6 @@ def field(resource: str, kind: str) -> str:
 class PressureFiles:
     """The PSI files to read at each collection, and whose stalls they count."""
 
-    # A plain class, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
     __slots__ = ("files", "scope")
 
     def __init__(self, scope: str, files: tuple[KernelFile, ...]) -> None:

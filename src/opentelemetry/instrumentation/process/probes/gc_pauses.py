@@ -52,8 +52,9 @@ The histogram
     shows it). Replaying the pauses into a synchronous histogram at collection
     time is safe but costs one ``record()`` (about 6 µs here) per pause, so it
     grows with the GC rate. With ``histogram=True`` the callback instead counts
-    pauses into fixed buckets (:data:`BOUNDS`), and :func:`quantile_bound` turns
-    two readings into a bounded per-interval summary.
+    pauses into fixed buckets (:data:`BOUNDS`), cumulative: a backend's
+    ``histogram_quantile`` over two readings gives a bounded quantile of the
+    pauses between them.
 
 Nothing here knows about OpenTelemetry.
 """
@@ -110,18 +111,6 @@ class GcPauseReading(NamedTuple):
     pauses: tuple[int, ...]
     longest: tuple[float | None, ...]
     buckets: tuple[tuple[int, ...], ...] | None = None
-
-    @property
-    def longest_overall(self) -> float | None:
-        """The longest pause of any generation since the previous read."""
-        found = [x for x in self.longest if x is not None]
-        return max(found) if found else None
-
-    @property
-    def longest_generation(self) -> int | None:
-        """The generation of :attr:`longest_overall`."""
-        best = self.longest_overall
-        return None if best is None else self.longest.index(best)
 
 
 def _callback(
@@ -306,33 +295,6 @@ class GcPauses:
             row[:] = [0.0] * len(row)
 
 
-def quantile_bound(
-    previous: GcPauseReading, current: GcPauseReading, generation: int, q: float
-) -> float | None:
-    """An upper bound of the ``q`` quantile of the pauses between two readings.
-
-    The bound of the bucket that holds it; for the bucket above the last bound,
-    the longest pause in ``current``. ``None`` without pauses in between or
-    without buckets. Both readings must come from one recorder, in order.
-    """
-    if not 0.0 < q <= 1.0:
-        raise ValueError(f"q must be in (0, 1], not {q!r:.40}")
-    if previous.buckets is None or current.buckets is None:
-        return None
-    before, after = previous.buckets[generation], current.buckets[generation]
-    delta = [b - a for a, b in zip(before, after, strict=True)]
-    n = sum(delta)
-    if n <= 0:
-        return None
-    rank = q * n
-    seen = 0
-    for i, k in enumerate(delta):
-        seen += k
-        if seen >= rank:
-            return BOUNDS[i] if i < len(BOUNDS) else current.longest[generation]
-    return current.longest[generation]
-
-
 def _holds(callbacks: list[Any], callback: GcCallback) -> bool:
     return any(x is callback for x in callbacks)
 
@@ -360,4 +322,4 @@ def _after_fork_in_child() -> None:
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
-__all__ = ["BOUNDS", "GENERATIONS", "GcPauseReading", "GcPauses", "quantile_bound"]
+__all__ = ["BOUNDS", "GENERATIONS", "GcPauseReading", "GcPauses"]

@@ -12,12 +12,13 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, NamedTuple, TypeVar, cast
+from typing import Any, ClassVar, Generic, NamedTuple, TypeVar, cast
 
 import psutil
 
 from ..facts import Facts
 from ..faultlog import FaultLog
+from ..options import ProcessMetricsOptions
 from ..platforms import ALL, current_platform
 
 
@@ -94,15 +95,8 @@ class Delta:
         return self._last
 
 
-if TYPE_CHECKING:  # annotations only: options.py imports the table, which imports this
-    from ..options import ProcessMetricsOptions
-
-
 _T = TypeVar("_T")
 _S = TypeVar("_S")
-
-
-# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
 
 
 class State(Generic[_S]):
@@ -149,6 +143,8 @@ class ReadContext:
         self.readings: Mapping[str, Reading] = {}
         """The readings of this refresh so far: a source reads only those it ``needs``."""
         self.direct_failed: set[str] = set()
+        self.source: Source | None = None
+        """The source being read: the direct reads it declares are those it may make."""
 
     def forked(self, process: psutil.Process, facts: Facts) -> ReadContext:
         """A copy for a forked child, with its own ``process`` and ``facts``; the rest is shared."""
@@ -191,6 +187,9 @@ class ReadContext:
         A read that raises ``OSError`` is given up for this process (said once),
         and its caller falls back to psutil.
         """
+        source = self.source
+        if source is not None and name not in source.direct:
+            raise RuntimeError(f"source {source.name!r} reads {name!r} directly: declare it")
         if not self.use_direct(name):
             return None
         try:
@@ -240,8 +239,6 @@ def psutil_has(name: str) -> Callable[[], bool]:
 class Source(NamedTuple):
     """One read from the OS or the runtime, named so that metrics can point at it."""
 
-    # A NamedTuple, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
-
     name: str
     """Its id, in snake case (``process_rusage``): never dotted, so never read as a metric name."""
     read: Callable[[ReadContext], Reading]
@@ -276,6 +273,15 @@ class Source(NamedTuple):
     Each comes earlier in ``SOURCES``, and is read in the oneshot if this one is;
     one that is not enabled, or failed, is simply absent.
     """
+    direct: tuple[str, ...] = ()
+    """The direct Linux reads it may make (``ctx.direct_read(name, ...)``), each with a
+    psutil fallback: a read it has not declared here fails it."""
+    keeps: tuple[State[Any], ...] = ()
+    """The states it keeps between reads (:class:`State`); a state of several sources is
+    declared by each."""
+    auto: str = ""
+    """For a source its option turns on by itself (``None``, auto): when it has anything
+    to read, in words (the metric reference says it)."""
     after_fork: Callable[[ReadContext, float | None], None] | None = None
     """Called in a forked child, before its first read: drops the parent's state.
 

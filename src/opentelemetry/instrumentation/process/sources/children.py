@@ -29,6 +29,7 @@ import psutil
 
 from ..group import SLOT_ATTRIBUTE
 from ..linux import children as linux_children
+from ..options import TREE_PARENT
 from ..platforms import LINUX, POSIX, WINDOWS
 from .base import Key, ReadContext, Reading, Source, State, Value, attributes
 from .child_reads import ChildReading, Gone, Row, identity, read_first, read_rest
@@ -104,7 +105,7 @@ def wanted(ctx: ReadContext) -> frozenset[str]:
 
 def root(ctx: ReadContext) -> int:
     """The pid whose tree is reported: this process, or its parent (``tree_root``)."""
-    return os.getppid() if ctx.options.tree_root == "parent" else os.getpid()
+    return os.getppid() if ctx.options.tree_root == TREE_PARENT else os.getpid()
 
 
 def descendants(ctx: ReadContext) -> list[tuple[int, int | None, psutil.Process | None]]:
@@ -326,6 +327,8 @@ def _source(
         close=_unwants(name),
         after_fork=_forget_the_parents_tree,
         needs=needs,
+        direct=("children",),
+        keeps=(_WANTED, _TREE, _PASS),
         **extra,
     )
 

@@ -258,6 +258,7 @@ SOURCES: tuple[Source, ...] = (
         {"usage": _PAGING, "utilization": _PAGING},
         "one sysinfo(2) syscall (elsewhere: psutil)",
         shared=True,
+        direct=("swap",),
     ),
     Source(
         "system_vmstat",
@@ -281,5 +282,6 @@ SOURCES: tuple[Source, ...] = (
         "one netlink sock_diag dump per transport (elsewhere: psutil walks the fds of every "
         "process on the host)",
         shared=True,
+        direct=("connections",),
     ),
 )

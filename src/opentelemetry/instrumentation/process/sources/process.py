@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from ..linux import procfs
+from ..options import BY_NAME
 from ..platforms import LINUX, ON_LINUX, POSIX, WINDOWS
 from .base import (
     Key,
@@ -194,7 +195,7 @@ def _python_names() -> dict[int | None, str]:
 
 
 def _threads(ctx: ReadContext) -> Reading:
-    if ctx.options.thread_series_by == "name":
+    if ctx.options.thread_series_by == BY_NAME:
         return _thread_groups(ctx)
     names = _python_names()
     times: dict[Key, float] = {}
@@ -219,7 +220,6 @@ def name_pattern(name: str | None) -> str | None:
 class _Groups:
     """CPU time by thread-name pattern, counting threads that have exited."""
 
-    # A plain class, not a dataclass: far cheaper to create at import (CONTRIBUTING.md).
     __slots__ = ("last", "retired")
 
     def __init__(self) -> None:
@@ -343,6 +343,7 @@ SOURCES: tuple[Source, ...] = (
         field_platforms={"pss": LINUX},
         in_process=True,
         available=psutil_has("Process.memory_full_info"),
+        direct=("smaps",),
     ),
     Source(
         "process_threads",
@@ -351,6 +352,8 @@ SOURCES: tuple[Source, ...] = (
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
         "(elsewhere: psutil reads every thread)",
         in_process=True,
+        direct=("threads",),
+        keeps=(_GROUPS,),
         after_fork=_threads_after_fork,
     ),
     Source(

@@ -148,6 +148,7 @@ SOURCES: tuple[Source, ...] = (
         available=lambda: _is_cpython() and GcPauses.available(),
         open=_open_pauses,
         close=_close_pauses,
+        keeps=(_PAUSES,),
     ),
     Source(
         "asyncio_loops",
@@ -157,6 +158,7 @@ SOURCES: tuple[Source, ...] = (
         "tick when the loop is idle)",
         open=_open_delays,
         close=_close_loops,
+        keeps=(_LOOPS,),
         after_fork=_loops_after_fork,
     ),
     Source(
@@ -167,6 +169,7 @@ SOURCES: tuple[Source, ...] = (
         "0.3 µs per loop iteration)",
         open=_open_utilization,
         close=_close_loops,
+        keeps=(_LOOPS,),
         after_fork=_loops_after_fork,
     ),
 )

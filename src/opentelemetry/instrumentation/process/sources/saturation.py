@@ -23,9 +23,6 @@ _EVENT = attributes("process_metrics.cgroup.memory.event")
 _STALL = attributes("process_metrics.pressure.stall_type", "process_metrics.pressure.scope")
 
 
-# Plain classes, not dataclasses: far cheaper to create at import (CONTRIBUTING.md).
-
-
 class _Files:
     """What one source reads in this process, and which of its files failed last time."""
 
@@ -220,6 +217,8 @@ def _pressure(ctx: ReadContext) -> Reading:
     return reading
 
 
+_LIMITED = "when a cgroup CPU quota or memory limit applies to the process"
+
 SOURCES: tuple[Source, ...] = (
     Source(
         "cgroup_cpu",
@@ -230,6 +229,8 @@ SOURCES: tuple[Source, ...] = (
         open=_open_cpu,
         after_fork=_cgroup_after_fork,
         shared=True,
+        keeps=(_CGROUP, _CPU),
+        auto=_LIMITED,
     ),
     Source(
         "cgroup_memory",
@@ -241,6 +242,8 @@ SOURCES: tuple[Source, ...] = (
         open=_open_memory,
         after_fork=_cgroup_after_fork,
         shared=True,
+        keeps=(_CGROUP, _MEMORY),
+        auto=_LIMITED,
     ),
     Source(
         "pressure",
@@ -252,5 +255,7 @@ SOURCES: tuple[Source, ...] = (
         open=_open_pressure,
         after_fork=_cgroup_after_fork,
         shared=True,
+        keeps=(_CGROUP, _PRESSURE),
+        auto="wherever the kernel has pressure stall information",
     ),
 )

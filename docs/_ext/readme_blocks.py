@@ -1,12 +1,16 @@
-"""The README's table of options, generated from their declarations in ``options.py``.
+"""The README's generated blocks: the table of options and the list of default metrics.
 
-Each row comes from one field of ``ProcessMetricsOptions``: its name, type and
-default, its environment variable and how that is written (its ``Form``), and
-the first paragraph of its docstring. The configuration reference builds its
-own, fuller table from the same declarations (``process_docs.OptionTable``).
+- **options**: one row per field of ``ProcessMetricsOptions`` (``options.py``):
+  its name, type and default, its environment variable and how that is written
+  (its ``Form``), and the first paragraph of its docstring. The configuration
+  reference builds its own, fuller table from the same declarations
+  (``process_docs.OptionTable``).
+- **defaults**: the metrics on by default (``default=True`` in ``metrics.py``),
+  by the group of the metric reference they are listed in.
 
-Run ``python docs/_ext/options_markdown.py`` to rewrite the table in
-README.md; ``--check`` only says whether it is up to date (tests run that).
+Run ``python docs/_ext/readme_blocks.py`` to rewrite both blocks in README.md;
+``--check`` only says whether they are up to date (``make check`` and the
+tests run that).
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ import dataclasses
 import itertools
 import re
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
 from opentelemetry.instrumentation.process import options as options_module
 from opentelemetry.instrumentation.process.environment import ENV_VARS, FORMATS
+from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.options import (
     AUTO_WORD,
     BOOLEAN,
@@ -31,11 +37,20 @@ from opentelemetry.instrumentation.process.options import (
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-BEGIN = (
-    "<!-- options: generated from src/.../options.py by "
-    "`python docs/_ext/options_markdown.py`; do not edit by hand -->"
-)
-END = "<!-- end of options -->"
+COMMAND = "`python docs/_ext/readme_blocks.py`"
+
+
+def begin(block: str, source: str) -> str:
+    """The line that opens ``block`` in the README."""
+    return f"<!-- {block}: generated from src/.../{source} by {COMMAND}; do not edit by hand -->"
+
+
+def end(block: str) -> str:
+    """The line that closes ``block`` in the README."""
+    return f"<!-- end of {block} -->"
+
+
+BEGIN, END = begin("options", "options.py"), end("options")
 
 
 def docstrings() -> dict[str, str]:
@@ -108,18 +123,53 @@ def table() -> str:
     return "\n".join([*lines, "", spelling_rule(), END])
 
 
-def in_readme(text: str) -> str:
-    """The generated block as it stands in ``text`` (the README), markers included."""
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[start:end]
+GROUP_WORDS = {
+    "process": "this process",
+    "limits": "its limits",
+    "cpython": "the CPython runtime",
+    "system.cpu": "the host's CPUs",
+    "system.memory": "the host's memory",
+    "self": "what a collection costs",
+}
+"""How the list names each group of the metric table that has default metrics."""
+
+
+def defaults() -> str:
+    """The README's list of the metrics on by default, by group, in table order."""
+    groups: dict[str, list[str]] = {}
+    for metric in METRICS:
+        if metric.default:
+            groups.setdefault(metric.group, []).append(f"`{metric.name}`")
+    parts = [f"{GROUP_WORDS.get(g, g)}: {', '.join(names)}" for g, names in groups.items()]
+    count = sum(len(names) for names in groups.values())
+    text = f"On by default ({count} metrics; some exist only on some platforms): " + "; ".join(
+        parts
+    )
+    lines = textwrap.wrap(text + ".", width=78, break_on_hyphens=False, break_long_words=False)
+    return "\n".join([begin("defaults", "metrics.py"), *lines, end("defaults")])
+
+
+BLOCKS = {"options": table, "defaults": defaults}
+"""Each generated block of the README, by name, and what makes it."""
+
+
+def in_readme(text: str, block: str = "options") -> str:
+    """The generated ``block`` as it stands in ``text`` (the README), markers included."""
+    first = f"<!-- {block}: generated"
+    start, stop = text.index(first), text.index(end(block)) + len(end(block))
+    return text[start:stop]
 
 
 def main(argv: list[str]) -> int:
     text = README.read_text()
-    current, wanted = in_readme(text), table()
+    stale = [name for name, make in BLOCKS.items() if in_readme(text, name) != make()]
     if "--check" in argv:
-        return 0 if current == wanted else 1
-    README.write_text(text.replace(current, wanted))
+        for name in stale:
+            print(f"README.md: the {name} block is stale: run {COMMAND}", file=sys.stderr)
+        return 1 if stale else 0
+    for name in stale:
+        text = text.replace(in_readme(text, name), BLOCKS[name]())
+    README.write_text(text)
     return 0
 
 
