@@ -110,7 +110,7 @@ TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
 AUTO_WORD = "auto"
 _BOOLEAN_WORDS = tuple(w for pair in zip(TRUE_WORDS, FALSE_WORDS, strict=True) for w in pair)
-_ALLOWED_WORDS = ", ".join(_BOOLEAN_WORDS)
+_ALLOWED = ", ".join(_BOOLEAN_WORDS) + " (any case)"
 
 
 def _written(words: Iterable[str]) -> str:
@@ -122,11 +122,9 @@ def _written(words: Iterable[str]) -> str:
 
 def _boolean(raw: str) -> bool:
     word = raw.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise ValueError(f"expected one of {_ALLOWED_WORDS} (any case)")
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise ValueError(f"expected one of {_ALLOWED}")
 
 
 def _boolean_or_auto(raw: str) -> bool | None:
@@ -135,7 +133,7 @@ def _boolean_or_auto(raw: str) -> bool | None:
     try:
         return _boolean(raw)
     except ValueError:
-        raise ValueError(f"expected one of {AUTO_WORD}, {_ALLOWED_WORDS} (any case)") from None
+        raise ValueError(f"expected one of {AUTO_WORD}, {_ALLOWED}") from None
 
 
 def _words_or(
@@ -154,26 +152,18 @@ def _words_or(
     return check
 
 
-BOOLEAN = Form(
-    _words_or(
-        lambda v: isinstance(v, bool),
-        _boolean,
-        f"True or False, or one of {_ALLOWED_WORDS} (any case)",
-    ),
-    _boolean,
-    _written(_BOOLEAN_WORDS),
-    kind="bool",
+_IS_BOOL = _words_or(
+    lambda v: isinstance(v, bool), _boolean, f"True or False, or one of {_ALLOWED}"
 )
+BOOLEAN = Form(_IS_BOOL, _boolean, _written(_BOOLEAN_WORDS), kind="bool")
 """``True`` or ``False``, or one of their words in any case."""
-BOOLEAN_OR_AUTO = Form(
-    _words_or(
-        lambda v: v is None or isinstance(v, bool),
-        _boolean_or_auto,
-        f"True, False or None (auto), or one of {AUTO_WORD}, {_ALLOWED_WORDS} (any case)",
-    ),
+_IS_TRISTATE = _words_or(
+    lambda v: v is None or isinstance(v, bool),
     _boolean_or_auto,
-    _written((AUTO_WORD, *_BOOLEAN_WORDS)),
-    kind="tristate",
+    f"True, False or None (auto), or one of {AUTO_WORD}, {_ALLOWED}",
+)
+BOOLEAN_OR_AUTO = Form(
+    _IS_TRISTATE, _boolean_or_auto, _written((AUTO_WORD, *_BOOLEAN_WORDS)), kind="tristate"
 )
 """``True``, ``False`` or ``None`` (auto: the snapshot side decides), or one of their words."""
 
