@@ -2,17 +2,18 @@
 
 A thread runs a CPU-bound Python loop that allocates 64 KiB buffers. Every
 interval, the metrics are collected and printed, one line per metric, with
-readable units. Environment: DEMO_SECONDS (default 3), DEMO_INTERVAL_MS
-(default 1000).
+readable units, by the package's own printer (the one of
+``python -m opentelemetry.instrumentation.process``). Environment:
+DEMO_SECONDS (default 3), DEMO_INTERVAL_MS (default 1000).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import textwrap
 import threading
 import time
-from collections.abc import Sequence
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -22,25 +23,13 @@ from opentelemetry.sdk.metrics.export import (
 )
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
+from opentelemetry.instrumentation.process.printer import Point, footnotes, table
 
 NOTES = {
     "process.cpu.utilization": "one busy thread: about 1 / the CPUs available",
     "process_metrics.refresh.cpu_time": "what this collection's refresh cost",
     "process_metrics.refresh.duration": "wall time: also the waits for the GIL",
 }
-
-
-def readable(value: float, unit: str) -> str:
-    """``value`` in ``unit``, as a person would write it."""
-    if unit == "1":
-        return f"{value * 100:.1f} %"
-    if unit == "By":
-        return f"{value / 2**20:,.1f} MiB" if value >= 2**20 else f"{value:,.0f} B"
-    if unit == "s":
-        return f"{value * 1000:.2f} ms" if abs(value) < 1 else f"{value:,.3f} s"
-    if isinstance(value, float) and not value.is_integer():
-        return f"{value:.3g}"
-    return f"{value:,.0f}"
 
 
 class Printer:
@@ -50,39 +39,30 @@ class Printer:
         self.total = total
         self.count = 0
         self.start = time.monotonic()
+        self.names: set[str] = set()
+        """The metrics printed so far, for the notes under the last table."""
 
     def __call__(self, data: MetricsData) -> str:
-        lines = [self._line(m.name, m.unit, m.data.data_points) for m in self._ours(data)]
-        if not lines:  # the export at shutdown, after uninstrument()
+        points = list(self._points(data))
+        if not points:  # the export at shutdown, after uninstrument()
             return ""
         self.count += 1
+        self.names.update(p.name for p in points)
         elapsed = time.monotonic() - self.start
         head = f"\n== export {self.count} of {self.total}, at {elapsed:.1f} s =="
-        return "\n".join([head, *lines]) + "\n"
+        return "\n".join([head, *table(points, NOTES)]) + "\n"
 
     @staticmethod
-    def _ours(data: MetricsData) -> list[object]:
+    def _points(data: MetricsData) -> list[Point]:
         return [
-            metric
+            Point(metric.name, metric.unit, dict(point.attributes or {}), point.value)
             for rm in data.resource_metrics
             for sm in rm.scope_metrics
             if sm.scope.name == SCOPE_NAME
             for metric in sm.metrics
+            for point in metric.data.data_points
+            if isinstance(point.value, (int, float))  # every point of this package is a number
         ]
-
-    @staticmethod
-    def _line(name: str, unit: str, points: Sequence[object]) -> str:
-        parts = []
-        for point in points:
-            attrs = getattr(point, "attributes", {}) or {}
-            # A number alone says little: "generation 0" rather than "0".
-            label = ",".join(
-                v if isinstance(v, str) else f"{k.rsplit('.', 1)[-1]} {v}" for k, v in attrs.items()
-            )
-            shown = readable(getattr(point, "value", math.nan), unit)
-            parts.append(f"{label}={shown}" if label else shown)
-        note = f"   <- {NOTES[name]}" if name in NOTES else ""
-        return f"{name:<44} {'  '.join(parts)}{note}"
 
 
 def workload(stop: threading.Event) -> None:
@@ -125,6 +105,8 @@ def main() -> None:
         worker.join()
         ProcessInstrumentor().uninstrument()
         provider.shutdown()
+    for note in footnotes(printer.names):
+        print("\n" + textwrap.fill(f"Note: {note}", 100))
 
 
 if __name__ == "__main__":

@@ -855,7 +855,7 @@ def test_tree_root_parent_reports_the_parents_tree_but_not_itself(
 
 def test_tree_root_is_checked() -> None:
     with pytest.raises(
-        ValueError, match=r"^tree_root: expected one of 'self', 'parent', got 'up'$"
+        ValueError, match=r"^tree_root: expected one of 'self', 'parent' \(any case\), got 'up'$"
     ):
         ProcessMetricsOptions(tree_root="up")
 

@@ -28,9 +28,10 @@ def test_a_bad_cap_from_code_names_the_option(value: object, shown: str) -> None
 
 
 @pytest.mark.parametrize("option", ["children", "child_pid"])
-def test_flags_from_code_must_be_booleans(option: str) -> None:
-    with pytest.raises(ValueError, match=f"^{option}: expected True or False, got 'yes'$"):
-        ProcessMetricsOptions(**{option: "yes"})
+def test_flags_from_code_are_booleans_or_their_words(option: str) -> None:
+    assert getattr(ProcessMetricsOptions(**{option: "yes"}), option) is True
+    with pytest.raises(ValueError, match=f"^{option}: expected True or False, or one of .*'yep'$"):
+        ProcessMetricsOptions(**{option: "yep"})
 
 
 def test_zero_and_odd_caps_are_allowed() -> None:

@@ -111,3 +111,19 @@ def test_the_closure_walk_sees_the_extras_it_leaves_out() -> None:
     )
     assert {"pytest", "hypothesis", "gunicorn"} <= everything
     assert not everything <= DEMO_CLOSURE
+
+
+COUNTS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def test_the_readme_counts_the_packages_of_the_demo_venv(tmp_path: Path) -> None:
+    """README, "Two commands": `.venv-demo` (N packages), at the latest releases."""
+    lowest = (REPO / "constraints" / "lowest.txt").read_text()
+    if f"opentelemetry-api=={distribution('opentelemetry-api').version}\n" in lowest:
+        pytest.skip("the demo installs the latest releases; this cell has the lowest ones")
+    args = _pip_install(_demo_commands(tmp_path))
+    roots = [Requirement(PACKAGE if a == "." else a) for a in args if not a.startswith("-")]
+    readme = " ".join((REPO / "README.md").read_text().split())
+    said = re.search(r"`\.venv-demo` \((\w+) packages\)", readme)
+    assert said is not None
+    assert COUNTS.index(said.group(1)) == len(_closure(roots)), sorted(_closure(roots))

@@ -7,6 +7,7 @@ against the real peer, ``opentelemetry-instrumentation-system-metrics``.
 
 from __future__ import annotations
 
+import ast
 import html
 import json
 import os
@@ -17,6 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,7 @@ def load(path: Path) -> ModuleType:
 
 migration_map = load(DOCS / "_ext" / "migration_map.py")
 process_docs = load(DOCS / "_ext" / "process_docs.py")
+readme_blocks = load(DOCS / "_ext" / "readme_blocks.py")
 
 
 def text_of(page: Path) -> str:
@@ -129,6 +132,9 @@ def test_configuration_reference_shows_every_option_and_real_errors(built: Path)
             eval(case, namespace)  # the same constant cases the docs ran
         assert squash(f"ValueError: {caught.value}") in text, case
     assert "using the default" in text
+    # The one rule for words, from the forms, as the README states it.
+    rule = re.sub(r"\*\*|`|\s", "", readme_blocks.spelling_rule())
+    assert rule in re.sub(r"\s", "", text)  # text_of puts a blank around each code span
 
 
 def test_migration_targets_are_rows_of_the_metric_table() -> None:
@@ -210,3 +216,193 @@ def test_documented_hardening_figures_are_the_code_constants() -> None:
     assert f"at most {FORK_WAIT_SECONDS:.0f} s" in squash((DOCS / "prefork.md").read_text())
     for page in ("reliability", "troubleshooting", "design"):
         assert str(SERIES_WARNING_THRESHOLD) in (DOCS / f"{page}.md").read_text(), page
+
+
+# --- versions, counts and commands, against their sources ----------------------------
+#
+# Each figure below is read from where it is decided (noxfile.py, the Makefile,
+# pyproject.toml, constraints/lowest.txt, the CI workflow, the benchmark page),
+# never from a second list kept by hand.
+
+GUIDES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "examples" / "README.md"]
+PAGES = [*GUIDES, *sorted(DOCS.glob("*.md"))]
+NUMBER_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+
+
+def _noxfile_constant(name: str) -> Any:
+    """A literal assigned at the top of noxfile.py."""
+    tree = ast.parse((ROOT / "noxfile.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"noxfile.py assigns no {name}")
+
+
+def _version_key(python: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in python.rstrip("t").split("."))
+
+
+def _pythons() -> tuple[str, str, list[str]]:
+    """The oldest and newest Python of the matrix, and its free-threaded builds."""
+    pythons: list[str] = _noxfile_constant("PYTHONS")
+    free: set[str] = _noxfile_constant("FREE_THREADED")
+    gil = sorted((p for p in pythons if p not in free), key=_version_key)
+    return gil[0], gil[-1], sorted(free, key=_version_key)
+
+
+def _make_test_cells() -> list[tuple[str, str]]:
+    """The matrix cells ``make test`` runs: (python, deps) of each nox call of its phases."""
+    makefile = (ROOT / "Makefile").read_text()
+    phases = re.search(r"^test: (.*?)\n\t", makefile, re.MULTILINE | re.DOTALL)
+    assert phases is not None
+    cells = []
+    for target in phases.group(1).replace("\\\n", " ").split():
+        recipe = re.search(rf"^{re.escape(target)}:.*?\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+        if recipe is not None:
+            cells += re.findall(r'nox -s "unit-([\d.]+t?)\((\w+)\)"', recipe.group(1))
+    return cells
+
+
+def test_the_pythons_the_docs_name_are_the_matrixs() -> None:
+    oldest, newest, free = _pythons()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert f'requires-python = ">={oldest}"' in pyproject
+    gil = [p for p in _noxfile_constant("PYTHONS") if p not in free]
+    for python in gil:
+        assert f'"Programming Language :: Python :: {python}"' in pyproject, python
+    readme = squash((ROOT / "README.md").read_text())
+    assert f"Python {oldest} or newer." in readme
+    assert f"| Python | {oldest} | {newest} |" in readme
+    assert f"on every Python from {oldest} to {newest}" in readme
+    assert f"on the free-threaded {' and '.join(free)} at the latest releases" in readme
+    started = squash((DOCS / "getting-started.md").read_text())
+    assert f"Python {oldest} to {newest}, and the free-threaded (no GIL) {' and '.join(free)};" in (
+        started
+    )
+    assert f"CPython {oldest} to {newest}" in squash((DOCS / "pythons.md").read_text())
+    # No page names a range of Pythons that the matrix does not test.
+    for page in PAGES:
+        for low, high in re.findall(r"Python (3\.\d+) to (3\.\d+)", squash(page.read_text())):
+            assert (low, high) == (oldest, newest), (page.name, low, high)
+
+
+def test_the_lowest_versions_the_docs_name_are_the_constraints() -> None:
+    pins = dict(
+        line.split("==")
+        for line in (ROOT / "constraints" / "lowest.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    api, sdk = pins["opentelemetry-api"], pins["opentelemetry-sdk"]
+    assert api == sdk
+    short = api.removesuffix(".0")
+    instrumentation, psutil_pin = pins["opentelemetry-instrumentation"], pins["psutil"]
+    readme = squash((ROOT / "README.md").read_text())
+    assert f"| `opentelemetry-api`, `opentelemetry-sdk` | {short} |" in readme
+    assert f"| `opentelemetry-instrumentation` | {instrumentation} |" in readme
+    assert f"| `psutil` | {psutil_pin} |" in readme
+    started = squash((DOCS / "getting-started.md").read_text())
+    assert f"`opentelemetry-api` and `opentelemetry-sdk` {short} or newer" in started
+    assert f"`opentelemetry-instrumentation` {instrumentation} or newer" in started
+    assert f"`psutil` {psutil_pin} or newer" in started
+
+
+def test_make_test_runs_the_cells_the_docs_say() -> None:
+    cells = _make_test_cells()
+    oldest, newest, free = _pythons()
+    assert cells == [(oldest, "lowest"), (newest, "latest"), (free[0], "latest")]
+    count = NUMBER_WORDS[len(cells)]
+    makefile = squash(re.sub(r"^# ?", "", (ROOT / "Makefile").read_text(), flags=re.MULTILINE))
+    assert f"{count} cells of the version matrix" in makefile
+    assert f"`make test` runs {count} cells" in makefile
+    started = squash((DOCS / "getting-started.md").read_text())
+    assert (
+        f"`make test` {count} of them: the lowest versions on {oldest}, the latest on "
+        f"{newest} and the latest on {free[0]})" in started
+    )
+    pythons = squash((DOCS / "pythons.md").read_text())
+    assert (
+        f"`make test` runs {count} cells: the lowest versions on {oldest}, the latest on "
+        f"{newest} and the latest on {free[0]}." in pythons
+    )
+    readme = squash((ROOT / "README.md").read_text())
+    assert f"{count.capitalize()} phases are cells of the version matrix: the lowest allowed " in (
+        readme
+    )
+    assert f"versions on Python {oldest} with" in readme
+    assert f"the latest versions on Python {newest} and on the free-threaded {free[0]}" in readme
+
+
+def test_the_ci_cells_the_readme_names_are_the_workflows() -> None:
+    oldest, newest, free = _pythons()
+    workflow = (ROOT / ".github" / "workflows" / "ci.yml").read_text()
+    assert f'python: ["{oldest}", "{newest}"]' in workflow
+    [threaded] = re.findall(r'python: "(3\.\d+t)"', workflow)
+    assert threaded in free
+    readme = squash((ROOT / "README.md").read_text())
+    assert f"on Python {oldest} (lowest versions) and {newest} (latest)" in readme
+    assert f"on a free-threaded {threaded}" in readme
+    assert f"{threaded} in `.github/workflows/ci.yml`" in readme
+
+
+def test_every_make_target_the_docs_name_exists() -> None:
+    targets = set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.MULTILINE))
+    for page in PAGES:
+        text = page.read_text()
+        named = set(re.findall(r"`make ([a-z][\w-]*)", text))
+        named |= set(re.findall(r"^make ([a-z][\w-]*)", text, re.MULTILINE))  # in code blocks
+        assert named <= targets, (page.name, sorted(named - targets))
+
+
+REPOSITORY_ROOTS = ("src/", "tests/", "docs/", "examples/", "benchmarks/", "scripts/")
+BUILT = {"docs/_build/html"}  # made by `make docs`, not kept in the repository
+
+
+def test_every_repository_path_the_docs_name_exists() -> None:
+    roots = (*REPOSITORY_ROOTS, "constraints/", ".github/", ".ci/")
+    for page in PAGES:
+        for path in re.findall(r"`([^`\s]+)`", page.read_text()):
+            if not path.startswith(roots) and path not in ("noxfile.py", "Makefile"):
+                continue
+            path, _, test = path.rstrip(",.:").partition("::")
+            if any(c in path for c in "*<") or "..." in path or path in BUILT:
+                continue
+            assert (ROOT / path).exists(), f"{page.name} names {path}, which does not exist"
+            if test:  # a test by its pytest id: it exists in that file
+                assert f"def {test.split('[')[0]}(" in (ROOT / path).read_text(), (page, test)
+
+
+def test_the_semantic_conventions_version_is_the_schema_urls() -> None:
+    from opentelemetry.instrumentation.process.instruments import SCHEMA_URL
+
+    full = SCHEMA_URL.rsplit("/", 1)[1]
+    short = full.removesuffix(".0")
+    assert f"semantic conventions {short} and" in squash((ROOT / "README.md").read_text())
+    assert f"The semantic conventions ({short})." in (DOCS / "index.md").read_text()
+    assert f"`https://opentelemetry.io/schemas/{full}`" in (DOCS / "api.md").read_text()
+    assert f"schema {full} |" in (DOCS / "migration.md").read_text()
+
+
+def test_the_readmes_peer_figures_are_the_benchmark_pages() -> None:
+    page = (DOCS / "benchmarks.md").read_text()
+    row = re.search(r"^\| `peer_default` \| peer \| (\d+) \| [\d.]+ \| \d+ \| (\d+) \(", page, re.M)
+    assert row is not None
+    opens, calls = row.groups()
+    [peer] = re.findall(r"^\| opentelemetry-instrumentation-system-metrics \| (\S+) \|", page, re.M)
+    readme = squash((ROOT / "README.md").read_text())
+    assert f"(version {peer} on a 2-CPU VM), one default collection made {calls} psutil " in readme
+    assert f"calls and opened {opens} files" in readme
+
+
+def test_the_readmes_cost_figures_are_the_benchmark_pages() -> None:
+    page = (DOCS / "benchmarks.md").read_text()
+    row = re.search(r"^\| `default` \| ([\d,]+) \| ([\d.]+)x \[", page, re.MULTILINE)
+    assert row is not None
+    micros, ratio = float(row.group(1).replace(",", "")), float(row.group(2))
+    readme = squash((ROOT / "README.md").read_text())
+    assert f"included, took {micros / 1000:.1f} ms in [the benchmarks]" in readme
+    assert f"{ratio:.1f} times less than the peer's default." in readme
+    # The refresh's own cost is the metric the README names, in the table.
+    assert "`process_metrics.refresh.cpu_time`" in readme
+    assert "process_metrics.refresh.cpu_time" in METRICS_BY_NAME

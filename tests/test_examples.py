@@ -9,9 +9,12 @@ example file is run by no test.
 
 from __future__ import annotations
 
+import ast
+import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -66,6 +69,14 @@ NEEDS_SERVERS = {
     "uwsgi/mule.py": "uWSGI",
     "uwsgi/mule.ini": "uWSGI",
 }
+# The pre-fork examples that print without a collector (OTEL_METRICS_EXPORTER=console).
+PREFORK_EXAMPLES = (
+    "uvicorn/app.py",
+    "celery-worker/tasks.py",
+    "uwsgi/app.py",
+    "multiprocessing-pool/pool.py",
+)
+RUN_HERE |= set(PREFORK_EXAMPLES) | {"uwsgi/uwsgi.ini"}
 SERVERS = Path(os.environ.get("SERVERS_CACHE_DIR") or ROOT / ".cache" / "servers") / "bin"
 NOT_CODE = {"README.md"}
 
@@ -130,6 +141,12 @@ def test_console_demo() -> None:
     names = set(re.findall(r"^([a-z][\w.]+) ", first, re.MULTILINE))
     assert names == on_by_default()
     assert len(first.strip().splitlines()) == len(names)  # one line per metric
+    # The values start in one column, the long pressure-stall names included.
+    starts = {len(line) - len(line.split(None, 1)[1]) for line in first.strip().splitlines()}
+    assert len(starts) == 1, first
+    # The note on the two disk metrics, once, under the last table.
+    assert out.count("Note: process.disk.operations counts read and write calls") == 1
+    assert "Note: process.disk.operations" in exports[-1]
     rss = re.search(r"^process\.memory\.usage +([\d,.]+) MiB$", first, re.MULTILINE)
     assert rss is not None and float(rss.group(1).replace(",", "")) > 1
     assert re.search(r"^process\.cpu\.time +user=[\d.,]+ m?s  system=", first, re.MULTILINE)
@@ -243,6 +260,51 @@ def _http_get(url: str, deadline: float) -> str:
             time.sleep(0.1)
 
 
+def _reports(
+    lines: Lines, workers: int, deadline: float, each: int = 2
+) -> dict[int, list[dict[str, Any]]]:
+    """The console reports read from ``lines``, by pid, once ``workers`` pids have ``each``.
+
+    A report is the one JSON line per export of the examples' console switch,
+    alone on its line or after a log prefix.
+    """
+    by_pid: dict[int, list[dict[str, Any]]] = {}
+    while not (len(by_pid) >= workers and all(len(v) >= each for v in by_pid.values())):
+        line = lines.next(deadline)
+        if line is None:
+            break
+        found = line.find('{"pid": ')
+        if found >= 0:
+            report = json.loads(line[found:])
+            by_pid.setdefault(report["pid"], []).append(report)
+    return by_pid
+
+
+def _each_worker_reports_itself(
+    by_pid: dict[int, list[dict[str, Any]]], workers: set[int], service: str
+) -> None:
+    """Each worker, and only they, report, each under one identity of its own, by slot."""
+    assert set(by_pid) == workers, "each worker, and only the workers, report"
+    instance_ids = {}
+    for pid, reports in by_pid.items():
+        ids = {(r["service.instance.id"], r["process_metrics.worker.slot"]) for r in reports}
+        assert len(ids) == 1, f"worker {pid} changed identity: {ids}"
+        instance_ids[pid] = ids.pop()
+        assert all(r["metrics"]["process.memory.usage"][0] > 0 for r in reports)
+        assert all(r["service.name"] == service for r in reports)
+    assert len(set(instance_ids.values())) == len(workers), "workers share a service.instance.id"
+    assert {slot for _, slot in instance_ids.values()} == set(range(len(workers))), instance_ids
+    # The host's memory comes from one of them (the shared metrics are reported once).
+    sharing = {
+        p for p, reports in by_pid.items() for r in reports if "system.memory.usage" in r["shared"]
+    }
+    assert len(sharing) == 1, {pid: [r["shared"] for r in rs] for pid, rs in by_pid.items()}
+
+
+CONSOLE = {"OTEL_METRICS_EXPORTER": "console", "OTEL_METRIC_EXPORT_INTERVAL": "300"}
+"""The console switch of the pre-fork examples (examples/README.md): no collector needed."""
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="gunicorn needs fork")
 def test_gunicorn_workers_report_their_own_identity() -> None:
     port = free_port()
@@ -252,45 +314,142 @@ def test_gunicorn_workers_report_their_own_identity() -> None:
             *("--bind", f"127.0.0.1:{port}", "--workers", "2"),
         ],
         stderr=subprocess.DEVNULL,
-        OTEL_METRICS_EXPORTER="console",
-        OTEL_METRIC_EXPORT_INTERVAL="300",
+        **CONSOLE,
     )
-    by_pid: dict[int, list[dict[str, Any]]] = {}
     try:
         assert proc.stdout is not None
-        lines = Lines(proc.stdout)
         deadline = time.monotonic() + 30
         body = _http_get(f"http://127.0.0.1:{port}/", deadline)
-        while time.monotonic() < deadline:
-            if len(by_pid) >= 2 and all(len(v) >= 2 for v in by_pid.values()):
-                break
-            line = lines.next(deadline)
-            if line is None:
-                break
-            report = json.loads(line)
-            by_pid.setdefault(report["pid"], []).append(report)
+        by_pid = _reports(Lines(proc.stdout), 2, deadline)
         workers = {c.pid for c in psutil.Process(proc.pid).children()}
     finally:
         code = stop(proc)
     assert code == 0
     assert re.fullmatch(r"served by worker pid (\d+)\n", body)
     assert int(body.split()[-1]) in workers
-    assert set(by_pid) == workers, "each worker, and only the workers, report"
     assert len(workers) == 2 and proc.pid not in by_pid
-    instance_ids = {}
-    for pid, reports in by_pid.items():
-        ids = {(r["service.instance.id"], r["process_metrics.worker.slot"]) for r in reports}
-        assert len(ids) == 1, f"worker {pid} changed identity: {ids}"
-        instance_ids[pid] = ids.pop()
-        assert all(r["metrics"]["process.memory.usage"][0] > 0 for r in reports)
-        assert all(r["service.name"] == "gunicorn-example" for r in reports)
-    assert len(set(instance_ids.values())) == 2, "workers share a service.instance.id"
-    assert {slot for _, slot in instance_ids.values()} == {0, 1}, instance_ids
-    # The host's memory comes from one of the two (the shared metrics are reported once).
-    sharing = {
-        p for p, reports in by_pid.items() for r in reports if "system.memory.usage" in r["shared"]
-    }
-    assert len(sharing) == 1, {pid: [r["shared"] for r in rs] for pid, rs in by_pid.items()}
+    _each_worker_reports_itself(by_pid, workers, "gunicorn-example")
+
+
+@pytest.mark.skipif(
+    sys.platform == "win32", reason="stops the example with SIGTERM, which Windows cannot send"
+)
+def test_uvicorn_workers_print_without_a_collector() -> None:
+    pytest.importorskip("uvicorn")
+    port = free_port()
+    proc = start(
+        [str(BIN / "uvicorn"), "app:app", "--workers", "2", "--port", str(port)],
+        stderr=subprocess.DEVNULL,
+        cwd=EXAMPLES / "uvicorn",
+        **CONSOLE,
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        body = _http_get(f"http://127.0.0.1:{port}/", deadline)
+        by_pid = _reports(Lines(proc.stdout), 2, deadline)
+        # Spawned by the supervisor (multiprocessing's resource tracker aside).
+        workers = {c.pid for c in psutil.Process(proc.pid).children() if c.pid in by_pid}
+    finally:
+        code = stop(proc, timeout=30)
+    assert code == 0
+    assert re.fullmatch(r"served by uvicorn worker (\d+)\n", body)
+    assert int(body.split()[-1]) in workers and len(workers) == 2
+    _each_worker_reports_itself(by_pid, workers, "uvicorn-example")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_celery_pool_processes_print_without_a_collector(tmp_path: Path) -> None:
+    celery = BIN / "celery"
+    if not celery.is_file():
+        pytest.skip("celery is not installed (pip install celery)")
+    proc = start(
+        [
+            *(str(celery), "--app=tasks", "worker", "--pool=prefork", "--concurrency=2"),
+            *("--without-gossip", "--without-mingle", "--without-heartbeat", "--loglevel=WARNING"),
+        ],
+        stderr=subprocess.DEVNULL,
+        cwd=EXAMPLES / "celery-worker",
+        CELERY_BROKER_FOLDER=str(tmp_path / "broker"),  # no broker server
+        **CONSOLE,
+    )
+    try:
+        assert proc.stdout is not None
+        by_pid = _reports(Lines(proc.stdout), 2, time.monotonic() + 60)
+        pool = {c.pid for c in psutil.Process(proc.pid).children()}
+    finally:
+        code = stop(proc, timeout=60)  # a warm shutdown: the pool exports one last time
+    assert code == 0
+    assert len(pool) == 2 and proc.pid not in by_pid
+    _each_worker_reports_itself(by_pid, pool, "celery-example")
+
+
+def test_uwsgi_workers_print_without_a_collector() -> None:
+    binary = next(
+        (Path(p) for p in (BIN / "uwsgi", shutil.which("uwsgi")) if p and os.access(p, os.X_OK)),
+        None,
+    )
+    if binary is None:
+        pytest.skip("uwsgi not found: `pip install uwsgi` (it builds from source, 1-3 minutes)")
+    port = free_port()
+    proc = start(
+        [str(binary), "--ini", "examples/uwsgi/uwsgi.ini", "--http-socket", f"127.0.0.1:{port}"],
+        **CONSOLE,  # uWSGI sends the workers' stdout to its log, on stderr: both are read
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 60
+        body = _http_get(f"http://127.0.0.1:{port}/", deadline)
+        by_pid = _reports(Lines(proc.stdout), 2, deadline)
+        workers = {c.pid for c in psutil.Process(proc.pid).children()}
+    finally:
+        code = stop(proc, timeout=30)
+    assert code == 0
+    assert re.fullmatch(r"hello from uWSGI worker (\d+)\n", body)
+    assert len(workers) == 2 and proc.pid not in by_pid
+    _each_worker_reports_itself(by_pid, workers, "uwsgi-example")
+
+
+def test_multiprocessing_pool_workers_print_without_a_collector() -> None:
+    done = run(
+        [sys.executable, "examples/multiprocessing-pool/pool.py"],
+        timeout=60,
+        EXAMPLE_SECONDS="1.5",
+        **CONSOLE,
+    )
+    burned = re.search(r"CPU seconds burned by each worker (\{.*\})$", done.stdout, re.MULTILINE)
+    assert burned is not None, done.stdout
+    workers = {int(pid) for pid in json.loads(burned.group(1))}
+    lines = Lines(io.StringIO(done.stdout))
+    by_pid = _reports(lines, len(workers), time.monotonic() + 5, each=1)
+    _each_worker_reports_itself(
+        {p: r for p, r in by_pid.items() if p in workers}, workers, "multiprocessing-example"
+    )
+    assert set(by_pid) == workers  # the parent reports nothing
+
+
+def test_the_console_switch_is_written_once_and_copied_alike() -> None:
+    """Each pre-fork example prints with the same ``_console_line`` as the gunicorn one."""
+
+    def source(path: Path) -> str:
+        tree = ast.parse(path.read_text())
+        [found] = [
+            n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_console_line"
+        ]
+        return ast.unparse(found)
+
+    model = source(EXAMPLES / "gunicorn" / "gunicorn.conf.py")
+    for path in PREFORK_EXAMPLES:
+        assert source(EXAMPLES / path) == model, path
+        text = (EXAMPLES / path).read_text()
+        assert "OTEL_METRICS_EXPORTER=console" in text, path  # its docstring says how
+    # examples/README.md says how to run each that way, as the tests above do.
+    readme = (EXAMPLES / "README.md").read_text()
+    section = readme[readme.index("## Pre-fork servers, without a collector") :]
+    block = section[section.index("```sh") : section.index("```", section.index("```sh") + 3)]
+    assert "export OTEL_METRICS_EXPORTER=console" in block
+    for path in (*PREFORK_EXAMPLES, "gunicorn/gunicorn.conf.py"):
+        assert path.split("/")[0] in block, path
 
 
 def test_cpu_frequency_opt_in() -> None:
@@ -368,3 +527,15 @@ def test_dashboard_rows_of_a_group_use_only_its_metrics(row: str, group: str) ->
         assert used, q
         for name in used:
             assert any(name == n or name.startswith(n + "_") for n in names), (q.source, name)
+
+
+def test_the_readme_names_the_dashboard_and_each_of_its_rows() -> None:
+    dashboard = json.loads((EXAMPLES / "grafana" / "process-metrics-dashboard.json").read_text())
+    rows = [p["title"] for p in dashboard["panels"] if p.get("type") == "row"]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    start = readme.index("**A Grafana dashboard**")
+    line = readme[start : readme.index("**What a collection costs**", start)]
+    assert "examples/grafana/process-metrics-dashboard.json" in line
+    for title in rows:
+        word = title.split()[0]
+        assert (word if word == "CPython" else word.lower()) in line, title

@@ -19,6 +19,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
+from opentelemetry.instrumentation.process.facts import Facts
 from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 
 from .conftest import LogLines, Sdk, collect, log_lines, points, value
@@ -209,17 +210,21 @@ def test_a_child_reads_again_only_the_facts_a_fork_changes(fork: str, sdk: Sdk) 
     assert live is not None
     parent = live.cache.facts
 
+    def as_json(facts: Facts) -> dict[str, Any]:
+        # The cgroup folders (paths in named tuples) as JSON carries them.
+        return {k: repr(v) if k == "cgroup_paths" else v for k, v in facts._asdict().items()}
+
     def child() -> dict[str, Any]:
         sdk.collect()
         own = psutil.Process()
-        return {"facts": live.cache.facts._asdict(), "created": own.create_time()}
+        return {"facts": as_json(live.cache.facts), "created": own.create_time()}
 
     got = _in_child(child, fork=os.fork if fork == "os.fork" else forkapps.c_fork)
     facts = got["facts"]
     changed = {"pid", "create_time", "start_boottime"}
-    # The host's and the inherited facts (affinity, cgroup limits, rlimits) stay.
+    # The host's and the inherited facts (affinity, cgroup folders and limits, rlimits) stay.
     assert {k: v for k, v in facts.items() if k not in changed} == {
-        k: v for k, v in parent._asdict().items() if k not in changed
+        k: v for k, v in as_json(parent).items() if k not in changed
     }
     assert facts["pid"] != parent.pid
     assert facts["create_time"] == got["created"] >= parent.create_time

@@ -14,9 +14,7 @@ import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
-from opentelemetry.instrumentation.process.environment import (
-    ENV_VARS,
-)
+from opentelemetry.instrumentation.process.environment import ENV_VARS, resolve
 from opentelemetry.instrumentation.process.excerpt import excerpt
 from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.options import (
@@ -33,11 +31,17 @@ from .conftest import collect
 from .support.loading import load_file
 
 LOGGER = "opentelemetry.instrumentation.process"
+_WORDS = "or one of true, false, yes, no, on, off, 1, 0 (any case)"
 
 BAD_CODE = [
-    ({"cpu_frequency": "true"}, "cpu_frequency: expected True or False, got 'true'"),
-    ({"per_thread": 1}, "per_thread: expected True or False, got 1"),
-    ({"per_cpu": None}, "per_cpu: expected True or False, got None"),
+    ({"cpu_frequency": "maybe"}, f"cpu_frequency: expected True or False, {_WORDS}, got 'maybe'"),
+    ({"per_thread": 1}, f"per_thread: expected True or False, {_WORDS}, got 1"),
+    ({"per_cpu": None}, f"per_cpu: expected True or False, {_WORDS}, got None"),
+    (
+        {"saturation": "sometimes"},
+        "saturation: expected True, False or None (auto), or one of auto, true, false, yes, "
+        "no, on, off, 1, 0 (any case), got 'sometimes'",
+    ),
     (
         {"include": ["process.cpu.tim"]},
         "include: unknown metric name 'process.cpu.tim' (did you mean 'process.cpu.time'?); "
@@ -335,14 +339,44 @@ def test_variables_formats_and_gating_options_come_from_the_declarations() -> No
     assert all(declared(name).form is BOOLEAN for name in ("per_cpu", "direct_reads"))
 
 
+def test_words_are_read_alike_from_code_and_from_the_environment() -> None:
+    """README, "Words are read alike": the cases that once differed between the two."""
+    code = ProcessMetricsOptions(
+        shared_metrics="ONCE", saturation="auto", per_cpu="on", direct_reads=" Off "
+    )
+    env = resolve(
+        {},
+        {
+            ENV_VARS["shared_metrics"]: "ONCE",
+            ENV_VARS["saturation"]: "auto",
+            ENV_VARS["per_cpu"]: "on",
+            ENV_VARS["direct_reads"]: " Off ",
+        },
+    )
+    assert code == env
+    assert (code.shared_metrics, code.saturation, code.per_cpu, code.direct_reads) == (
+        "once",
+        None,
+        True,
+        False,
+    )
+    readme = (ROOT / "README.md").read_text()
+    assert _markdown().spelling_rule() in readme
+    for word in ("`on`", "`off`", "`auto`", "(any case)"):
+        assert word in _markdown().spelling_rule()
+
+
 def test_a_choice_and_a_whole_number_form_check_parse_and_say_how_they_are_written() -> None:
     shared = choice(("once", "every"))
     assert shared.format == "`once` or `every` (any case)"
     assert choice(("a", "b", "c")).format == "`a`, `b` or `c` (any case)"
     assert shared.parse is not None and shared.parse(" EVERY ") == "every"
     assert shared.check("shared_metrics", "once") == "once"
+    assert shared.check("shared_metrics", " Every ") == "every"  # as its variable is read
+    with pytest.raises(ValueError, match=r"^expected one of once, every \(any case\)$"):
+        shared.parse("twice")
     with pytest.raises(
-        ValueError, match=r"^shared_metrics: expected one of 'once', 'every', got 'x'$"
+        ValueError, match=r"^shared_metrics: expected one of 'once', 'every' \(any case\), got 'x'$"
     ):
         shared.check("shared_metrics", "x")
     cap = whole_number()

@@ -125,13 +125,18 @@ def valid_pattern(option: str, pattern: str) -> bool:
 INVALID = object()
 
 
+TRUE_WORDS = ["true", "1", "yes", "on"]
+FALSE_WORDS = ["false", "0", "no", "off"]
+
+
 def parse_env(option: str, raw: str) -> Any:
-    """What ``raw`` means for ``option``, or ``INVALID``: the documented syntax."""
+    """What ``raw`` means for ``option``, or ``INVALID``: the documented syntax.
+
+    The same text means the same from code (README, "Words are read alike").
+    """
     if option in FLAGS:
         word = raw.strip().lower()
-        return {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}.get(
-            word, INVALID
-        )
+        return True if word in TRUE_WORDS else False if word in FALSE_WORDS else INVALID
     if option in CHOICES:
         word = raw.strip().lower()
         return word if word in CHOICES[option] else INVALID
@@ -219,7 +224,9 @@ def _otlp_type(x: object) -> type:
 
 
 def normalised(option: str, value: Any) -> Any:
-    """What a valid ``value`` is stored as."""
+    """What a valid ``value`` is stored as: a word as its variable's text would be."""
+    if isinstance(value, str) and option in (*FLAGS, *TRISTATES, *CHOICES):
+        return parse_env(option, value)
     if option in LISTS:
         return tuple(p.strip() for p in value)
     if option == "attributes":
@@ -401,10 +408,10 @@ def good_patterns(option: str) -> st.SearchStrategy[list[str]]:
 def valid_env(option: str) -> st.SearchStrategy[str]:
     """Spellings of valid values, so that every variable is also exercised as valid."""
     if option in FLAGS:
-        words = st.sampled_from(["true", "false", "1", "0", "yes", "no"])
+        words = st.sampled_from([*TRUE_WORDS, *FALSE_WORDS])
         return padded(st.builds(lambda case, word: case(word), CASE, words))
     if option in TRISTATES:
-        words = st.sampled_from(["true", "false", "1", "0", "yes", "no", "auto"])
+        words = st.sampled_from([*TRUE_WORDS, *FALSE_WORDS, "auto"])
         return padded(st.builds(lambda case, word: case(word), CASE, words))
     if option in CHOICES:
         return padded(
@@ -542,11 +549,11 @@ ARBITRARY = st.recursive(
 
 NOT_BOOL = st.one_of(
     st.none(),
-    st.integers(),  # 0 and 1 included
+    st.integers(),  # 0 and 1 included: only their words are
     st.floats(),
     st.text(max_size=8),
-    st.sampled_from(["true", "false", "True", "1", "0", "yes", "", b"1", [True], (False,)]),
-)
+    st.sampled_from(["", "y", "maybe", "tru", "auto", b"1", b"true", [True], (False,)]),
+).filter(lambda v: not isinstance(v, str) or parse_env(FLAGS[0], v) is INVALID)
 BAD_CAP = st.one_of(
     st.integers(max_value=-1),
     st.integers(min_value=0).map(lambda n: 2 * n + 1),  # odd: half a thread
@@ -643,14 +650,17 @@ def bad_choice(values: tuple[str, ...]) -> st.SearchStrategy[Any]:
     """Not one of ``values``: other words, a right word in another case or padded, other types."""
     last = values[-1]
     return st.one_of(
-        st.text(max_size=8).filter(lambda w: w not in values),
-        st.sampled_from([last.capitalize(), f" {last}", None, 1, True, (last,)]),
+        st.text(max_size=8).filter(lambda w: w.strip().lower() not in values),
+        st.sampled_from([last + "s", last[:-1], None, 1, True, (last,), last.encode()]),
     )
 
 
 GOOD: dict[str, st.SearchStrategy[Any]] = {
-    **dict.fromkeys(FLAGS, st.booleans()),
-    **dict.fromkeys(TRISTATES, st.sampled_from([True, False, None])),
+    **{option: st.one_of(st.booleans(), valid_env(option)) for option in FLAGS},
+    **{
+        option: st.one_of(st.sampled_from([True, False, None]), valid_env(option))
+        for option in TRISTATES
+    },
     **{
         option: st.builds(
             lambda kind, ps: kind(ps),
@@ -669,11 +679,16 @@ GOOD: dict[str, st.SearchStrategy[Any]] = {
     "attributes": st.dictionaries(ATTR_KEY, ATTR_VALUE, max_size=3).map(
         lambda d: MappingProxyType(d) if len(d) % 2 else d
     ),
-    **{option: st.sampled_from(values) for option, values in CHOICES.items()},
+    **{option: valid_env(option) for option in CHOICES},
 }
 BAD = {
     **dict.fromkeys(FLAGS, NOT_BOOL),
-    **dict.fromkeys(TRISTATES, NOT_BOOL.filter(lambda v: v is not None)),
+    **dict.fromkeys(
+        TRISTATES,
+        NOT_BOOL.filter(
+            lambda v: v is not None and not (isinstance(v, str) and v.strip().lower() == "auto")
+        ),
+    ),
     "include": bad_list("include"),
     "exclude": bad_list("exclude"),
     **{
@@ -754,6 +769,31 @@ def test_arbitrary_value_is_accepted_valid_or_refused_by_name(
         undo(inst)
     if options is None:
         assert_still_usable(provider, reader)
+
+
+WORD_OPTIONS = (*FLAGS, *TRISTATES, *CHOICES)
+
+
+@pytest.mark.parametrize("option", WORD_OPTIONS)
+@examples(100)
+@given(data=st.data())
+def test_a_word_means_the_same_from_code_and_from_the_environment(
+    option: str, data: st.DataObject
+) -> None:
+    """README, "Words are read alike from code and from the environment"."""
+    raw = data.draw(env_value(option).filter(str.strip), label=option)
+    meant = parse_env(option, raw)
+    event("valid" if meant is not INVALID else "invalid")
+    code = refusal(lambda: ProcessMetricsOptions(**{option: raw}))
+    with warnings_logged() as logged:
+        found = from_environment({ENV_VARS[option]: raw})
+    if meant is INVALID:
+        assert code is not None and code.startswith(f"{option}: "), code
+        assert found == {} and len(logged) == 1
+    else:
+        assert code is None, code
+        assert getattr(ProcessMetricsOptions(**{option: raw}), option) == meant
+        assert found == {option: meant} and not logged
 
 
 def _deep(depth: int) -> list[Any]:

@@ -69,3 +69,21 @@ def test_ensurepip_takes_the_interpreters_own_pip() -> None:
         assert done.returncode == 0, (python, done.stderr[-2000:])
         major = int(done.stdout.strip().split(".")[0])
         assert major >= 24, (python, done.stdout)
+
+
+@pytest.mark.skipif(not FOUND, reason=f"no interpreters in {CACHE}/bin (make pythons)")
+def test_the_versions_docs_pythons_names_are_the_cached_ones() -> None:
+    """The table of docs/pythons.md names the exact releases `make pythons` installs."""
+    page = (ROOT / "docs" / "pythons.md").read_text()
+    for python in FOUND:
+        done = subprocess.run(
+            [str(python), "-c", "import platform; print(platform.python_version())"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        release = done.stdout.strip()
+        free = python.name.endswith("t")
+        named = f"({release}, free-threaded)" if free else f"{release}"
+        assert named in page, f"docs/pythons.md does not name {python.name}'s {release}"

@@ -341,9 +341,19 @@ class OptionTable(_Generated):
         return [table(headers, rows, [22, 10, 30, 38])]
 
 
+class SpellingRule(_Generated):
+    """``process-metrics-spellings``: how words are read, from code and the environment."""
+
+    def run(self) -> list[nodes.Node]:
+        self.note_dependencies()
+        from readme_blocks import spelling_rule  # beside this file, on conf.py's path
+
+        return [para(spelling_rule())]
+
+
 # The bad calls below run while the docs build: the messages shown are real.
 ERROR_CASES = (
-    'ProcessMetricsOptions(cpu_frequency="yes")',
+    'ProcessMetricsOptions(cpu_frequency="maybe")',
     'ProcessMetricsOptions(include="process.cpu.time")',
     'ProcessMetricsOptions(include=["process.cpu.tme"])',
     'ProcessMetricsOptions(exclude=["disk.*"])',
@@ -525,6 +535,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("process-metrics-sources", SourceTable)
     app.add_directive("process-metrics-options", OptionTable)
     app.add_directive("process-metrics-errors", OptionErrors)
+    app.add_directive("process-metrics-spellings", SpellingRule)
     app.add_directive("process-metrics-env-warnings", EnvWarnings)
     app.add_directive("process-metrics-migration", MigrationTable)
     app.add_directive("process-metrics-new", NewMetrics)

@@ -27,7 +27,13 @@ from typing import Any
 from opentelemetry.instrumentation.process import options as options_module
 from opentelemetry.instrumentation.process.environment import ENV_VARS, FORMATS
 from opentelemetry.instrumentation.process.metrics import METRICS
-from opentelemetry.instrumentation.process.options import BOOLEAN, ProcessMetricsOptions, declared
+from opentelemetry.instrumentation.process.options import (
+    AUTO_WORD,
+    BOOLEAN,
+    OPTION_NAMES,
+    ProcessMetricsOptions,
+    declared,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -90,13 +96,31 @@ def row(field: dataclasses.Field[Any], doc: str) -> str:
     return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
 
 
+def _names(kind: str) -> str:
+    """The options whose form is of ``kind``, as `a`, `b` and `c`."""
+    names = [f"`{n}`" for n in OPTION_NAMES if declared(n).form.kind == kind]
+    return ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+
+
+def spelling_rule() -> str:
+    """The one rule for words, from the forms: the README and the configuration reference."""
+    return (
+        "**Words are read alike from code and from the environment**: in any case, with "
+        "blanks around them ignored, and with the same spellings. A boolean option takes "
+        f"`True` or `False` from code, and from code or its variable one of {BOOLEAN.format}; "
+        f"{_names('tristate')} also takes `{AUTO_WORD}` (`None` from code); "
+        f"{_names('choice')} take one of their words, kept in lower case. Metric names and "
+        "globs in `include` and `exclude` are matched as written: case matters."
+    )
+
+
 def table() -> str:
-    """The README's block: the markers, the header and one row per option, in field order."""
+    """The README's block: the markers, the header, one row per option, and the rule of words."""
     docs = docstrings()
     header = "| option | environment variable | default | what it does |\n|---|---|---|---|"
     lines = [BEGIN, header]
     lines += [row(f, docs[f.name]) for f in dataclasses.fields(ProcessMetricsOptions)]
-    return "\n".join([*lines, END])
+    return "\n".join([*lines, "", spelling_rule(), END])
 
 
 GROUP_WORDS = {

@@ -18,12 +18,16 @@ folder): enough to try it on one machine, with no broker server.
 
 Metrics go over OTLP/HTTP to ``localhost:4318`` unless
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``)
-says otherwise; ``OTEL_METRIC_EXPORT_INTERVAL`` and ``OTEL_SERVICE_NAME`` apply.
+says otherwise; ``OTEL_METRICS_EXPORTER=console`` prints them instead, one JSON
+line per export with the worker's pid, slot and instance id first (no
+collector needed). ``OTEL_METRIC_EXPORT_INTERVAL`` and ``OTEL_SERVICE_NAME`` apply.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import tempfile
 from typing import Any
 
@@ -32,6 +36,7 @@ from celery.signals import worker_process_init, worker_process_shutdown
 
 SERVICE_NAME = "celery-example"
 SLOT = "process_metrics.worker.slot"
+SUMMARY = ("process.cpu.time", "process.memory.usage", "process.thread.count")
 
 BROKER = os.environ.get("CELERY_BROKER_URL", "filesystem://")
 app = Celery("tasks", broker=BROKER)
@@ -48,10 +53,46 @@ if BROKER == "filesystem://":
 _providers: list[Any] = []
 
 
+def _console_line(data: Any) -> str:
+    """One short JSON line per export: the worker's identity and a few values.
+
+    One line keeps the output of concurrent workers from interleaving.
+    """
+    for rm in data.resource_metrics:
+        metrics = [m for sm in rm.scope_metrics for m in sm.metrics]
+        values = {m.name: [p.value for p in m.data.data_points] for m in metrics}
+        attrs = rm.resource.attributes
+        line = {
+            "pid": os.getpid(),  # the exporter runs in the worker
+            "service.instance.id": attrs.get("service.instance.id"),
+            SLOT: attrs.get(SLOT),
+            "service.name": attrs.get("service.name"),
+            "metrics": {name: v for name, v in values.items() if name in SUMMARY},
+            "shared": sorted(n for n in values if n.startswith("system.")),
+        }
+        return json.dumps(line) + "\n"
+    return ""
+
+
+def _exporter() -> Any:
+    """``OTEL_METRICS_EXPORTER``: ``otlp`` (the default, over HTTP) or ``console``."""
+    kind = os.environ.get("OTEL_METRICS_EXPORTER", "otlp").strip()
+    if kind == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+        # Celery logs what a pool process prints (worker_redirect_stdouts); the real
+        # stdout keeps one JSON line per export.
+
+        return ConsoleMetricExporter(out=sys.__stdout__, formatter=_console_line)
+    if kind != "otlp":
+        raise ValueError(f"OTEL_METRICS_EXPORTER={kind!r}: this example knows otlp and console")
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter()
+
+
 @worker_process_init.connect
 def setup_metrics(**_: Any) -> None:
     """In each new pool process: its own provider, resource and instrumentor."""
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
@@ -64,7 +105,7 @@ def setup_metrics(**_: Any) -> None:
     resource = Resource.create({"service.name": service}).merge(
         ProcessWorkerResourceDetector().detect()
     )
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    reader = PeriodicExportingMetricReader(_exporter())
     provider = MeterProvider(metric_readers=[reader], resource=resource)
     instrumentor = ProcessInstrumentor()
     if instrumentor.is_instrumented_by_opentelemetry:

@@ -21,7 +21,9 @@ of tasks (default 4 per worker) and ``EXAMPLE_TASKS_PER_CHILD`` the
 
 Metrics go over OTLP/HTTP to ``localhost:4318`` unless
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``)
-says otherwise; ``OTEL_METRIC_EXPORT_INTERVAL`` and ``OTEL_SERVICE_NAME`` apply.
+says otherwise; ``OTEL_METRICS_EXPORTER=console`` prints them instead, one JSON
+line per export with the worker's pid, slot and instance id first (no
+collector needed). ``OTEL_METRIC_EXPORT_INTERVAL`` and ``OTEL_SERVICE_NAME`` apply.
 """
 
 from __future__ import annotations
@@ -31,15 +33,51 @@ import multiprocessing
 import multiprocessing.util
 import os
 import time
+from typing import Any
 
 SERVICE_NAME = "multiprocessing-example"
 SLOT = "process_metrics.worker.slot"
+SUMMARY = ("process.cpu.time", "process.memory.usage", "process.thread.count")
 WORKERS = int(os.environ.get("EXAMPLE_WORKERS", "2"))
+
+
+def _console_line(data: Any) -> str:
+    """One short JSON line per export: the worker's identity and a few values.
+
+    One line keeps the output of concurrent workers from interleaving.
+    """
+    for rm in data.resource_metrics:
+        metrics = [m for sm in rm.scope_metrics for m in sm.metrics]
+        values = {m.name: [p.value for p in m.data.data_points] for m in metrics}
+        attrs = rm.resource.attributes
+        line = {
+            "pid": os.getpid(),  # the exporter runs in the worker
+            "service.instance.id": attrs.get("service.instance.id"),
+            SLOT: attrs.get(SLOT),
+            "service.name": attrs.get("service.name"),
+            "metrics": {name: v for name, v in values.items() if name in SUMMARY},
+            "shared": sorted(n for n in values if n.startswith("system.")),
+        }
+        return json.dumps(line) + "\n"
+    return ""
+
+
+def _exporter() -> Any:
+    """``OTEL_METRICS_EXPORTER``: ``otlp`` (the default, over HTTP) or ``console``."""
+    kind = os.environ.get("OTEL_METRICS_EXPORTER", "otlp").strip()
+    if kind == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return ConsoleMetricExporter(formatter=_console_line)
+    if kind != "otlp":
+        raise ValueError(f"OTEL_METRICS_EXPORTER={kind!r}: this example knows otlp and console")
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter()
 
 
 def setup_metrics() -> None:
     """In each new worker: its own provider, resource and instrumentor."""
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.resources import Resource
@@ -52,7 +90,7 @@ def setup_metrics() -> None:
     resource = Resource.create({"service.name": service}).merge(
         ProcessWorkerResourceDetector().detect()
     )
-    reader = PeriodicExportingMetricReader(OTLPMetricExporter())
+    reader = PeriodicExportingMetricReader(_exporter())
     provider = MeterProvider(metric_readers=[reader], resource=resource)
     instrumentor = ProcessInstrumentor()
     if instrumentor.is_instrumented_by_opentelemetry:

@@ -62,11 +62,13 @@ class Lines:
         return line
 
 
-def start(args: list[str], *, stderr: int = subprocess.STDOUT, **env: str) -> subprocess.Popen[str]:
-    """``args`` started from the root in :func:`clean_env` plus ``env``, stdout piped as text.
+def start(
+    args: list[str], *, stderr: int = subprocess.STDOUT, cwd: Path = ROOT, **env: str
+) -> subprocess.Popen[str]:
+    """``args`` started from ``cwd`` (the root) in :func:`clean_env` plus ``env``, stdout piped.
 
     stderr goes with stdout unless ``stderr`` says otherwise (``subprocess.DEVNULL``).
     """
     return subprocess.Popen(
-        args, env=clean_env(**env), cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True
+        args, env=clean_env(**env), cwd=cwd, stdout=subprocess.PIPE, stderr=stderr, text=True
     )

@@ -30,6 +30,7 @@ EXPECTED: dict[str, str] = {
     r"^psutil has no cpu_freq here$": "platform",
     r"^psutil\.net_connections\(\) needs root on macOS": "platform",
     r"^stops the example with SIGTERM, which Windows cannot send$": "platform",
+    r"^sends SIGINT, which Windows cannot send$": "platform",
     r"^the names of other hosts are checked with a faked platform below$": "platform",
     r"^no garbage-collection pauses here \(not CPython\)$": "platform",
     r"^this platform reports none of ": "platform",
@@ -79,6 +80,7 @@ EXPECTED: dict[str, str] = {
     r"^the README quotes SDK 1\.45's default exporter timeout; this is ": "version",
     r"^this SDK keeps no collection lock where the guard looks": "version",
     r"^this SDK's readers take no cardinality_limits": "version",
+    r"^the demo installs the latest releases; this cell has the lowest ones$": "version",
     # A race with the interpreter's own GC: rare, never in every cell.
     r"^a collection of its own came in between": "race",
 }

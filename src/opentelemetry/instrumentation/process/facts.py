@@ -51,6 +51,16 @@ class Facts(NamedTuple):
     """Of the host's CPUs."""
     cpu_freq_max_hz: int | None
     """Of the host's CPUs."""
+    # What the two limits above were derived from, for a report of what was found
+    # (``python -m opentelemetry.instrumentation.process``); no metric reads them.
+    affinity_cpus: int | None = None
+    """CPUs in the affinity mask."""
+    cgroup_paths: cgroup.CgroupPaths | None = None
+    """The process's cgroup folders, per controller (Linux)."""
+    cpu_quota: float | None = None
+    """CPUs allowed by the tightest cgroup CPU quota; ``None``: no quota."""
+    cgroup_memory_limit: int | None = None
+    """Bytes allowed by the tightest cgroup memory limit; ``None``: no limit."""
 
 
 def this_process() -> psutil.Process:
@@ -122,6 +132,10 @@ def read_facts(
         fd_limit=get("the file descriptor limit", _fd_limit),
         cpu_freq_min_hz=fmin,
         cpu_freq_max_hz=fmax,
+        affinity_cpus=affinity,
+        cgroup_paths=get("the cgroup folders", paths),
+        cpu_quota=quota,
+        cgroup_memory_limit=mem_limit,
     )
 
 

@@ -7,6 +7,7 @@ variables (``environment.py``), the gating options of the metric table, the
 configuration reference and the README's table are all derived from these
 declarations.
 
+Words are read alike from code and from the environment (:func:`_words_or`).
 A bad value raises ``ValueError`` naming the option, a bounded excerpt of the
 value, and what is allowed. Which metrics the options turn on is in
 ``selection.py``.
@@ -14,6 +15,7 @@ value, and what is allowed. Which metrics the options turn on is in
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import os
@@ -102,45 +104,68 @@ class Form:
         """An ``int`` that must be even."""
 
 
-_TRUE = {"true", "1", "yes"}
-_FALSE = {"false", "0", "no"}
-_WORDS = "`true`, `false`, `1`, `0`, `yes` or `no` (any case)"
+# One rule for words, from code and from the environment alike: any case, blanks
+# around ignored, the same spellings. Code may also give the Python value itself.
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+AUTO_WORD = "auto"
+_BOOLEAN_WORDS = tuple(w for pair in zip(TRUE_WORDS, FALSE_WORDS, strict=True) for w in pair)
+_ALLOWED = ", ".join(_BOOLEAN_WORDS) + " (any case)"
+
+
+def _written(words: Iterable[str]) -> str:
+    """``a``, ``b`` or ``c`` (any case): how the words of a form are written in the docs."""
+    quoted = [f"`{w}`" for w in words]
+    listed = ", ".join(quoted[:-1]) + " or " + quoted[-1] if len(quoted) > 1 else quoted[0]
+    return f"{listed} (any case)"
 
 
 def _boolean(raw: str) -> bool:
     word = raw.strip().lower()
-    if word in _TRUE | _FALSE:
-        return word in _TRUE
-    raise ValueError("expected one of true, false, 1, 0, yes, no")
+    if word in TRUE_WORDS or word in FALSE_WORDS:
+        return word in TRUE_WORDS
+    raise ValueError(f"expected one of {_ALLOWED}")
 
 
 def _boolean_or_auto(raw: str) -> bool | None:
-    if raw.strip().lower() == "auto":
+    if raw.strip().lower() == AUTO_WORD:
         return None
     try:
         return _boolean(raw)
     except ValueError:
-        raise ValueError("expected auto, or one of true, false, 1, 0, yes, no") from None
+        raise ValueError(f"expected one of {AUTO_WORD}, {_ALLOWED}") from None
 
 
-def _check_boolean(name: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}: expected True or False, got {excerpt(value)}")
-    return value
+def _words_or(
+    native: Callable[[object], bool], parse: Callable[[str], Any], expected: str
+) -> Callable[[str, Any], Any]:
+    """The check from code: a ``native`` value as it is, text as its variable would be read."""
+
+    def check(name: str, value: object) -> Any:
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return parse(value)
+        elif native(value):
+            return value
+        raise ValueError(f"{name}: expected {expected}, got {excerpt(value)}")
+
+    return check
 
 
-def _check_boolean_or_auto(name: str, value: object) -> bool | None:
-    if value is not None and not isinstance(value, bool):
-        raise ValueError(f"{name}: expected True, False or None (auto), got {excerpt(value)}")
-    return value
-
-
-BOOLEAN = Form(_check_boolean, _boolean, _WORDS, kind="bool")
-"""``True`` or ``False``."""
-BOOLEAN_OR_AUTO = Form(
-    _check_boolean_or_auto, _boolean_or_auto, "`auto`, or " + _WORDS, kind="tristate"
+_IS_BOOL = _words_or(
+    lambda v: isinstance(v, bool), _boolean, f"True or False, or one of {_ALLOWED}"
 )
-"""``True``, ``False`` or ``None`` (auto: the snapshot side decides)."""
+BOOLEAN = Form(_IS_BOOL, _boolean, _written(_BOOLEAN_WORDS), kind="bool")
+"""``True`` or ``False``, or one of their words in any case."""
+_IS_TRISTATE = _words_or(
+    lambda v: v is None or isinstance(v, bool),
+    _boolean_or_auto,
+    f"True, False or None (auto), or one of {AUTO_WORD}, {_ALLOWED}",
+)
+BOOLEAN_OR_AUTO = Form(
+    _IS_TRISTATE, _boolean_or_auto, _written((AUTO_WORD, *_BOOLEAN_WORDS)), kind="tristate"
+)
+"""``True``, ``False`` or ``None`` (auto: the snapshot side decides), or one of their words."""
 
 
 def _whole_number(raw: str) -> int:
@@ -165,18 +190,17 @@ def whole_number(*, even_because: str = "") -> Form:
 
 
 def choice(values: tuple[str, ...]) -> Form:
-    """One of ``values``; the environment's text is taken in any case."""
+    """One of ``values`` (lower-case words), from code or the environment, in any case."""
 
-    def check(name: str, value: object) -> str:
-        if value not in values:
-            raise ValueError(
-                f"{name}: expected one of {', '.join(map(repr, values))}, got {excerpt(value)}"
-            )
-        return str(value)
+    def parse(raw: str) -> str:
+        word = raw.strip().lower()
+        if word not in values:
+            raise ValueError(f"expected one of {', '.join(values)} (any case)")
+        return word
 
-    words = [f"`{v}`" for v in values]
-    written = ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
-    return Form(check, lambda raw: raw.strip().lower(), f"{written} (any case)", "choice", values)
+    expected = f"one of {', '.join(map(repr, values))} (any case)"
+    check = _words_or(lambda _v: False, parse, expected)
+    return Form(check, parse, _written(values), "choice", values)
 
 
 def _patterns(raw: str) -> tuple[str, ...]:

@@ -1,0 +1,429 @@
+"""``python -m opentelemetry.instrumentation.process``: what this package reports here.
+
+Takes one snapshot of the metrics the options enable and prints a line per
+metric, then what it found: the cgroup and its limits, the pressure stall
+files, the CPUs available, and the metrics that are off, and why. The
+``OTEL_PYTHON_PROCESS_METRICS_*`` variables apply; ``OPTION=VALUE`` arguments
+override them. It needs neither the SDK nor an exporter: the points come
+from the package's own instruments side (``Instrumentation.observe``).
+
+The snapshot is taken :data:`WINDOW` seconds after the start, so that the
+utilisations cover that second rather than a few microseconds; with
+``--every N`` each later one covers the N seconds since the one before. The
+``process.*`` and ``cpython.*`` values are this command's own process; the
+host, cgroup and pressure ones are shared with every process here, and this
+command reads them itself (``shared_metrics="every"``), so that it never
+takes the role of another process of the group.
+
+``--json`` prints each snapshot as one JSON object on one line; its shape is
+documented in docs/getting-started.md ("See it first") and held by the tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import logging
+import os
+import platform
+import sys
+import textwrap
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .catalog import supported
+from .environment import ENV_VARS, from_environment, resolve
+from .facts import Facts
+from .instruments import Instrumentation
+from .metrics import METRICS, Metric
+from .options import OPTION_NAMES, ProcessMetricsOptions, declared
+from .printer import Point, footnotes, readable, table
+from .version import __version__
+
+PROG = "python -m opentelemetry.instrumentation.process"
+WINDOW = 1.0
+"""Seconds between the start and the first snapshot: what its utilisations cover."""
+JSON_FORMAT = 1
+"""The version of the ``--json`` shape; a change that removes or renames a key raises it."""
+FORCED = {"shared_metrics": "every"}
+"""Options this command sets itself, whatever the arguments and the environment say."""
+
+ARGUMENT, ENVIRONMENT, DEFAULT, COMMAND = "argument", "environment", "default", "this command"
+
+WIDTH = 100
+"""Columns of the readable form's wrapped lines."""
+
+# Why a source that the options turn on has nothing to read here (its open hook said so).
+IDLE = {
+    "cgroup_cpu": "no cgroup CPU quota or memory limit applies (saturation=None, auto)",
+    "cgroup_memory": "no cgroup CPU quota or memory limit applies (saturation=None, auto)",
+    "pressure": "no pressure stall files (neither the cgroup's *.pressure nor /proc/pressure)",
+}
+PRESSURE_SCOPE = "process_metrics.pressure.scope"
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: ``OPTION=VALUE`` arguments, ``--json``, ``--every``, ``--options``."""
+    named = ", ".join(ENV_VARS)
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Print one snapshot of the process metrics this package reports here, "
+        "and what it found: cgroup limits, pressure stall files, CPUs, the metrics that are "
+        "off and why. The OTEL_PYTHON_PROCESS_METRICS_* variables apply; OPTION=VALUE "
+        "arguments override them.",
+        epilog=f"Options: {named}. A value is written as in its environment variable "
+        "(per_cpu=on, include='system.disk.*,system.network.io').",
+    )
+    p.add_argument(
+        "settings",
+        nargs="*",
+        metavar="OPTION=VALUE",
+        help="an option of the instrumentor, e.g. per_thread=on",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print each snapshot as one JSON object on one line"
+    )
+    p.add_argument(
+        "--every",
+        type=_seconds,
+        metavar="SECONDS",
+        help="print a snapshot every SECONDS until Ctrl-C",
+    )
+    p.add_argument(
+        "--options",
+        action="store_true",
+        help="print the options in force and where each comes from, then exit",
+    )
+    return p
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0.1 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"expected 0.1 to 86400 seconds, got {text!r}")
+    return value
+
+
+def from_arguments(p: argparse.ArgumentParser, settings: Sequence[str]) -> dict[str, Any]:
+    """``OPTION=VALUE`` arguments as options; a bad one is argparse's error (exit 2)."""
+    found: dict[str, Any] = {}
+    for setting in settings:
+        name, equals, raw = setting.partition("=")
+        name = name.strip()
+        if not equals or name not in ENV_VARS:
+            p.error(f"{setting!r}: expected OPTION=VALUE, OPTION one of {', '.join(ENV_VARS)}")
+        parse = declared(name).form.parse
+        assert parse is not None  # every option of ENV_VARS has one
+        try:
+            value = parse(raw)
+            ProcessMetricsOptions(**{name: value})  # the check of a value from code
+        except ValueError as exc:
+            p.error(f"{setting!r}: {exc}")
+        found[name] = value
+    return found
+
+
+class Resolved:
+    """The options in force and where each one comes from."""
+
+    __slots__ = ("options", "sources")
+
+    def __init__(self, arguments: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+        environment = from_environment(environ)  # one warning per bad variable
+        self.options = resolve({**environment, **arguments, **FORCED}, environ={})
+        self.sources: dict[str, str] = {}
+        for name in OPTION_NAMES:
+            var = ENV_VARS.get(name)
+            if name in FORCED:
+                source = f"{COMMAND}: a snapshot reads the shared metrics itself"
+            elif name in arguments:
+                source = ARGUMENT
+            elif name in environment:
+                source = f"{ENVIRONMENT} ({var})"
+            elif var is not None and environ.get(var, "").strip():
+                source = f"{DEFAULT} ({var} was refused: see the warning)"
+            else:
+                source = DEFAULT
+            self.sources[name] = source
+
+    def as_data(self) -> dict[str, dict[str, Any]]:
+        """``{option: {"value": ..., "source": ...}}``, in declaration order."""
+        return {
+            name: {"value": _plain(getattr(self.options, name)), "source": self.sources[name]}
+            for name in OPTION_NAMES
+        }
+
+    def lines(self) -> list[str]:
+        """One aligned line per option: name, value, source."""
+        width = max(map(len, OPTION_NAMES))
+        shown = {n: repr(_plain(getattr(self.options, n))) for n in OPTION_NAMES}
+        value_width = min(30, max(map(len, shown.values())))
+        return [
+            f"{name:<{width}}  {shown[name]:<{value_width}}  {self.sources[name]}"
+            for name in OPTION_NAMES
+        ]
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON holds it: tuples as lists, mappings as dicts."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class Snapshot:
+    """One snapshot's points, by metric, and what the instrumentation found."""
+
+    __slots__ = ("at", "generation", "live", "points", "window")
+
+    def __init__(self, live: Instrumentation, window: float, seen: int = 0) -> None:
+        """A fresh snapshot of ``live``; ``seen`` is the generation of the one before (or 0)."""
+        self.live = live
+        self.window = window
+        self.at = time.time()
+        snap = live.cache.snapshot(seen)
+        self.generation = snap.generation
+        self.points: dict[Metric, list[Point]] = {
+            m: [
+                Point(m.name, m.unit, dict(o.attributes or {}), o.value)
+                for o in live.observe(m, snap)
+            ]
+            for m in live.metrics
+        }
+
+    def found(self) -> dict[str, Any]:
+        """What this process found: its CPUs, memory limit, cgroup, pressure files, what is off."""
+        facts = self.live.cache.facts
+        return {
+            "pid": facts.pid,
+            "platform": sys.platform,
+            "python": platform.python_version(),
+            "cpus": {
+                "logical": facts.logical_cpus,
+                "physical": facts.physical_cpus,
+                "affinity": facts.affinity_cpus,
+                "cgroup_quota": facts.cpu_quota,
+                "available": facts.available_cpus,
+            },
+            "memory": {"limit": facts.memory_limit, "cgroup_limit": facts.cgroup_memory_limit},
+            "cgroup": _cgroup(facts),
+            "pressure": self._pressure(),
+            "off": off(self.live),
+        }
+
+    def _pressure(self) -> dict[str, Any]:
+        """Whether pressure stall files exist (``None``: not looked for) and whose they are."""
+        looked = any(s.name == "pressure" for s in self.live.cache.sources)
+        idle = "pressure" in self.live.cache.idle
+        scopes = {
+            str(p.attributes[PRESSURE_SCOPE])
+            for m, points in self.points.items()
+            if m.source == "pressure"
+            for p in points
+            if PRESSURE_SCOPE in p.attributes
+        }
+        return {
+            "files": (not idle) if looked else None,
+            "scope": scopes.pop() if len(scopes) == 1 else None,
+        }
+
+    def as_data(self, resolved: Resolved) -> dict[str, Any]:
+        """The ``--json`` object (docs/getting-started.md, "See it first")."""
+        return {
+            "format": JSON_FORMAT,
+            "version": __version__,
+            "time": round(self.at, 3),
+            "window": round(self.window, 3),
+            "options": resolved.as_data(),
+            "found": self.found(),
+            "metrics": [
+                {
+                    "name": m.name,
+                    "kind": m.kind.value,
+                    "unit": m.unit,
+                    "points": [
+                        {"attributes": _plain(p.attributes), "value": p.value} for p in points
+                    ],
+                }
+                for m, points in self.points.items()
+            ],
+        }
+
+    def lines(self) -> list[str]:
+        """The readable form: the metrics, then what was found."""
+        facts = self.live.cache.facts
+        shown = [p for points in self.points.values() for p in points]
+        empty = [m.name for m, points in self.points.items() if not points]
+        head = (
+            f"Process metrics of this command (pid {facts.pid}), a snapshot covering "
+            f"{self.window:.1f} s: process.* and cpython.* are this process; system.*, "
+            "container.* and the pressure stalls are the host and its cgroup."
+        )
+        out = [*textwrap.wrap(head, WIDTH), "", *table(shown)]
+        notes = footnotes(p.name for p in shown)
+        if empty:
+            notes.append(f"No value this time (unknown here, so left out): {', '.join(empty)}.")
+        for note in notes:
+            out += ["", *textwrap.wrap(f"Note: {note}", WIDTH)]
+        return [*out, "", *found_lines(self.found())]
+
+
+def _cgroup(facts: Facts) -> dict[str, Any] | None:
+    """The process's cgroup folder per controller, with the hierarchy's version."""
+    paths = facts.cgroup_paths
+    if paths is None or not any(paths):
+        return None
+    return {
+        controller: None if h is None else {"version": h.version, "path": str(h.own)}
+        for controller, h in paths._asdict().items()
+    }
+
+
+EXCLUDED, OPTION, OPT_IN, NOTHING_TO_READ = "exclude", "option", "opt-in", "nothing to read"
+"""The reasons a metric of this platform is off (``found.off[].reason``)."""
+
+
+def off(live: Instrumentation) -> list[dict[str, Any]]:
+    """The metrics of this platform that are not reported, by reason, in table order.
+
+    Each is ``{"reason": ..., "why": ..., "metrics": [names]}``: the reason is
+    left out by ``exclude``, gated by an ``option`` that is ``False``,
+    ``opt-in`` and not in ``include``, or ``nothing to read`` here for its
+    source; ``why`` says it in words.
+    """
+    options, reported = live.options, set(live.metrics)
+    by_reason: dict[tuple[str, str], list[str]] = {}
+    for m in METRICS:
+        if m in reported or not supported(m):
+            continue
+        by_reason.setdefault(_why_off(m, options, live), []).append(m.name)
+    return [
+        {"reason": reason, "why": why, "metrics": names}
+        for (reason, why), names in by_reason.items()
+    ]
+
+
+def _why_off(m: Metric, options: ProcessMetricsOptions, live: Instrumentation) -> tuple[str, str]:
+    if any(fnmatch.fnmatchcase(m.name, p) for p in options.exclude):
+        return EXCLUDED, "left out by exclude"
+    if m.option is not None and getattr(options, m.option) is False:
+        return OPTION, f"{m.option}=False"
+    if m.source in live.cache.idle:
+        if m.source == "pressure" or options.saturation is None:
+            return NOTHING_TO_READ, IDLE.get(m.source, "nothing to read for it here")
+        return NOTHING_TO_READ, "nothing to read for it here"
+    if m.exact_only:
+        return OPT_IN, "opt-in, and only its exact name in include turns it on"
+    return OPT_IN, "opt-in, and not in include (by name or glob)"
+
+
+def found_lines(found: Mapping[str, Any]) -> list[str]:
+    """What was found, a line each, then the metrics that are off, by reason."""
+    rows = [
+        ("CPUs available", _cpus_text(found["cpus"])),
+        ("memory available", _memory_text(found["memory"])),
+        ("cgroup", _cgroup_text(found["cgroup"])),
+        ("pressure stall files", _pressure_text(found["pressure"])),
+    ]
+    width = max(len(k) for k, _ in rows)
+    out = ["Found here:"]
+    for key, value in rows:
+        first, *more = value.split("\n")
+        out += [f"  {key:<{width}}  {first}", *(f"  {'':<{width}}  {m}" for m in more)]
+    if found["off"]:
+        out.append("Off, and why:")
+        for o in found["off"]:
+            text = f"{o['why']}: {', '.join(o['metrics'])}."
+            out += textwrap.wrap(
+                text, WIDTH, initial_indent="  ", subsequent_indent="      ", break_long_words=False
+            )
+    return out
+
+
+def _cpus_text(cpus: Mapping[str, Any]) -> str:
+    available, affinity, quota = cpus["available"], cpus["affinity"], cpus["cgroup_quota"]
+    mask = f"affinity {affinity} of " if affinity is not None else ""
+    limit = f"cgroup CPU quota {quota:g} CPUs" if quota is not None else "no cgroup CPU quota"
+    shown = f"{available:g}" if available is not None else "unknown"
+    return f"{shown} ({mask}{cpus['logical']} logical CPUs; {limit})"
+
+
+def _memory_text(memory: Mapping[str, Any]) -> str:
+    limit, cgroup_limit = memory["limit"], memory["cgroup_limit"]
+    if limit is None:
+        return "unknown"
+    if cgroup_limit is None:
+        return f"{readable(limit, 'By')} (host memory; no cgroup memory limit)"
+    by = "the cgroup's limit" if cgroup_limit == limit else "host memory"
+    return f"{readable(limit, 'By')} ({by}; cgroup memory limit {readable(cgroup_limit, 'By')})"
+
+
+def _cgroup_text(cgroup: Mapping[str, Any] | None) -> str:
+    """A line per folder: the controllers found there, then the folder."""
+    if not cgroup:
+        return "none found (not Linux, or no cgroup file system)"
+    seen: dict[str, list[str]] = {}
+    for controller, h in cgroup.items():
+        if h is not None:
+            seen.setdefault(h["path"], []).append(f"v{h['version']} {controller}")
+    return "\n".join(f"{', '.join(names)}: {where}" for where, names in seen.items())
+
+
+def _pressure_text(pressure: Mapping[str, Any]) -> str:
+    if pressure["files"] is None:
+        return "not looked for (saturation=False, or not Linux)"
+    if not pressure["files"]:
+        return "none"
+    scope = pressure["scope"]
+    return "yes" + (f" ({'the cgroup' if scope == 'cgroup' else 'the host'}'s)" if scope else "")
+
+
+def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
+    """Run the command; returns its exit status (argparse exits 2 on a bad argument)."""
+    p = parser()
+    args = p.parse_args(argv)
+    arguments = from_arguments(p, args.settings)
+    logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
+    resolved = Resolved(arguments, os.environ if environ is None else environ)
+    if args.options:
+        _print(json.dumps(resolved.as_data()) if args.json else "\n".join(resolved.lines()))
+        return 0
+    live = Instrumentation(resolved.options)
+    try:
+        started = time.monotonic()
+        time.sleep(WINDOW)
+        window, seen = time.monotonic() - started, 0
+        while True:
+            started = time.monotonic()
+            snap = Snapshot(live, window, seen)
+            seen = snap.generation
+            _print(json.dumps(snap.as_data(resolved)) if args.json else "\n".join(snap.lines()))
+            if args.every is None:
+                return 0
+            time.sleep(max(0.0, started + args.every - time.monotonic()))
+            window = time.monotonic() - started
+            if not args.json:
+                _print("")
+    except KeyboardInterrupt:  # Ctrl-C ends --every: a normal end
+        return 0
+    finally:
+        live.cache.close()
+
+
+def _print(text: str) -> None:
+    print(text, flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # | head: the reader went away; no error at exit's flush either
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

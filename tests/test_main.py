@@ -1,0 +1,403 @@
+"""``python -m opentelemetry.instrumentation.process``, run as a user runs it: a subprocess.
+
+Each run gets a clean environment (no ``OTEL_*`` of the shell) and a runtime
+directory of its own. What it prints is held against the package's table and
+options, and what it found against the kernel's files read by the test
+(``tests/support/cgroups.py``) and psutil.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from opentelemetry.instrumentation.process import __main__ as command
+from opentelemetry.instrumentation.process.catalog import supported
+from opentelemetry.instrumentation.process.environment import ENV_VARS
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
+from opentelemetry.instrumentation.process.options import OPTION_NAMES
+
+from .conftest import on_by_default
+from .support import cgroups
+from .support.examples import ROOT, Lines, clean_env
+
+MODULE = "opentelemetry.instrumentation.process"
+COMMAND = [sys.executable, "-m", MODULE]
+ON_LINUX = sys.platform.startswith("linux")
+
+
+def run(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess[str]:
+    """The command with ``args``, in a clean environment plus ``env``; not checked."""
+    return subprocess.run(
+        [*COMMAND, *args],
+        env=clean_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def ok(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    done = run(*args, **env)
+    assert done.returncode == 0, f"exit {done.returncode}:\n{done.stderr[-3000:]}"
+    return done
+
+
+@pytest.fixture(scope="module")
+def snapshot() -> dict[str, Any]:
+    """One ``--json`` snapshot with the defaults."""
+    done = ok("--json")
+    assert done.stderr == "", done.stderr
+    (line,) = done.stdout.splitlines()  # one object on one line
+    found: dict[str, Any] = json.loads(line)
+    return found
+
+
+@pytest.fixture(scope="module")
+def text() -> str:
+    """One readable snapshot with the defaults."""
+    done = ok()
+    assert done.stderr == "", done.stderr
+    return done.stdout
+
+
+def reported(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    return {m["name"]: m["points"] for m in doc["metrics"]}
+
+
+# --- the default snapshot ------------------------------------------------------
+
+
+def test_the_snapshot_has_every_default_metric_with_its_values(snapshot: dict[str, Any]) -> None:
+    metrics = reported(snapshot)
+    with_points = {name for name, points in metrics.items() if points}
+    assert with_points == on_by_default()
+    for m in snapshot["metrics"]:
+        row = METRICS_BY_NAME[m["name"]]
+        assert (m["kind"], m["unit"]) == (row.kind.value, row.unit)
+    [rss] = metrics["process.memory.usage"]
+    assert rss["attributes"] == {} and rss["value"] > 2**20
+    modes = {p["attributes"]["cpu.mode"] for p in metrics["process.cpu.time"]}
+    assert modes == {"user", "system"}
+    # A utilisation over the first second, not over the microseconds since start.
+    assert 0.9 <= snapshot["window"] < 30
+    assert metrics["system.cpu.utilization"], "no host CPU utilisation"
+    assert snapshot["format"] == command.JSON_FORMAT == 1
+
+
+def test_the_snapshot_says_what_it_found_as_the_kernel_and_psutil_say(
+    snapshot: dict[str, Any],
+) -> None:
+    found = snapshot["found"]
+    assert found["pid"] != os.getpid() and found["platform"] == sys.platform
+    cpus = found["cpus"]
+    assert cpus["logical"] == psutil.cpu_count(logical=True)
+    assert cpus["physical"] == psutil.cpu_count(logical=False)
+    if not ON_LINUX:
+        return
+    assert cpus["affinity"] == len(os.sched_getaffinity(0))  # the child inherits the mask
+    assert cpus["cgroup_quota"] == cgroups.cpu_quota()
+    assert cpus["available"] == cgroups.available_cpus()
+    assert found["memory"]["cgroup_limit"] == cgroups.memory_limit()
+    host = psutil.virtual_memory().total
+    limit = cgroups.memory_limit()
+    assert found["memory"]["limit"] == (min(host, limit) if limit else host)
+    for controller in ("cpu", "memory"):
+        place = cgroups.own_dir(controller)
+        shown = found["cgroup"][controller]
+        assert (shown and shown["path"]) == (place and str(place[1])), controller
+    unified = cgroups.own_folder("unified")
+    if unified is not None:
+        assert found["cgroup"]["unified"] == {"version": 2, "path": str(unified)}
+    pressure = Path("/proc/pressure/cpu").exists() or (
+        unified is not None and (unified / "cpu.pressure").exists()
+    )
+    assert found["pressure"]["files"] is pressure
+    assert (found["pressure"]["scope"] is not None) is pressure
+
+
+def test_every_metric_of_this_platform_is_reported_or_said_to_be_off(
+    snapshot: dict[str, Any],
+) -> None:
+    off = snapshot["found"]["off"]
+    said = [name for o in off for name in o["metrics"]]
+    assert len(said) == len(set(said)), "a metric is off for two reasons"
+    here = {m.name for m in METRICS if supported(m)}
+    assert set(said) | set(reported(snapshot)) == here
+    assert not set(said) & set(reported(snapshot))
+    reasons = {name: o["reason"] for o in off for name in o["metrics"]}
+    for m in METRICS:
+        if m.name not in reasons:
+            continue
+        if m.option is not None and m.option != "saturation":  # off by default
+            assert reasons[m.name] == "option", m.name
+        elif not m.default and m.option is None:
+            assert reasons[m.name] == "opt-in", m.name
+    assert {o["reason"] for o in off} <= {"exclude", "option", "opt-in", "nothing to read"}
+
+
+def test_the_options_say_where_they_come_from(snapshot: dict[str, Any]) -> None:
+    options = snapshot["options"]
+    assert list(options) == list(OPTION_NAMES)
+    for name, shown in options.items():
+        if name == "shared_metrics":
+            assert shown["value"] == "every"
+            assert shown["source"].startswith("this command")
+        else:
+            assert shown["source"] == "default", name
+
+
+def test_the_readable_snapshot_is_a_line_per_metric_aligned_with_what_was_found(
+    text: str, snapshot: dict[str, Any]
+) -> None:
+    head, _, rest = text.partition("\n\n")
+    assert head.startswith("Process metrics of this command (pid ")
+    table = rest.split("\n\n", 1)[0].splitlines()
+    names = [line.split()[0] for line in table]
+    assert set(names) == {n for n, p in reported(snapshot).items() if p}
+    # The values start in one column, whatever the length of the name.
+    starts = {len(line) - len(line.split(None, 1)[1]) for line in table}
+    assert len(starts) == 1, table
+    assert re.search(r"^process\.memory\.usage +[\d.]+ MiB$", text, re.MULTILINE)
+    assert "Note: process.disk.operations counts read and write calls" in text
+    found = text[text.index("Found here:") :]
+    cpus = snapshot["found"]["cpus"]
+    assert f"CPUs available        {cpus['available']:g} (" in found
+    assert f"{cpus['logical']} logical CPUs" in found
+    for o in snapshot["found"]["off"]:
+        assert " ".join(f"{o['why']}: {', '.join(o['metrics'])}.".split()) in " ".join(
+            found.split()
+        )
+    assert not re.search(r"\d\.\d{5,}", text), "a value printed unrounded"
+
+
+# --- options from arguments and the environment ---------------------------------
+
+
+def test_arguments_beat_the_environment_and_a_bad_variable_warns_once() -> None:
+    env = {
+        ENV_VARS["per_thread"]: "ON",
+        ENV_VARS["exclude"]: "cpython.gc.*",
+        ENV_VARS["per_cpu"]: "maybe",
+        ENV_VARS["max_thread_series"]: "10",
+    }
+    done = ok("--options", "--json", "max_thread_series=4", "include=system.disk.*", **env)
+    options = json.loads(done.stdout)
+    assert options["per_thread"] == {
+        "value": True,
+        "source": f"environment ({ENV_VARS['per_thread']})",
+    }
+    assert options["max_thread_series"] == {"value": 4, "source": "argument"}
+    assert options["include"] == {"value": ["system.disk.*"], "source": "argument"}
+    assert options["per_cpu"] == {
+        "value": False,
+        "source": f"default ({ENV_VARS['per_cpu']} was refused: see the warning)",
+    }
+    warnings = done.stderr.strip().splitlines()
+    assert len(warnings) == 1 and ENV_VARS["per_cpu"] + "='maybe' is not valid" in warnings[0]
+    # The text form says the same, one line per option.
+    lines = ok("--options", "per_cpu=off").stdout.splitlines()
+    assert [line.split()[0] for line in lines] == list(OPTION_NAMES)
+    assert re.fullmatch(r"per_cpu +False +argument", lines[OPTION_NAMES.index("per_cpu")])
+
+
+def test_the_snapshot_follows_the_options() -> None:
+    done = ok(
+        "--json",
+        "exclude=cpython.gc.*",
+        "include=system.disk.io",
+        **{ENV_VARS["per_thread"]: "yes"},
+    )
+    doc = json.loads(done.stdout)
+    names = set(reported(doc))
+    assert "process_metrics.thread.cpu.time" in names
+    assert not {n for n in names if n.startswith("cpython.gc.")}
+    if supported(METRICS_BY_NAME["system.disk.io"]):
+        assert "system.disk.io" in names
+    off = {name: o["reason"] for o in doc["found"]["off"] for name in o["metrics"]}
+    assert off["cpython.gc.collections"] == "exclude"
+    assert "system.disk.operations" in off  # include named one metric only
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["per_cpu=maybe"],
+        ["nope=1"],
+        ["per_cpu"],
+        ["attributes=x"],  # code only
+        ["max_thread_series=3"],
+        ["include=process.cpu.tme"],
+        ["--every", "0"],
+        ["--every", "soon"],
+        ["--bogus"],
+    ],
+    ids=" ".join,
+)
+def test_a_bad_argument_is_argparses_error_and_status_2(args: list[str]) -> None:
+    done = run(*args)
+    assert done.returncode == 2, done
+    assert done.stdout == ""
+    assert done.stderr.startswith("usage: python -m opentelemetry.instrumentation.process")
+    [error] = [line for line in done.stderr.splitlines() if ": error: " in line]
+    assert error.split(": error: ")[1], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT, which Windows cannot send")
+def test_every_repeats_until_ctrl_c_which_ends_it_with_status_0() -> None:
+    proc = subprocess.Popen(
+        [*COMMAND, "--every", "0.3", "--json"],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    docs: list[dict[str, Any]] = []
+    try:
+        assert proc.stdout is not None
+        lines = Lines(proc.stdout)
+        deadline = time.monotonic() + 60
+        while len(docs) < 3:
+            line = lines.next(deadline)
+            assert line is not None, lines.seen
+            docs.append(json.loads(line))
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert code == 0
+    assert proc.stderr is not None and proc.stderr.read() == ""
+    assert [d["found"]["pid"] for d in docs] == [proc.pid] * 3
+    times = [d["time"] for d in docs]
+    assert times == sorted(times) and len(set(times)) == 3
+    # Each later snapshot's utilisations cover the time since the one before.
+    assert all(d["window"] >= 0.29 for d in docs[1:])
+    uptimes = [reported(d)["process.uptime"][0]["value"] for d in docs]
+    assert uptimes == sorted(uptimes) and len(set(uptimes)) == 3
+
+
+def test_it_needs_neither_the_sdk_nor_an_exporter() -> None:
+    """The runtime dependencies only: the SDK cannot be imported in this run."""
+    script = (
+        "import runpy, sys\n"
+        "sys.modules['opentelemetry.sdk'] = None  # import fails\n"
+        f"sys.argv = ['{MODULE}', '--json']\n"
+        f"runpy.run_module('{MODULE}', run_name='__main__', alter_sys=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert "process.cpu.time" in reported(doc)
+
+
+# --- in a cgroup with limits -----------------------------------------------------
+
+
+@pytest.fixture
+def limited() -> Iterator[tuple[cgroups.Cgroup, cgroups.Cgroup]]:
+    """A v1 cpu cgroup with a quota of 0.5 CPU and a memory cgroup limited to 512 MiB."""
+    with cgroups.child_cgroup("cpu") as cpu, cgroups.child_cgroup("memory") as memory:
+        cpu.write("cpu.cfs_period_us", "100000")
+        cpu.write("cpu.cfs_quota_us", "50000")
+        memory.write("memory.limit_in_bytes", str(512 * 2**20))
+        yield cpu, memory
+
+
+def test_in_a_limited_cgroup_it_shows_the_quota_the_limit_and_the_container_metrics(
+    limited: tuple[cgroups.Cgroup, cgroups.Cgroup],
+) -> None:
+    cpu, memory = limited
+    # The shell moves itself into both cgroups, then becomes the command.
+    enter = f"echo $$ > {cpu.folder}/cgroup.procs && echo $$ > {memory.folder}/cgroup.procs"
+    done = subprocess.run(
+        ["sh", "-c", f'{enter} && exec "$@"', "sh", *COMMAND, "--json"],
+        env=clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    found = doc["found"]
+    assert found["cpus"]["cgroup_quota"] == 0.5
+    assert found["cpus"]["available"] == min(0.5, len(os.sched_getaffinity(0)))
+    assert found["memory"]["cgroup_limit"] == 512 * 2**20
+    assert found["memory"]["limit"] == min(512 * 2**20, psutil.virtual_memory().total)
+    assert found["cgroup"]["cpu"] == {"version": 1, "path": str(cpu.folder)}
+    assert found["cgroup"]["memory"] == {"version": 1, "path": str(memory.folder)}
+    metrics = reported(doc)
+    [limit] = metrics["process_metrics.cgroup.memory.limit"]
+    assert limit["value"] == 512 * 2**20
+    assert metrics["process_metrics.cgroup.cpu.periods"], "the quota's periods are missing"
+    assert metrics["container.memory.usage"][0]["value"] > 2**20
+    assert not [o for o in found["off"] if o["reason"] == "nothing to read"]
+    # The readable form of the same findings.
+    lines = "\n".join(command.found_lines(found))
+    assert "CPUs available        0.5 (" in lines
+    assert "cgroup CPU quota 0.5 CPUs)" in lines
+    assert "512.0 MiB (the cgroup's limit; cgroup memory limit 512.0 MiB)" in lines
+    assert f"v1 memory: {memory.folder}" in lines
+
+
+# --- the docs that promise it --------------------------------------------------------
+
+
+def _paths(value: Any, path: str = "") -> Iterator[tuple[str, bool]]:
+    """(dotted path, is null) of each leaf; ``<option>``, ``<controller>`` stand for keys."""
+    whole = path.endswith((".attributes", ".value"))  # a value as it is, whatever its type
+    if isinstance(value, dict) and not whole:
+        wildcard = {"options": "<option>", "found.cgroup": "<controller>"}.get(path)
+        for key, inner in value.items():
+            yield from _paths(inner, f"{path}.{wildcard or key}" if path else key)
+    elif isinstance(value, list) and not whole:
+        for inner in value:
+            yield from _paths(inner, f"{path}[]")
+    else:
+        yield path, value is None
+
+
+def test_the_json_shape_is_the_one_documented(snapshot: dict[str, Any]) -> None:
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    section = page[page.index("## See it first") : page.index("## In code")]
+    documented = set(re.findall(r"^\| `([^`]+)` \|", section, re.MULTILINE))
+    produced = dict(_paths(snapshot))
+    for path, null in produced.items():
+        assert path in documented or (null and any(d.startswith(path + ".") for d in documented)), (
+            f"{path} is not documented"
+        )
+    for path in documented:
+        assert path in produced or any(
+            null and path.startswith(p + ".") for p, null in produced.items()
+        ), f"{path} is documented but not produced"
+    assert f"taken {command.WINDOW:g} s after the start" in " ".join(section.split())
+
+
+def test_the_readme_quick_start_begins_with_the_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    quick = readme[readme.index("## Quick start") :]
+    first = re.search(r"```(\w+)\n(.*?)```", quick, re.DOTALL)
+    assert first is not None
+    assert first.group(2).split("\n")[0].split("#")[0].strip() == f"python -m {MODULE}"
