@@ -738,7 +738,7 @@ def test_a_failing_pass_is_run_once_drops_the_children_only_and_recovers(
     spawn: Callable[..., Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from opentelemetry.instrumentation.process.sources import children as children_sources
+    from opentelemetry.instrumentation.process.sources import child_pass as children_sources
 
     wait_listed({spawn().pid})
     supervise()
