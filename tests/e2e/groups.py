@@ -185,3 +185,17 @@ def kill_the_leader_and_wait(
 
     at, successor = wait_until(next_point, 10 * interval_s + 10, "a shared point after the kill")
     return killed_at, at, instance, successor
+
+
+def collections_of(
+    vm: VictoriaMetrics, service: str, instance: str, start: float, end: float
+) -> int:
+    """How many collections ``instance`` of ``service`` exported from ``start`` to ``end``.
+
+    Each collection of a worker carries one point of its own process metrics, at
+    the collection's time.
+    """
+    rows = vm.export(
+        f'{PER_PROCESS}{{service_name="{service}", service_instance_id="{instance}"}}', start=start
+    )
+    return len({ts for row in rows for ts in row["timestamps"] if ts <= end * 1000})

@@ -276,8 +276,14 @@ def test_shared_metrics_come_from_one_instance_at_a_time(
 def test_after_a_sigkill_of_the_reporter_another_reports_within_two_intervals(
     group: Run, vm_prom: VictoriaMetrics
 ) -> None:
+    # Another worker takes the role at its next collection: its first or second
+    # after the kill (one may have been under way). A count, not a time: a loaded
+    # machine stretches the intervals, never the count.
+    taken = groups.collections_of(
+        vm_prom, group.service, group.successor, group.killed_at, group.next_shared_at
+    )
     delay = group.next_shared_at - group.killed_at
-    assert delay <= 2 * INTERVAL_MS / 1000, f"{group.name}: {delay:.2f} s after the kill"
+    assert 1 <= taken <= 2, f"{group.name}: at the successor's collection {taken} ({delay:.2f} s)"
     # The killed worker reports nothing more; its slot's new holder reports as it did.
     after = groups.shared_samples(vm_prom, group.service, group.killed_at)
     assert after and after[0][1] == group.successor

@@ -173,9 +173,12 @@ def test_each_service_has_its_shared_metrics_in_most_windows(crowd: Crowd, which
 def test_after_a_sigkill_of_the_web_reporter_another_web_worker_reports(
     crowd: Crowd, vm_prom: VictoriaMetrics
 ) -> None:
-    delay = crowd.next_shared_at - crowd.killed_at
-    assert delay <= 2 * INTERVAL_S, f"{delay:.2f} s after the kill"
     web = crowd.services["web"]
+    # At the successor's first or second collection after the kill: a count, not a time.
+    taken = groups.collections_of(
+        vm_prom, web.name, crowd.successor, crowd.killed_at, crowd.next_shared_at
+    )
+    assert 1 <= taken <= 2, f"at its collection {taken}"
     assert crowd.successor != crowd.killed
     assert crowd.successor in {w.instance for w in groups.announced(web.child.output())}
     # The others went on reporting their own, as before.
