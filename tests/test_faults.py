@@ -126,9 +126,12 @@ def _options_for(source: str) -> dict[str, Any]:
     if gated == {"saturation"}:  # its sources share one reader: turn on only this one
         others = [m.name for m in METRICS if m.option == "saturation" and m.source != source]
         return {"saturation": True, "exclude": others}
+    # A source that takes its value from another of the same refresh when it can (its
+    # needs) reads it itself only without that one: theirs are left out.
+    given = {"exclude": [m.name for m in METRICS if m.source in SOURCES[source].needs]}
     if gated:
-        return {**direct, **{option: True for option in gated if option}}
-    return {**direct, "include": [m.name for m in fed if not m.default]}
+        return {**direct, **given, **{option: True for option in gated if option}}
+    return {**direct, **given, "include": [m.name for m in fed if not m.default]}
 
 
 CASES = [

@@ -76,6 +76,11 @@ _TREE_CPU = (
     "this process's own time, its live descendants' (with what they reaped of theirs) and "
     "what it reaped of its children (RUSAGE_CHILDREN); never decreases"
 )
+_GIL = (
+    "about 5 samples a second; time / samples is the mean wait of a thread that becomes "
+    "ready, contended / samples the share of time another thread held the GIL "
+    "(docs/stalls.md)"
+)
 _PSI = (
     "stall_type is some or full; scope is cgroup (the files of a v2 cgroup) or host "
     "(/proc/pressure); modelled on semantic-conventions PR #3528, whose .total suffix is "
@@ -122,6 +127,13 @@ METRICS: tuple[Metric, ...] = (
     Metric("process.uptime", G, "s", "Seconds since this process started.",
            group="process", source="process_uptime", field="uptime", default=True,
            value_type=float),
+    Metric("process_metrics.cpu.linux.run_queue.wait_time", C, "s",
+           "Time the threads of this process were runnable but waiting for a CPU, added up "
+           "over the threads (their schedstat run_delay), time throttled by a CPU quota "
+           "included (extension).",
+           group="process", source="process_run_queue", field="wait_time", default=True,
+           value_type=float,
+           note="what a thread waited after the last collection is lost when it exits"),
     # --- limits of this process, on by default (static facts: no read)
     Metric("process_metrics.cpu.available", G, "{cpu}",
            "CPUs this process may use: its affinity, capped by a cgroup CPU quota; the "
@@ -166,6 +178,25 @@ METRICS: tuple[Metric, ...] = (
            option="gc_pause_histogram",
            note="le: 1e-05 to 1 (seconds, the 1-2-5 series) and +Inf, as Prometheus writes "
            "them"),
+    # --- GIL wait: only with gil_wait=True
+    Metric("process_metrics.cpython.gil.wait.time", C, "s",
+           "Time a sampling thread waited for the GIL after it became ready, its run-queue "
+           "wait taken out, added up over its samples (extension).",
+           group="cpython", source="cpython_gil_wait", field="time", value_type=float,
+           option="gil_wait", note=_GIL),
+    Metric("process_metrics.cpython.gil.wait.samples", C, "{sample}",
+           "Wakes of the GIL-wait sampling thread (extension).",
+           group="cpython", source="cpython_gil_wait", field="samples", option="gil_wait",
+           note=_GIL),
+    Metric("process_metrics.cpython.gil.wait.contended", C, "{sample}",
+           "Wakes of the GIL-wait sampling thread that waited for the GIL at all (extension).",
+           group="cpython", source="cpython_gil_wait", field="contended", option="gil_wait",
+           note=_GIL),
+    Metric("process_metrics.cpython.gil.wait.max", G, "s",
+           "Longest wait for the GIL of one sample since the previous collection of metrics "
+           "(extension).",
+           group="cpython", source="cpython_gil_wait", field="max", value_type=float,
+           option="gil_wait", note=_GIL),
     # --- event-loop lag: only with event_loop=True
     Metric("process_metrics.eventloop.delay.max", G, "s",
            "Longest delay of an asyncio event loop in running a timer since the previous "

@@ -296,6 +296,11 @@ class ProcessMetricsOptions:
     """
     gc_pause_histogram: bool = option(False, BOOLEAN, gates=True)
     """Count garbage-collection pauses in buckets from 10 µs to 1 s (a histogram as counters)."""
+    gil_wait: bool = option(False, BOOLEAN, gates=True)
+    """Sample how long a thread that becomes ready waits for the GIL (Linux, with a GIL).
+
+    One daemon thread wakes about 5 times a second (``process_metrics.cpython.gil.wait.*``).
+    """
     event_loop: bool = option(False, BOOLEAN, gates=True)
     """Measure how late each asyncio event loop runs a timer (``process_metrics.eventloop.*``)."""
     direct_reads: bool = option(True, BOOLEAN)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ..linux import procfs
+from ..linux import procfs, schedstat
 from ..options import BY_NAME
 from ..platforms import LINUX, ON_LINUX, POSIX, WINDOWS
 from .base import (
@@ -108,9 +108,9 @@ def _io(ctx: ReadContext) -> Reading:
 
 
 THREAD_COUNT = "thread_count"
-"""The field in which the per-thread and the signals reads give the number of threads."""
+"""The field in which the per-thread, run-queue and signals reads give the number of threads."""
 
-_COUNTED_BY = ("process_threads", "process_signals")
+_COUNTED_BY = ("process_threads", "process_run_queue", "process_signals")
 """Sources of the same refresh that count the threads anyway, in order of preference."""
 
 
@@ -122,6 +122,49 @@ def _num_threads(ctx: ReadContext) -> Reading:
         if count is not None:
             return {"count": count}
     return {"count": int(ctx.process.num_threads())}
+
+
+class _Listing:
+    """``/proc/self/task`` as listed at the refresh of time ``at``."""
+
+    __slots__ = ("at", "tids")
+
+    def __init__(self) -> None:
+        self.at = -1.0
+        self.tids: list[int] = []
+
+
+_TASKS = State("process_tasks", lambda _ctx: _Listing())
+"""The listing of the latest refresh, shared by the sources that need it."""
+
+
+def task_ids(ctx: ReadContext) -> list[int]:
+    """This process's thread ids, listed once per refresh for every source that needs them."""
+    listing = ctx.state_of(_TASKS)
+    if listing.at != ctx.now:
+        listing.tids, listing.at = procfs.thread_ids(), ctx.now
+    return listing.tids
+
+
+_RUN_QUEUE = State("process_run_queue", lambda _ctx: schedstat.RunQueueWait())
+
+
+def _open_run_queue(_ctx: ReadContext) -> bool:
+    try:
+        schedstat.this_thread_waiting_ns()
+    except OSError:
+        return False  # a kernel without scheduler statistics: nothing to report, no warning
+    return True
+
+
+def _run_queue(ctx: ReadContext) -> Reading:
+    tids = task_ids(ctx)
+    waited = ctx.state_of(_RUN_QUEUE).update(tids)
+    return {"wait_time": waited / 1e9, THREAD_COUNT: len(tids)}
+
+
+def _run_queue_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    ctx.drop(_RUN_QUEUE)  # the parent's threads and total are not the child's
 
 
 def _num_fds(ctx: ReadContext) -> Reading:
@@ -172,7 +215,7 @@ def _busiest(ctx: ReadContext, limit: int) -> tuple[int, list[threads.ThreadTime
     from ..linux import threads
 
     def direct() -> tuple[int, list[threads.ThreadTimes]]:
-        tids = procfs.thread_ids()
+        tids = task_ids(ctx)
         return len(tids), threads.busiest_threads(limit, tids=tids)
 
     found = ctx.direct_read("threads", direct)
@@ -353,8 +396,20 @@ SOURCES: tuple[Source, ...] = (
         "(elsewhere: psutil reads every thread)",
         in_process=True,
         direct=("threads",),
-        keeps=(_GROUPS,),
+        keeps=(_GROUPS, _TASKS),
         after_fork=_threads_after_fork,
+    ),
+    Source(
+        "process_run_queue",
+        _run_queue,
+        numbers("wait_time", THREAD_COUNT),
+        "lists /proc/self/task (once, with the per-thread read), one clock read per thread, "
+        "and /proc/self/task/<tid>/schedstat of each thread that ran since the last collection",
+        platforms=LINUX,
+        in_process=True,  # before the thread count, which it gives
+        open=_open_run_queue,
+        keeps=(_TASKS, _RUN_QUEUE),
+        after_fork=_run_queue_after_fork,
     ),
     Source(
         "process_signals",
@@ -368,7 +423,7 @@ SOURCES: tuple[Source, ...] = (
         "process_num_threads",
         _num_threads,
         numbers("count"),
-        "psutil: /proc/self/status, in oneshot; no read when the per-thread or the "
+        "psutil: /proc/self/status, in oneshot; no read when the per-thread, run-queue or "
         "signals read has counted the threads",
         in_process=True,
         needs=_COUNTED_BY,
