@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import glob
 import logging
-import time
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 

@@ -1,0 +1,215 @@
+"""Run-queue wait (linux/schedstat.py, process_metrics.cpu.linux.run_queue.wait_time), for real.
+
+The stall is produced for real: this process pinned to one CPU with a CPU-bound
+process pinned beside it. Each reading is taken while the test's own worker
+threads are parked (blocked, so their waits cannot grow), and compared with
+the OS's own figures for the same window: the threads' run_delay added up by
+another process, and what the threads did not get of the CPU (wall time times
+runnable threads, minus their CPU time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
+from opentelemetry.instrumentation.process.linux import schedstat
+
+from .conftest import OpenRecorder, collect, value
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+WAIT = "process_metrics.cpu.linux.run_queue.wait_time"
+OUTSIDE = """
+import glob, sys
+total = 0
+for path in glob.glob(f"/proc/{sys.argv[1]}/task/*/schedstat"):
+    try:
+        total += int(open(path).read().split()[1])
+    except (OSError, IndexError):
+        pass
+print(total)
+"""
+
+
+def outside_sum(pid: int) -> float:
+    """The run_delay of ``pid``'s threads, added up by another process, in seconds."""
+    done = subprocess.run(
+        [sys.executable, "-c", OUTSIDE, str(pid)], capture_output=True, text=True, check=True
+    )
+    return int(done.stdout) / 1e9
+
+
+@pytest.fixture
+def one_cpu() -> Iterator[int]:
+    """This process on one CPU only, for the test."""
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs CPU affinity")
+    before = os.sched_getaffinity(0)
+    cpu = max(before)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield cpu
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def hog(cpu: int, seconds: float) -> subprocess.Popen[bytes]:
+    """A CPU-bound process pinned to ``cpu`` for ``seconds``."""
+    code = (
+        f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+        f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
+    )
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+class Workers:
+    """``n`` threads that hash in C (the GIL released) while running, parked otherwise."""
+
+    def __init__(self, n: int) -> None:
+        self.stop, self.running = threading.Event(), threading.Event()
+        self.parked = threading.Semaphore(0)
+        self.threads = [threading.Thread(target=self._work) for _ in range(n)]
+        for t in self.threads:
+            t.start()
+        self.park()
+
+    def _work(self) -> None:
+        data = b"x" * (1 << 20)
+        while not self.stop.is_set():
+            self.parked.release()
+            self.running.wait()
+            while self.running.is_set() and not self.stop.is_set():
+                hashlib.sha256(data).digest()
+
+    def run(self) -> None:
+        self.running.set()
+
+    def park(self) -> None:
+        self.running.clear()
+        for _ in self.threads:
+            self.parked.acquire()
+
+    def end(self) -> None:
+        self.stop.set()
+        self.running.set()
+        for t in self.threads:
+            t.join()
+
+
+@pytest.fixture
+def metrics() -> Iterator[InMemoryMetricReader]:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    made = ProcessMetrics(ProcessMetricsOptions(include=[]), meter_provider=provider)
+    try:
+        yield reader
+    finally:
+        made.close()
+        provider.shutdown()
+
+
+@pytest.mark.parametrize("threads", [0, 2], ids=["the main thread spins", "two threads hash"])
+def test_the_wait_beside_a_cpu_bound_process_is_the_oss_own(
+    one_cpu: int, metrics: InMemoryMetricReader, threads: int
+) -> None:
+    workers = Workers(threads)
+    seconds = 2.0
+    neighbour = hog(one_cpu, seconds + 1.0)
+    try:
+        time.sleep(0.3)  # the neighbour is up and spinning
+        before = value(collect(metrics)[WAIT])
+        os_before, cpu_before, wall_before = (
+            outside_sum(os.getpid()),
+            time.process_time(),
+            (time.monotonic()),
+        )
+        if threads:
+            workers.run()
+            time.sleep(seconds)
+            workers.park()
+        else:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                pass
+        wall = time.monotonic() - wall_before
+        cpu = time.process_time() - cpu_before
+        by_os = outside_sum(os.getpid()) - os_before
+        waited = value(collect(metrics)[WAIT]) - before
+    finally:
+        workers.end()
+        neighbour.wait()
+    runnable = max(1, threads)
+    assert waited == pytest.approx(by_os, rel=0.10)
+    # What the runnable threads did not get of their CPU, they waited for it.
+    assert waited == pytest.approx(wall * runnable - cpu, rel=0.10)
+    assert waited > 0.3 * seconds * runnable  # a neighbour on the one CPU takes a share
+
+
+def test_a_quiet_process_waits_for_a_cpu_only_at_its_wake_ups(
+    metrics: InMemoryMetricReader,
+) -> None:
+    before = value(collect(metrics)[WAIT])
+    start = time.monotonic()
+    for _ in range(10):
+        time.sleep(0.1)
+    waited = value(collect(metrics)[WAIT]) - before
+    assert 0 <= waited < 0.05 * (time.monotonic() - start)
+
+
+def test_an_exited_threads_wait_stays_counted_and_the_counter_never_goes_down(
+    one_cpu: int,
+) -> None:
+    counter = schedstat.RunQueueWait()
+    workers = Workers(1)
+    neighbour = hog(one_cpu, 2.0)
+    try:
+        time.sleep(0.2)
+        workers.run()
+        time.sleep(0.6)
+        workers.park()
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+        with_thread = counter.update(tids)
+        assert with_thread > 0.1e9  # it waited beside the neighbour
+    finally:
+        workers.end()  # the thread exits: its run_delay leaves the OS's sum
+        neighbour.wait()
+    tids = [int(t) for t in os.listdir("/proc/self/task")]
+    assert len(tids) == len(threading.enumerate())
+    assert counter.update(tids) >= with_thread
+
+
+def test_an_idle_thread_is_not_read_again_and_a_new_one_counts_whole(opens: OpenRecorder) -> None:
+    counter = schedstat.RunQueueWait()
+    done = threading.Event()
+    sleeper = threading.Thread(target=done.wait)
+    sleeper.start()
+    try:
+        tid = sleeper.native_id
+        assert tid is not None
+        first = counter.update([tid])
+        assert first == schedstat.read(f"/proc/self/task/{tid}/schedstat")[1]
+        with opens.recording() as opened:
+            again = counter.update([tid])  # asleep since: its CPU clock did not move
+        assert again == first and opened == []
+    finally:
+        done.set()
+        sleeper.join()
+
+
+def test_the_reading_is_three_numbers_and_a_gone_thread_is_said() -> None:
+    on_cpu, waiting = schedstat.read("/proc/self/schedstat")
+    assert on_cpu > 0 and waiting >= 0
+    assert schedstat.this_thread_waiting_ns() >= 0
+    with pytest.raises((FileNotFoundError, ProcessLookupError)):
+        schedstat.read("/proc/self/task/999999999/schedstat")
