@@ -31,6 +31,7 @@ COMPONENTS = {
     "saturation": "What the saturation group adds, in a real limited cgroup",
     "forks": "What a fork costs, instrumented and not",
     "startup": "What a process pays to start reporting, beside the peer",
+    "stalls": "What the run-queue wait and the GIL-wait probe cost",
 }
 
 

@@ -475,6 +475,8 @@ def test_cpu_frequency_opt_in() -> None:
 
 # Rows whose panels are empty unless an option or the host turns their metrics on.
 ROW_GROUPS = {"Saturation": "saturation", "Workers (supervisor mode)": "tree"}
+STALLS_ROW = "Where the time went (stalls)"
+"""The causes of docs/stalls.md, side by side: defaults, automatic and opt-in metrics."""
 
 
 def test_dashboard_queries_use_only_default_metrics() -> None:
@@ -492,7 +494,7 @@ def test_dashboard_queries_use_only_default_metrics() -> None:
         p["title"]: p.get("description", "") for p in queries.panels(dashboard["panels"])
     }
     used: set[str] = set()
-    for q in (q for q in found if q.row not in ROW_GROUPS):
+    for q in (q for q in found if q.row not in ROW_GROUPS and q.row != STALLS_ROW):
         assert "$" not in q.expr, q
         assert q.expr.count("(") == q.expr.count(")"), q
         for name in re.findall(r"\b([a-z][a-z0-9_]*)\{", q.expr):
@@ -527,6 +529,28 @@ def test_dashboard_rows_of_a_group_use_only_its_metrics(row: str, group: str) ->
         assert used, q
         for name in used:
             assert any(name == n or name.startswith(n + "_") for n in names), (q.source, name)
+
+
+def test_the_stalls_row_shows_the_causes_of_the_stalls_page() -> None:
+    """Every metric the table of docs/stalls.md names is in the row, and nothing else."""
+    queries = load_file(EXAMPLES / "grafana" / "queries.py", "example_queries")
+    found = [q for q in queries.queries() if q.row == STALLS_ROW]
+    assert found, f"no panel in row {STALLS_ROW!r}"
+    page = (ROOT / "docs" / "stalls.md").read_text()
+    table = page.split("| Cause |", 1)[1].split("\n\n", 1)[0]
+    named = {
+        name
+        for cell in (line.split("|")[2] for line in table.splitlines()[2:])
+        for name in re.findall(r"`([a-z_.]+?)(?:\.\*)?`", cell)
+    }
+    prefixes = {n.replace(".", "_") for n in named}
+    used = {name for q in found for name in re.findall(r"\b([a-z][a-z0-9_]*)\{", q.expr)}
+    for name in used:
+        assert any(name.startswith(p) for p in prefixes), (name, sorted(prefixes))
+    for prefix in prefixes:
+        assert any(name.startswith(prefix) for name in used), (prefix, sorted(used))
+    names = {m.name for m in METRICS}
+    assert all(n in names or any(m.startswith(n + ".") for m in names) for n in named), named
 
 
 def test_the_readme_names_the_dashboard_and_each_of_its_rows() -> None:

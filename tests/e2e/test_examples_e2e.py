@@ -176,8 +176,9 @@ def test_every_dashboard_query_returns_data(
         # The Saturation row needs a limited cgroup: test_saturation_e2e.py runs it
         # against one. Event-loop panels need event_loop=True: test_runtime_e2e.py
         # feeds them from a server. The Workers row needs a master with
-        # children=True: test_supervisor.py runs it against one.
-        if q.row not in ("Saturation", "Workers (supervisor mode)")
+        # children=True: test_supervisor.py runs it against one. The stalls row
+        # needs gil_wait and event_loop: test_runtime_e2e.py runs it too.
+        if q.row not in ("Saturation", "Workers (supervisor mode)", "Where the time went (stalls)")
         and "process_metrics_eventloop_" not in q.expr
     ]
     assert len(queries) >= 10, queries

@@ -116,6 +116,7 @@ def _start(
         OTEL_METRIC_EXPORT_INTERVAL="500",
         OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="system_metrics",
         OTEL_PYTHON_PROCESS_METRICS_EVENT_LOOP="true",
+        OTEL_PYTHON_PROCESS_METRICS_GIL_WAIT="true",
         OTEL_PYTHON_PROCESS_METRICS_GC_PAUSE_HISTOGRAM="true" if histogram else "false",
     )
     child = children.start(f"uvicorn-{loop}-{service[-8:]}", argv, env)
@@ -376,3 +377,37 @@ def test_histogram_quantile_reads_the_pause_buckets(
     counts = sorted((float(r["metric"]["le"]), float(r["value"][1])) for r in rows)
     assert len(counts) == 17 and counts[-1][0] == float("inf")
     assert [c for _, c in counts] == sorted(c for _, c in counts)
+
+
+STALLS_ROW = "Where the time went (stalls)"
+
+
+def test_the_stalls_row_of_the_dashboard_shows_these_servers(
+    servers: list[Served], vm_prom: VictoriaMetrics
+) -> None:
+    """Every query of the row has data, but those of an automatic source this host lacks."""
+    from opentelemetry.instrumentation.process.metrics import METRICS
+    from opentelemetry.instrumentation.process.sources import SOURCES
+
+    from ..conftest import automatic_here
+
+    prom = [s for s in servers if s.naming.prometheus]
+    services = "|".join(s.app.service for s in prom)
+    row = [q for q in dashboard_queries(variables={"service": services}) if q.row == STALLS_ROW]
+    assert len(row) >= 8, row
+    absent_here = {
+        _prometheus_name(m.name)
+        for m in METRICS
+        if SOURCES[m.source].auto and not automatic_here(m)
+    }
+    checked = [q for q in row if not any(name in q.expr for name in absent_here)]
+    assert len(checked) >= 6, (checked, absent_here)
+    empty = [q.source for q in checked if not vm_prom.query(q.expr)]
+    assert not empty, f"queries without data: {empty}"
+    by_query = {q.source: vm_prom.query(q.expr) for q in checked}
+    gil = next(
+        v
+        for k, v in by_query.items()
+        if k.startswith("panel Wait for the GIL") and k.endswith("/ A")
+    )
+    assert all(float(r["value"][1]) >= 0.0 for r in gil)  # a mean wait per wake, in seconds
