@@ -146,6 +146,12 @@ def task_ids(ctx: ReadContext) -> list[int]:
     return listing.tids
 
 
+def _listed(ctx: ReadContext, tids: list[int]) -> None:
+    """Keep the thread ids that psutil listed in this refresh: no other source lists them again."""
+    listing = ctx.state_of(_TASKS)
+    listing.tids, listing.at = tids, ctx.now
+
+
 _RUN_QUEUE = State("process_run_queue", lambda _ctx: schedstat.RunQueueWait())
 
 
@@ -222,6 +228,7 @@ def _busiest(ctx: ReadContext, limit: int) -> tuple[int, list[threads.ThreadTime
     if found is not None:
         return found
     every = ctx.process.threads()
+    _listed(ctx, [t.id for t in every])
     ranked = sorted(every, key=lambda t: (-(t.user_time + t.system_time), t.id))
     return len(every), [
         threads.ThreadTimes(t.id, t.user_time, t.system_time) for t in ranked[:limit]
@@ -281,6 +288,7 @@ def _thread_groups(ctx: ReadContext) -> Reading:
     names = _python_names()
     current: dict[int, tuple[str | None, float, float]] = {}
     every = ctx.process.threads()
+    _listed(ctx, [t.id for t in every])
     for t in every:
         # A pattern is fixed at first sight: a renamed thread must not move
         # time from one series to another, which would make one go down.
