@@ -207,14 +207,18 @@ def test_default_collection_opens_only_its_sources(sdk: Sdk, opens: OpenRecorder
     for unwanted in ("cpufreq", "/proc/cpuinfo", "diskstats", "/proc/net", "cgroup", "mounts"):
         assert unwanted not in joined, paths
     # /proc/self/stat is not needed: CPU times come from getrusage(2). The
-    # thread count comes from psutil's read of one line of status, whose cost
-    # does not grow with the threads (listing /proc/self/task would). Pressure
-    # stalls are on wherever the kernel has them: one file per resource.
-    threads = "status"
+    # run-queue wait lists /proc/self/task (which gives the thread count too)
+    # and reads the schedstat file of each thread that ran since the last
+    # collection: this one at least. Pressure stalls are on wherever the kernel
+    # has them: one file per resource.
     pressure = [r for r in ("cpu", "io", "memory") if os.path.exists(f"/proc/pressure/{r}")]
-    assert sorted(p.rsplit("/", 1)[-1] for p in paths) == sorted(
-        [threads, "statm", "io", "fd", "stat", "meminfo", *pressure]
+    names = [p.rsplit("/", 1)[-1] for p in paths]
+    ran = names.count("schedstat")
+    assert 1 <= ran <= threading.active_count(), paths
+    assert sorted(n for n in names if n != "schedstat") == sorted(
+        ["task", "statm", "io", "fd", "stat", "meminfo", *pressure]
     ), paths
+    assert f"/proc/self/task/{threading.get_native_id()}/schedstat" in paths
     assert len(paths) == len(set(paths))
 
 
