@@ -14,6 +14,7 @@ from opentelemetry.sdk.metrics.export import Metric
 
 from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
+from opentelemetry.instrumentation.process.probes.loops.probe import Probe
 
 from ..conftest import points
 
@@ -139,14 +140,28 @@ def live_timers(loop: asyncio.AbstractEventLoop) -> int:
     return sum(1 for h in [*loop._scheduled, *due] if not h.cancelled())  # type: ignore[attr-defined]
 
 
+def parked(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether a probe is parked on ``loop``: its selector's select is a probe's parked select."""
+    hook = vars(loop._selector).get("select")  # type: ignore[attr-defined]
+    return getattr(hook, "__func__", None) is Probe.parked_select
+
+
+def probed(loop: asyncio.AbstractEventLoop) -> int:
+    """A probe's pending tick, or its parked select, on ``loop`` (one for each probe)."""
+    return live_timers(loop) + parked(loop)
+
+
 def samples(monitor: LoopMonitor, label: str | None = None) -> int:
     """Delays recorded since the last read (of ``label``'s loops; every loop's if ``None``)."""
     return sum(p.window.count for p in monitor._probes if label is None or p.label == label)
 
 
 def selector_timed(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``loop``'s selector has a ``select`` of its own (ours, or someone's)."""
-    return "select" in vars(loop._selector)  # type: ignore[attr-defined]
+    """Whether ``loop``'s ``select`` is timed: by ours (under a parked probe too), or someone's."""
+    hook = vars(loop._selector).get("select")  # type: ignore[attr-defined]
+    if getattr(hook, "__func__", None) is Probe.parked_select:
+        return hook.__self__.timed is not None  # type: ignore[union-attr]
+    return hook is not None
 
 
 def run_with(runner: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:

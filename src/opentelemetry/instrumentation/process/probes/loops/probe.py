@@ -13,9 +13,9 @@ That ``select`` sees what the timer would have seen:
   so a tick due then would run now, this late (one delay, as a late tick);
 - waiting: the loop sleeps, and every tick that falls due while it sleeps
   would run on time (a delay of 0, counted without waking the loop);
-- called with work ready (timeout 0), or after the loop woke more than
-  ``PARKED_WAKES`` times in one interval: the loop is busy, and the timer is
-  set again at the due time (cheaper than a hook on every ``select``).
+- called more than ``PARKED_SELECTS`` times in one interval: the loop is
+  busy, and the timer is set again at the due time (cheaper than a hook on
+  every ``select``).
 
 Other loops (uvloop) keep the timer: one wake every interval.
 """
@@ -34,8 +34,13 @@ from typing import Any
 from .select_timing import Busy, hookable, time_select
 from .window import Window
 
-PARKED_WAKES = 3
-"""Wakes of a parked loop within one interval, beyond which the timer is set again."""
+PARKED_SELECTS = 8
+"""``select`` calls of a parked loop within one interval beyond which the timer is set again.
+
+A loop that wakes for a timer of its own selects about 3 times (the wake,
+then the callbacks it made ready, then the sleep); one that does that more
+than twice in an interval, or has work ready again and again, is busy.
+"""
 
 
 class Probe:
@@ -64,7 +69,7 @@ class Probe:
         """No tick pending: the loop's next ``select`` measures instead."""
         self.asleep = False
         """In the parked ``select``: the ticks due meanwhile run on time."""
-        self.wakes = 0
+        self.selects = 0
         """Parked ``select`` calls since a tick last fell due."""
         self.selector, self.select = hookable(loop)
         """The loop's selector and its own ``select`` (bound), if it can be hooked."""
@@ -113,7 +118,7 @@ class Probe:
                 if self.dead:
                     return
                 if self.parkable:
-                    self.parked, self.wakes = True, 0
+                    self.parked, self.selects = True, 0
                     if self._set_hook():
                         return
                     self.parked = self.parkable = False  # someone else's select now
@@ -129,10 +134,11 @@ class Probe:
         waits = timeout != 0
         with self.lock:
             self._late(time.monotonic())
+            self.selects += 1
             if waits:
                 self.asleep = True
-            else:
-                self._unpark()
+            elif self.selects > PARKED_SELECTS:
+                self._unpark()  # the timer is seen as soon as this select returns
         if not waits:
             return select(timeout)
         try:
@@ -142,8 +148,9 @@ class Probe:
                 self.asleep = False
                 if self.parked:
                     self._on_time(time.monotonic())
-                    self.wakes += 1
-                    if self.wakes > PARKED_WAKES:
+                    # Not before a wait: the loop's timeout, reckoned without the
+                    # timer, could let it sleep past the timer's due time.
+                    if self.selects > PARKED_SELECTS:
                         self._unpark()
 
     def pause(self) -> None:
@@ -164,7 +171,7 @@ class Probe:
         """Called at ``now`` by the parked loop: a tick due since ran this late."""
         if now >= self.due:
             self.window.add(now - self.due)
-            self.due, self.wakes = now + self.interval, 0
+            self.due, self.selects = now + self.interval, 0
 
     def _on_time(self, now: float) -> None:
         """The parked loop slept until ``now``: each tick due meanwhile ran on time."""
@@ -172,7 +179,7 @@ class Probe:
             passed = int((now - self.due) / self.interval) + 1
             self.window.add_on_time(passed)
             self.due += passed * self.interval
-            self.wakes = 0
+            self.selects = 0
 
     def _unpark(self) -> None:
         """The loop has work: the timer again, due when the next tick is."""

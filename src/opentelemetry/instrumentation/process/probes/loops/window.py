@@ -49,7 +49,7 @@ class Window:
         self.buckets[bisect_left(BUCKETS, delay)] += 1
 
     def add_on_time(self, count: int) -> None:
-        """``count`` ticks that ran on time (a delay of 0): the loop slept through their due times."""
+        """``count`` ticks on time (a delay of 0): the loop slept through their due times."""
         self.count += count
         self.buckets[0] += count
 
