@@ -21,6 +21,8 @@ so that drift on a shared machine lands on all. Workloads:
   anything done per iteration); throughput per CPU second of the loop's thread
   (``time.thread_time``: other jobs on a shared machine do not count);
 - ``tasks``: 100 tasks yielding with ``await asyncio.sleep(0)``, per CPU second;
+- ``echo``: 10 clients and a server in the loop, round trips of 64 bytes over
+  127.0.0.1 with asyncio streams, per CPU second (what a network server does);
 - ``calls``: Python calls per loop iteration of ``callbacks``, exact;
 - ``server`` and ``saturated``: what the probe reports for a loop whose work
   is known: requests of 0.1 to 2 ms at random gaps (the loop sleeps between
@@ -149,6 +151,34 @@ async def tasks(seconds: float, width: int = 100) -> dict[str, float]:
     return {"per CPU second": steps / (time.thread_time() - start)}
 
 
+async def echo(seconds: float, clients: int = 10) -> dict[str, float]:
+    """Round trips per CPU second: clients and a server on 127.0.0.1, over asyncio streams."""
+    count = 0
+    end = time.monotonic() + seconds
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(4096):
+            writer.write(data)
+        writer.close()
+
+    async def client() -> None:
+        nonlocal count
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        while time.monotonic() < end:
+            writer.write(b"x" * 64)
+            await reader.readexactly(64)
+            count += 1
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    start = time.thread_time()
+    await asyncio.gather(*(client() for _ in range(clients)))
+    cpu = time.thread_time() - start
+    server.close()
+    return {"per CPU second": count / cpu}
+
+
 async def calls(_seconds: float, iterations: int = 20_000) -> dict[str, float]:
     """Python calls (functions and builtins) per iteration, counted with ``sys.setprofile``.
 
@@ -204,6 +234,7 @@ WORKLOADS: dict[str, Body] = {
     "idle": idle,
     "callbacks": callbacks,
     "tasks": tasks,
+    "echo": echo,
     "calls": calls,
     "server": server,
     "saturated": lambda seconds: server(seconds, saturated=True),
