@@ -107,16 +107,16 @@ class Probe:
     def tick(self) -> None:
         self.handle = None
         loop = self.loop_ref()
-        if loop is None or self.dead:
+        if loop is None:
             return
         try:
             now = loop.time()
-            delay = now - self.due
-            self.due = now + self.interval
             with self.lock:
-                self.window.add(delay if delay > 0.0 else 0.0)
                 if self.dead:
                     return
+                delay = now - self.due
+                self.window.add(delay if delay > 0.0 else 0.0)
+                self.due = now + self.interval
                 if self.parkable:
                     self.parked, self.selects = True, 0
                     if self._set_hook():
@@ -186,7 +186,7 @@ class Probe:
         self.parked = False
         self._set_hook()
         loop = self.loop_ref()
-        if loop is not None and not self.dead:
+        if loop is not None:  # a pause, queued by detach(), cancels it if it is dead
             self.handle = loop.call_at(self.due, self.tick, context=self.context)
 
     def _set_hook(self) -> bool:
@@ -224,7 +224,6 @@ class Probe:
                 current = attributes.get("select")
                 if current is not None and (current is self.timed or current is self.hook):
                     del attributes["select"]
-            self.parked = False
             self.timed = None
 
     def detach(self) -> None:
