@@ -30,7 +30,8 @@ so that drift on a shared machine lands on all. Workloads:
 
 Usage::
 
-    python benchmarks/loop_lag.py [--loop asyncio|uvloop] [--seconds 2] [--rounds 5] [--against DIR]
+    python benchmarks/loop_lag.py [--loop asyncio|uvloop] [--seconds 2] [--rounds 5]
+                                  [--against DIR] [--only WORKLOAD ...]
 """
 
 from __future__ import annotations
@@ -328,9 +329,14 @@ def run_child(
 
 
 def benchmark(
-    *, loop: str = "asyncio", seconds: float = 2.0, rounds: int = 5, against: str | None = None
+    *,
+    loop: str = "asyncio",
+    seconds: float = 2.0,
+    rounds: int = 5,
+    against: str | None = None,
+    only: Sequence[str] = (),
 ) -> LoopProbeCost:
-    """Measure every workload on ``loop``; nothing is printed."""
+    """Measure the workloads (``only`` these, if given) on ``loop``; nothing is printed."""
     if loop not in LOOPS:
         raise ValueError(f"loop must be one of {', '.join(LOOPS)}; got {loop!r:.40}")
     if rounds < 1 or seconds <= 0:
@@ -339,11 +345,14 @@ def benchmark(
         )
     if against is not None and not Path(against, "src").is_dir():
         raise ValueError(f"against must be a checkout with a src folder; got {against!r:.80}")
+    if set(only) - set(WORKLOADS):
+        raise ValueError(f"only takes workloads of {', '.join(WORKLOADS)}; got {only!r:.80}")
+    workloads = [w for w in WORKLOADS if not only or w in only]
     configs = [*CONFIGS, *(f"{OLD}{c}" for c in CONFIGS[1:] if against)]
     rng = random.Random(1)
-    values: dict[str, list[dict[str, dict[str, float]]]] = {w: [] for w in WORKLOADS}
+    values: dict[str, list[dict[str, dict[str, float]]]] = {w: [] for w in workloads}
     for _ in range(rounds):
-        for workload in WORKLOADS:
+        for workload in workloads:
             # What the probe reports needs the probe; the calls are exact: one round.
             todo = configs[1:] if workload in REPORTED else configs
             if workload == "calls" and values[workload]:
@@ -415,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--against", help="a checkout of an older commit: its src/ is run too")
+    parser.add_argument("--only", nargs="*", default=(), choices=WORKLOADS, help="these workloads")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -422,7 +432,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(json.dumps(child(workload, config, float(seconds), loop)))
         return
     result = benchmark(
-        loop=args.loop, seconds=args.seconds, rounds=args.rounds, against=args.against
+        loop=args.loop,
+        seconds=args.seconds,
+        rounds=args.rounds,
+        against=args.against,
+        only=args.only,
     )
     print(table(result))
 
