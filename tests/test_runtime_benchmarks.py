@@ -97,10 +97,10 @@ def test_loop_benchmark_returns_its_result_and_prints_nothing(
             wakes[probe] - wakes[base] < 1 / seconds
             and wakes[delays_only] - wakes[base] < 1 / seconds
         )
-    for workload in bench.REPORTED:  # one block: a tick due in it runs at least this late
-        assert (
-            min(result.figure(workload, "max, ms").medians.values()) >= (bench.BLOCK - 0.02) * 1e3
-        )
+    # One block: a tick due in it runs at least this late (uvloop's clock counts whole ms).
+    least = (bench.BLOCK - 0.02 - (0.002 if loop == "uvloop" else 0.0)) * 1e3
+    for workload in bench.REPORTED:
+        assert min(result.figure(workload, "max, ms").medians.values()) >= least
     assert dataclasses.asdict(result)
     with pytest.raises(ValueError, match="loop must be one of asyncio, uvloop; got 'trio'"):
         bench.benchmark(loop="trio")

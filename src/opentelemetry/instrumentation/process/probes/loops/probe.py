@@ -195,15 +195,16 @@ class Probe:
         Parked: :meth:`parked_select`; else the timing wrapper, or the
         selector's own. Someone else's wrapper is never replaced.
         """
-        attributes = self.selector.__dict__
-        current = attributes.get("select")
-        if current is not None and current is not self.timed and current is not self.hook:
+        selector = self.selector
+        current = selector.select
+        own = current == self.select  # the class's method: nothing on the instance
+        if not own and current is not self.timed and current is not self.hook:
             return False
         wanted = self.hook if self.parked else self.timed
         if wanted is not None:
-            attributes["select"] = wanted
-        elif current is not None:
-            del attributes["select"]
+            selector.select = wanted
+        elif not own:
+            del selector.select
         return True
 
     # --- in any thread
@@ -220,10 +221,9 @@ class Probe:
         """Take the probe's ``select`` hooks off the selector (theirs, if wrapped since, stay)."""
         with self.lock:
             if self.selector is not None:
-                attributes = self.selector.__dict__
-                current = attributes.get("select")
-                if current is not None and (current is self.timed or current is self.hook):
-                    del attributes["select"]
+                current = self.selector.select
+                if current is self.timed or current is self.hook:
+                    del self.selector.select
             self.timed = None
 
     def detach(self) -> None:

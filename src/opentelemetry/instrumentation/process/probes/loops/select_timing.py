@@ -63,15 +63,25 @@ def utilization(d_run: float, d_idle: float) -> float | None:
 def hookable(loop: Any) -> tuple[Any, Any]:
     """(selector, its own ``select``) of a loop whose ``select`` can be hooked; (None, None) if not.
 
-    Not when there is no Python selector (uvloop), or its ``select`` is wrapped
-    by someone else already (left alone rather than measured through theirs).
+    Not when there is no Python selector (uvloop), when its instances have no
+    ``__dict__`` (nowhere to put a hook), or when its ``select`` is wrapped by
+    someone else already (left alone rather than measured through theirs).
+    The selector's ``__dict__`` is never read: in CPython 3.11+ that makes the
+    instance keep a real dict, and every attribute read of the selector (a few
+    in each ``select``) a little slower for good.
     """
     selector: Any = getattr(loop, "_selector", None)
     select = getattr(selector, "select", None)
-    # Without a __dict__ there is nowhere to put a hook: as if wrapped already.
-    if select is None or "select" in getattr(selector, "__dict__", ("select",)):
+    kind = type(selector)
+    if not kind.__dictoffset__ or select != _bound(selector, getattr(kind, "select", None)):
         return None, None
     return selector, select
+
+
+def _bound(selector: Any, function: Any) -> Any:
+    """``function`` bound to ``selector``, as the class's method reads; None if not a function."""
+    get = getattr(function, "__get__", None)
+    return None if get is None else get(selector, type(selector))
 
 
 def time_select(select: Any, busy: Busy) -> Any:
