@@ -14,6 +14,7 @@ import resource
 import selectors
 import threading
 import time
+import types
 from typing import Any
 
 import pytest
@@ -117,23 +118,35 @@ def test_a_read_while_the_loop_sleeps_counts_the_ticks_slept_through(
     assert lag.utilization is not None and lag.utilization < 0.1
 
 
-def test_a_busy_loop_gets_the_timer_back_and_a_sleeping_one_parks_it(
-    monitor: LoopMonitor,
-) -> None:
-    async def app() -> list[tuple[int, bool]]:
+@pytest.mark.parametrize("utilization", [True, False], ids=["all", "delays only"])
+def test_a_busy_loop_gets_the_timer_back_and_a_sleeping_one_parks_it(utilization: bool) -> None:
+    """Parked: the probe's select on the selector. Not: the timing wrapper, or nothing."""
+    monitor = LoopMonitor(interval=INTERVAL, utilization=utilization)
+
+    async def app() -> list[tuple[int, bool, bool]]:
         loop = asyncio.get_running_loop()
+        selector = loop._selector  # type: ignore[attr-defined]
+
+        def state() -> tuple[int, bool, bool]:
+            return live_timers(loop), parked(loop), "select" in vars(selector)
+
         await asyncio.sleep(0.1)  # slept: parked
-        seen = [(live_timers(loop), parked(loop))]
+        seen = [state()]
         for _ in range(100):  # work ready again and again
             if not parked(loop):
                 break
             await asyncio.sleep(0)
-        seen.append((live_timers(loop), parked(loop)))
+        seen.append(state())
         await asyncio.sleep(0.1)  # the next tick parks it again
-        seen.append((live_timers(loop), parked(loop)))
+        seen.append(state())
         return seen
 
-    assert asyncio.run(app()) == [(0, True), (1, False), (0, True)]
+    monitor.start()
+    try:
+        seen = asyncio.run(app())
+    finally:
+        monitor.stop()
+    assert seen == [(0, True, True), (1, False, utilization), (0, True, True)]
 
 
 def _after_a_parked_sleep(monitor: LoopMonitor, then: Any) -> list[int]:
@@ -375,15 +388,21 @@ def test_only_a_select_of_the_selectors_own_can_be_hooked() -> None:
     slotted = asyncio.SelectorEventLoop(selector=_SlottedSelector())  # type: ignore[arg-type]
     wrapped = asyncio.new_event_loop()
     wrapped._selector.select = lambda timeout=None: []  # type: ignore[attr-defined]
+    rebound = asyncio.new_event_loop()
+    selector: Any = rebound._selector  # type: ignore[attr-defined]
+    selector.select = types.MethodType(lambda self, timeout=None: [], selector)
     try:
         selector, select = select_timing.hookable(plain)
         assert selector is plain._selector  # type: ignore[attr-defined]
         assert select == plain._selector.select  # type: ignore[attr-defined]
         assert select_timing.hookable(slotted) == (None, None)  # nowhere to put a hook
         assert select_timing.hookable(wrapped) == (None, None)  # someone else's
+        assert select_timing.hookable(rebound) == (None, None)  # someone's, bound to it
         assert select_timing.hookable(object()) == (None, None)  # no selector (uvloop)
+        no_select = types.SimpleNamespace(_selector=types.SimpleNamespace())
+        assert select_timing.hookable(no_select) == (None, None)
     finally:
-        for loop in (plain, slotted, wrapped):
+        for loop in (plain, slotted, wrapped, rebound):
             loop.close()
 
 

@@ -73,15 +73,14 @@ def hookable(loop: Any) -> tuple[Any, Any]:
     selector: Any = getattr(loop, "_selector", None)
     select = getattr(selector, "select", None)
     kind = type(selector)
-    if not kind.__dictoffset__ or select != _bound(selector, getattr(kind, "select", None)):
+    if (
+        not kind.__dictoffset__
+        # The class's own method, bound to this selector: nothing on the instance.
+        or getattr(select, "__self__", None) is not selector
+        or getattr(select, "__func__", None) is not getattr(kind, "select", None)
+    ):
         return None, None
     return selector, select
-
-
-def _bound(selector: Any, function: Any) -> Any:
-    """``function`` bound to ``selector``, as the class's method reads; None if not a function."""
-    get = getattr(function, "__get__", None)
-    return None if get is None else get(selector, type(selector))
 
 
 def time_select(select: Any, busy: Busy) -> Any:
