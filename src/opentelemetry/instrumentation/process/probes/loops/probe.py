@@ -1,4 +1,4 @@
-"""One probe on one loop: a timer that records how late it runs, and the loop's busy time.
+"""One probe on one loop: ticks that record how late they run, and the loop's busy time.
 
 Each tick reads ``loop.time()``, adds how far past its due time it runs (the
 delay, in seconds) to the current :class:`~.window.Window`, and the next tick
@@ -44,7 +44,7 @@ than twice in an interval, or has work ready again and again, is busy.
 
 
 class Probe:
-    """One timer on one loop, owned by one monitor."""
+    """The ticks on one loop, and its busy time; owned by one monitor."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, interval: float) -> None:
         self.loop_ref: weakref.ref[asyncio.AbstractEventLoop] = weakref.ref(loop)
