@@ -21,8 +21,6 @@ so that drift on a shared machine lands on all. Workloads:
   anything done per iteration); throughput per CPU second of the loop's thread
   (``time.thread_time``: other jobs on a shared machine do not count);
 - ``tasks``: 100 tasks yielding with ``await asyncio.sleep(0)``, per CPU second;
-- ``echo``: 10 clients and a server in the loop, round trips of 64 bytes over
-  Unix sockets with asyncio streams, per CPU second (what a server does);
 - ``calls``: Python calls per loop iteration of ``callbacks``, exact;
 - ``server`` and ``saturated``: what the probe reports for a loop whose work
   is known: requests of 0.1 to 2 ms at random gaps (the loop sleeps between
@@ -46,7 +44,6 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -153,40 +150,6 @@ async def tasks(seconds: float, width: int = 100) -> dict[str, float]:
     return {"per CPU second": steps / (time.thread_time() - start)}
 
 
-async def echo(seconds: float, clients: int = 10) -> dict[str, float]:
-    """Round trips per CPU second: clients and a server over Unix sockets, asyncio streams.
-
-    Unix sockets rather than TCP on 127.0.0.1: the kernel hands data over at
-    once, where loopback TCP defers it at times under load, and the loop's
-    batching of ready sockets, so its CPU per round trip, then changes threefold.
-    """
-    count = 0
-    end = time.monotonic() + seconds
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(4096):
-            writer.write(data)
-        writer.close()
-
-    async def client() -> None:
-        nonlocal count
-        reader, writer = await asyncio.open_unix_connection(path)
-        while time.monotonic() < end:
-            writer.write(b"x" * 64)
-            await reader.readexactly(64)
-            count += 1
-        writer.close()
-
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "echo")
-        server = await asyncio.start_unix_server(serve, path)
-        start = time.thread_time()
-        await asyncio.gather(*(client() for _ in range(clients)))
-        cpu = time.thread_time() - start
-        server.close()
-    return {"per CPU second": count / cpu}
-
-
 async def calls(_seconds: float, iterations: int = 20_000) -> dict[str, float]:
     """Python calls (functions and builtins) per iteration, counted with ``sys.setprofile``.
 
@@ -242,7 +205,6 @@ WORKLOADS: dict[str, Body] = {
     "idle": idle,
     "callbacks": callbacks,
     "tasks": tasks,
-    "echo": echo,
     "calls": calls,
     "server": server,
     "saturated": lambda seconds: server(seconds, saturated=True),
