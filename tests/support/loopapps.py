@@ -98,6 +98,45 @@ def blocking_app(
     return app
 
 
+WATCH = 0.002
+"""Seconds between two ticks of :func:`watched`'s own timer."""
+
+
+def watched(
+    app: Callable[[], Coroutine[Any, Any, None]], stalls: list[float]
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """``app``, with a timer of the test's beside it, every ``WATCH`` s: how late each ran.
+
+    That is the loop's own truth about how long it was held up, whatever held
+    it (the app's block, a garbage collection, another thread holding the
+    GIL, a machine too busy to run it): a tick due in a stall runs at its end.
+    A probe's tick is due in the same stall, at most ``WATCH`` earlier than
+    this timer's, so its delay is at most the longest of ``stalls`` plus
+    ``WATCH`` (and the clock's resolution on uvloop).
+    """
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+
+        def tick(due: float) -> None:
+            stalls.append(loop.time() - due)
+            schedule()
+
+        def schedule() -> None:
+            due = loop.time() + WATCH
+            handles[:] = [loop.call_at(due, tick, due)]
+
+        handles: list[asyncio.TimerHandle] = []
+        schedule()
+        try:
+            await app()
+        finally:  # the tick pending now would run no sooner than now
+            stalls.append(loop.time() - handles[0].when())
+            handles[0].cancel()
+
+    return run
+
+
 def periodic_app(
     blocks: list[float], *, count: int = 3, every: float = 1.0, block: float = 0.2
 ) -> Callable[[], Coroutine[Any, Any, None]]:
