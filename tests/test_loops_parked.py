@@ -71,7 +71,7 @@ def _sleeping_and_waking(probe: bool) -> dict[str, Any]:
     return got
 
 
-@pytest.mark.skipif(not hasattr(resource, "RUSAGE_THREAD"), reason="needs RUSAGE_THREAD")
+@pytest.mark.skipif(not hasattr(resource, "RUSAGE_THREAD"), reason="Linux only")
 def test_the_probe_adds_no_wake_to_a_sleeping_loop() -> None:
     """Ticking every 10 ms would wake it 100 times a second; parked, it wakes it at most once."""
     without = in_child(lambda: _sleeping_and_waking(False))
