@@ -429,6 +429,7 @@ def test_labels_skip_unbegun_and_closed_loops_and_stay_unique() -> None:
         release.wait(10)  # blocks its loop: the begin queued by watch_loop() waits
 
     async def live() -> None:
+        await asyncio.sleep(0.05)  # its first tick, due in 10 ms, has run: it has a sample
         live_running.set()
         await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
 

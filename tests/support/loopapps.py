@@ -191,8 +191,19 @@ def probed(loop: asyncio.AbstractEventLoop) -> int:
 
 
 def samples(monitor: LoopMonitor, label: str | None = None) -> int:
-    """Delays recorded since the last read (of ``label``'s loops; every loop's if ``None``)."""
-    return sum(p.window.count for p in monitor._probes if label is None or p.label == label)
+    """Delays recorded since the last read (of ``label``'s loops; every loop's if ``None``).
+
+    As a read now counts them: with the ticks that a sleeping loop's parked
+    probe has let fall due since its last wake, counted as a read counts them.
+    """
+    total = 0
+    for probe in monitor._probes:
+        if label is None or probe.label == label:
+            with probe.lock:
+                if probe.asleep:
+                    probe._on_time(time.monotonic())
+                total += probe.window.count
+    return total
 
 
 def selector_timed(loop: asyncio.AbstractEventLoop) -> bool:
