@@ -38,6 +38,7 @@ from opentelemetry.instrumentation.process.probes.loops.monitor import (
     LoopMonitor,
     watch_loop,
 )
+from opentelemetry.instrumentation.process.probes.loops.probe import PARKED_SELECTS
 from opentelemetry.instrumentation.process.probes.loops.window import Window
 
 from .conftest import Records
@@ -52,6 +53,7 @@ from .support.loopapps import (
     live_timers,
     monitor_and_loop,
     monitor_fixture,
+    parked,
     samples,
     uvloop,
 )
@@ -427,6 +429,7 @@ def test_labels_skip_unbegun_and_closed_loops_and_stay_unique() -> None:
         release.wait(10)  # blocks its loop: the begin queued by watch_loop() waits
 
     async def live() -> None:
+        await asyncio.sleep(0.05)  # its first tick, due in 10 ms, has run: it has a sample
         live_running.set()
         await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
 
@@ -695,28 +698,42 @@ def test_reset_is_a_no_op_here_and_forgets_the_parents_loops_in_a_child(
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+@pytest.mark.parametrize("state", ["ticking", "parked"])
 def test_a_loop_forked_from_its_own_callback_keeps_no_tick_in_the_child(
-    monitor: LoopMonitor,
+    monitor: LoopMonitor, state: str
 ) -> None:
-    """The loop goes on running in the child; the parent's probe must not re-arm there."""
+    """The loop goes on running in the child; the parent's probe must not re-arm there.
+
+    At the fork the probe has a tick pending (the loop was busy) or is parked
+    on the loop's select (it slept).
+    """
     parent_pid = os.getpid()
     read_end, write_end = os.pipe()
 
     async def app() -> int:
         loop = asyncio.get_running_loop()
-        await asyncio.sleep(0.1)  # ticking
+        selector = loop._selector  # type: ignore[attr-defined]
+        await asyncio.sleep(0.1)  # slept: parked
+        if state == "ticking":
+            for _ in range(PARKED_SELECTS + 1):  # busy: the timer is back
+                await asyncio.sleep(0)
         monitor.reset()  # same process: a no-op, the probe goes on
-        assert live_timers(loop) == 1  # the probe's pending tick
+        expected = (1, False) if state == "ticking" else (0, True)
+        assert (live_timers(loop), parked(loop)) == expected
         pid = _fork_quietly()
         if pid:
             return pid
         try:  # child: the loop runs on from here
             signal.alarm(20)
             time.sleep(3 * INTERVAL)  # the parent's tick falls due in the child
+            assert not parked(loop)  # the parked select went at the fork
 
             def report() -> None:
                 labels = sorted(monitor.read())
-                _child_report(write_end, {"timers": live_timers(loop), "labels": labels})
+                hooked = "select" in vars(selector)
+                _child_report(
+                    write_end, {"timers": live_timers(loop), "hooked": hooked, "labels": labels}
+                )
 
             loop.call_later(0.1, report)
             await loop.create_future()  # never done: report() ends the child
@@ -731,7 +748,7 @@ def test_a_loop_forked_from_its_own_callback_keeps_no_tick_in_the_child(
             os._exit(2)
     os.close(write_end)
     child = _wait_child(pid, read_end)
-    assert child == {"timers": 0, "labels": []}
+    assert child == {"timers": 0, "hooked": False, "labels": []}
     assert monitor.read()["MainThread"].max is not None  # the parent goes on
 
 

@@ -49,8 +49,8 @@ from .support.loopapps import (
     by_loop,
     idle_loop,
     in_thread,
-    live_timers,
     periodic_app,
+    probed,
     run_with,
     selector_timed,
     uvloop,
@@ -354,7 +354,7 @@ def _one_loop(inst: Callable[[], Any], reader: InMemoryMetricReader) -> dict[str
         loop = asyncio.get_running_loop()
         running.set()
         await asyncio.sleep(0.2)
-        holder["timers"] = live_timers(loop)
+        holder["timers"] = probed(loop)
         holder["timed"] = selector_timed(loop)
         time.sleep(0.1)  # a block: a delay, and busy time
         await loop.run_in_executor(None, release.wait, 10)
@@ -377,7 +377,7 @@ def _one_loop(inst: Callable[[], Any], reader: InMemoryMetricReader) -> dict[str
     ids=["all", "no utilisation", "no delays"],
 )
 def test_only_what_a_selected_metric_reads_is_measured(exclude: list[str], sdk: Sdk) -> None:
-    """Utilisation excluded: select is not timed. Delays excluded: the loop gets no timer."""
+    """Utilisation excluded: select is not timed. Delays excluded: the loop gets no probe."""
     got = _one_loop(lambda: sdk.instrument(event_loop=True, exclude=exclude), sdk.reader)
     delays = not any("delay" in name for name in exclude)
     busy = UTILIZATION not in exclude
@@ -405,7 +405,7 @@ def test_instrument_inside_a_running_loop_times_its_select_too(
         await asyncio.sleep(0.1)
         time.sleep(0.1)
         await asyncio.sleep(0.1)
-        return live_timers(loop), selector_timed(loop), collect(reader)
+        return probed(loop), selector_timed(loop), collect(reader)
 
     try:
         timers, timed, got = asyncio.run(app())

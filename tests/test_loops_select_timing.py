@@ -188,6 +188,29 @@ def test_utilisation_measured_later_times_a_loop_probed_already() -> None:
         assert busy is not None and 0.0 <= busy < 0.5, holder["got"]
 
 
+def test_utilisation_measured_later_leaves_a_select_wrapped_since_alone() -> None:
+    """Someone wrapped select after the probe began: not measured, rather than through theirs."""
+    monitor = LoopMonitor(interval=NO_TICK, utilization=False)
+
+    async def app() -> Any:
+        loop = asyncio.get_running_loop()
+        selector: Any = loop._selector  # type: ignore[attr-defined]
+        inner = selector.select
+        selector.select = lambda timeout=None: inner(timeout)
+        theirs = selector.select
+        monitor.measure(UTILIZATION)
+        await asyncio.sleep(0.1)
+        assert vars(selector)["select"] is theirs
+        return monitor.read()["MainThread"]
+
+    monitor.start()
+    try:
+        lag = asyncio.run(app())
+    finally:
+        monitor.stop()
+    assert lag.utilization is None
+
+
 class _SlottedSelector:
     """A selector whose instances have no ``__dict__``: its select cannot be wrapped."""
 

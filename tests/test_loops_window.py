@@ -40,6 +40,24 @@ def test_percentiles_are_within_one_bucket_above_the_truth(lags: list[float]) ->
         assert truth <= value <= max(truth * BUCKET_RATIO, truth + 1e-4), (q, truth, value)
 
 
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.floats(min_value=0, max_value=1.0, allow_nan=False), max_size=50),
+    st.integers(min_value=0, max_value=10_000),
+)
+def test_ticks_on_time_count_as_delays_of_zero(lags: list[float], on_time: int) -> None:
+    """What a parked probe adds for the ticks a loop slept through, in one step."""
+    counted, fed = Window(), Window()
+    for lag in lags:
+        counted.add(lag)
+        fed.add(lag)
+    counted.add_on_time(on_time)
+    for _ in range(on_time):
+        fed.add(0.0)
+    assert (counted.count, counted.total, counted.max) == (fed.count, fed.total, fed.max)
+    assert counted.buckets == fed.buckets and counted.summary() == fed.summary()
+
+
 def test_an_empty_window_is_unknown_not_zero() -> None:
     got = Window().summary()
     assert got == NO_DELAYS == Delays(None, None, None, None)

@@ -14,6 +14,7 @@ from opentelemetry.sdk.metrics.export import Metric
 
 from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
+from opentelemetry.instrumentation.process.probes.loops.probe import Probe
 
 from ..conftest import points
 
@@ -97,6 +98,45 @@ def blocking_app(
     return app
 
 
+WATCH = 0.002
+"""Seconds between two ticks of :func:`watched`'s own timer."""
+
+
+def watched(
+    app: Callable[[], Coroutine[Any, Any, None]], stalls: list[float]
+) -> Callable[[], Coroutine[Any, Any, None]]:
+    """``app``, with a timer of the test's beside it, every ``WATCH`` s: how late each ran.
+
+    That is the loop's own truth about how long it was held up, whatever held
+    it (the app's block, a garbage collection, another thread holding the
+    GIL, a machine too busy to run it): a tick due in a stall runs at its end.
+    A probe's tick is due in the same stall, at most ``WATCH`` earlier than
+    this timer's, so its delay is at most the longest of ``stalls`` plus
+    ``WATCH`` (and the clock's resolution on uvloop).
+    """
+
+    async def run() -> None:
+        loop = asyncio.get_running_loop()
+
+        def tick(due: float) -> None:
+            stalls.append(loop.time() - due)
+            schedule()
+
+        def schedule() -> None:
+            due = loop.time() + WATCH
+            handles[:] = [loop.call_at(due, tick, due)]
+
+        handles: list[asyncio.TimerHandle] = []
+        schedule()
+        try:
+            await app()
+        finally:  # the tick pending now would run no sooner than now
+            stalls.append(loop.time() - handles[0].when())
+            handles[0].cancel()
+
+    return run
+
+
 def periodic_app(
     blocks: list[float], *, count: int = 3, every: float = 1.0, block: float = 0.2
 ) -> Callable[[], Coroutine[Any, Any, None]]:
@@ -139,14 +179,39 @@ def live_timers(loop: asyncio.AbstractEventLoop) -> int:
     return sum(1 for h in [*loop._scheduled, *due] if not h.cancelled())  # type: ignore[attr-defined]
 
 
+def parked(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether a probe is parked on ``loop``: its selector's select is a probe's parked select."""
+    hook = vars(loop._selector).get("select")  # type: ignore[attr-defined]
+    return getattr(hook, "__func__", None) is Probe.parked_select
+
+
+def probed(loop: asyncio.AbstractEventLoop) -> int:
+    """A probe's pending tick, or its parked select, on ``loop`` (one for each probe)."""
+    return live_timers(loop) + parked(loop)
+
+
 def samples(monitor: LoopMonitor, label: str | None = None) -> int:
-    """Delays recorded since the last read (of ``label``'s loops; every loop's if ``None``)."""
-    return sum(p.window.count for p in monitor._probes if label is None or p.label == label)
+    """Delays recorded since the last read (of ``label``'s loops; every loop's if ``None``).
+
+    As a read now counts them: with the ticks that a sleeping loop's parked
+    probe has let fall due since its last wake, counted as a read counts them.
+    """
+    total = 0
+    for probe in monitor._probes:
+        if label is None or probe.label == label:
+            with probe.lock:
+                if probe.asleep:
+                    probe._on_time(time.monotonic())
+                total += probe.window.count
+    return total
 
 
 def selector_timed(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``loop``'s selector has a ``select`` of its own (ours, or someone's)."""
-    return "select" in vars(loop._selector)  # type: ignore[attr-defined]
+    """Whether ``loop``'s ``select`` is timed: by ours (under a parked probe too), or someone's."""
+    hook = vars(loop._selector).get("select")  # type: ignore[attr-defined]
+    if getattr(hook, "__func__", None) is Probe.parked_select:
+        return hook.__self__.timed is not None  # type: ignore[union-attr]
+    return hook is not None
 
 
 def run_with(runner: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:

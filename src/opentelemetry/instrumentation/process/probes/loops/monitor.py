@@ -132,8 +132,7 @@ class LoopMonitor:
         probes, self._probes = self._probes, ()
         for probe in probes:
             # Not detached: their loops belong to threads that do not exist here.
-            probe.dead = True
-            probe.untime()
+            probe.forget()
 
     # --- reads, in any thread
 

@@ -1,8 +1,9 @@
 """How busy a selector loop is: its running time and its time waiting in ``select``.
 
 The loop's selector gets a timed ``select`` (``time.monotonic()`` before and
-after); utilisation is ``1 - idle / running`` over a window, from 0 to 1.
-Loops without a Python selector (uvloop) are not timed.
+after each ``select`` that may wait); utilisation is ``1 - idle / running``
+over a window, from 0 to 1. Loops without a Python selector (uvloop) are not
+timed.
 """
 
 from __future__ import annotations
@@ -59,20 +60,41 @@ def utilization(d_run: float, d_idle: float) -> float | None:
     return min(1.0, max(0.0, 1.0 - d_idle / d_run))
 
 
-def time_select(loop: Any, busy: Busy) -> tuple[Any, Any] | None:
-    """Time the ``select`` of ``loop``'s selector into ``busy``; (selector, wrapper), or ``None``.
+def hookable(loop: Any) -> tuple[Any, Any]:
+    """(selector, its own ``select``) of a loop whose ``select`` can be hooked; (None, None) if not.
 
-    ``None`` when there is no Python selector, or its ``select`` is wrapped by
+    Not when there is no Python selector (uvloop), when its instances have no
+    ``__dict__`` (nowhere to put a hook), or when its ``select`` is wrapped by
     someone else already (left alone rather than measured through theirs).
+    The selector's ``__dict__`` is never read: in CPython 3.11+ that makes the
+    instance keep a real dict, and every attribute read of the selector (a few
+    in each ``select``) a little slower for good.
     """
     selector: Any = getattr(loop, "_selector", None)
     select = getattr(selector, "select", None)
-    # Without a __dict__ there is nowhere to put the wrapper: as if wrapped already.
-    if select is None or "select" in getattr(selector, "__dict__", ("select",)):
-        return None
+    kind = type(selector)
+    if (
+        not kind.__dictoffset__
+        # The class's own method, bound to this selector: nothing on the instance.
+        or getattr(select, "__self__", None) is not selector
+        or getattr(select, "__func__", None) is not getattr(kind, "select", None)
+    ):
+        return None, None
+    return selector, select
+
+
+def time_select(select: Any, busy: Busy) -> Any:
+    """A ``select`` that adds the time ``select`` waits to ``busy``'s idle time.
+
+    A ``select`` that cannot wait (timeout 0: work is ready) is not timed: it
+    polls, and counts as busy. That keeps the wrapper to one call and one
+    comparison in every iteration of a saturated loop.
+    """
     monotonic = time.monotonic
 
     def timed_select(timeout: float | None = None) -> Any:
+        if timeout == 0:
+            return select(timeout)
         t0 = monotonic()
         busy.idle = (busy.idle[0], t0)
         try:
@@ -81,12 +103,5 @@ def time_select(loop: Any, busy: Busy) -> tuple[Any, Any] | None:
             busy.idle = (busy.idle[0] + monotonic() - t0, 0.0)
 
     timed_select.__wrapped__ = select  # type: ignore[attr-defined]
-    selector.select = timed_select
     busy.timed = True
-    return selector, timed_select
-
-
-def untime_select(selector: Any, wrapper: Any) -> None:
-    """Remove ``wrapper``, set by ``time_select``, unless someone wrapped it since."""
-    if getattr(selector, "__dict__", {}).get("select") is wrapper:
-        del selector.select
+    return timed_select

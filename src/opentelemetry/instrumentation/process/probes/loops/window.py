@@ -48,6 +48,11 @@ class Window:
             self.max = delay
         self.buckets[bisect_left(BUCKETS, delay)] += 1
 
+    def add_on_time(self, count: int) -> None:
+        """``count`` ticks on time (a delay of 0): the loop slept through their due times."""
+        self.count += count
+        self.buckets[0] += count
+
     def merge(self, other: Window) -> None:
         self.count += other.count
         self.total += other.total
