@@ -24,7 +24,6 @@ import pytest
 
 import opentelemetry.instrumentation.process as package
 from opentelemetry.instrumentation.process.probes.loops import discovery
-from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor, watch_loop
 
 from .support import loopapps
@@ -33,8 +32,10 @@ from .support.loopapps import (
     UVLOOP_CLOCK,
     WATCH,
     blocking_app,
+    hooks_installed,
     in_thread,
     live_timers,
+    read_lag,
     uvloop,
     watched,
 )
@@ -76,7 +77,7 @@ def test_the_hook_is_asyncios_set_running_loop_wrapped(monitor: LoopMonitor) -> 
 
     asyncio.run(app())
     assert len(seen) == 1
-    assert monitor.read()["MainThread"].max is not None
+    assert read_lag(monitor)["MainThread"].max is not None
 
 
 Way = Callable[[Coroutine[Any, Any, None]], None]
@@ -170,7 +171,7 @@ def test_every_way_to_run_a_loop_is_probed(monitor: LoopMonitor, way: str) -> No
     stalls: list[float] = []
     with gc_off():
         run(watched(blocking_app(blocks, count=1, block=0.1), stalls)())
-    lag = monitor.read()["MainThread"]
+    lag = read_lag(monitor)["MainThread"]
     assert lag.max is not None
     assert max(blocks) - INTERVAL - UVLOOP_CLOCK <= lag.max <= max(stalls) + WATCH + UVLOOP_CLOCK, (
         lag.max,
@@ -193,7 +194,7 @@ def test_the_matrix_runs_every_way_there_is() -> None:
 
 UVLOOP_AFTER_START = """
 import asyncio, json, sys, time
-from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
+from opentelemetry.instrumentation.process.probes.loops import discovery
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 monitor = LoopMonitor(interval={interval})
 monitor.start()
@@ -203,10 +204,11 @@ async def app():
     await asyncio.sleep(0.3)
     t0 = time.monotonic(); time.sleep(0.1); blocks.append(time.monotonic() - t0)
 uvloop.run(app())
-lag = monitor.read()["MainThread"]
+delays = monitor.read_delays()["MainThread"]
+util = monitor.read_utilization().get("MainThread")
 monitor.stop()
-print(json.dumps({{"max": lag.max, "blocks": blocks, "hooks": hooks_installed(),
-                  "util": lag.utilization}}))
+hooks = [(o.__name__, n) for o, n, _, _ in discovery.hooks.installed]
+print(json.dumps({{"max": delays.max, "blocks": blocks, "hooks": hooks, "util": util}}))
 """
 
 
@@ -326,8 +328,8 @@ def test_two_monitors_share_the_hooks() -> None:
     a.stop()
     assert asyncio.events._set_running_loop is not original  # b still runs
     asyncio.run(asyncio.sleep(0.1))
-    assert b.read()["MainThread"].max is not None
-    assert a.read() == {}
+    assert read_lag(b)["MainThread"].max is not None
+    assert read_lag(a) == {}
     b.stop()
     assert asyncio.events._set_running_loop is original
 
@@ -344,7 +346,7 @@ def test_a_failing_hook_never_breaks_the_loops_start_or_stop(hook: str) -> None:
     setattr(failing, hook, fail)  # the fault, injected
     try:
         asyncio.run(asyncio.sleep(0.05))  # returns normally
-        got = working.read()
+        got = read_lag(working)
     finally:
         failing.stop()
         working.stop()
@@ -363,7 +365,7 @@ def test_start_inside_a_running_loop_probes_it_at_once() -> None:
         timers = live_timers(asyncio.get_running_loop())
         await blocking_app(blocks, count=1)()
         await asyncio.sleep(0.05)
-        return timers, monitor.read()["MainThread"]
+        return timers, read_lag(monitor)["MainThread"]
 
     try:
         timers, lag = asyncio.run(app())
@@ -392,7 +394,7 @@ def test_start_scans_no_heap(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(gc, "get_objects", no_scan)
         monitor.start()
         time.sleep(0.1)
-        got = monitor.read()
+        got = read_lag(monitor)
     finally:
         release.set()
         thread.join(10)
@@ -420,10 +422,10 @@ def test_a_loop_running_elsewhere_is_found_when_it_next_starts() -> None:
     try:
         time.sleep(0.1)
         monitor.start()  # the loop runs: not seen now
-        before = monitor.read()
+        before = read_lag(monitor)
         release.set()
         thread.join(10)
-        got = monitor.read()
+        got = read_lag(monitor)
     finally:
         release.set()
         monitor.stop()
@@ -462,7 +464,7 @@ def test_watch_loop_probes_loops_running_in_other_threads(order: str) -> None:
     try:
         for thread in threads:
             thread.join(10)
-        got = monitor.read()
+        got = read_lag(monitor)
     finally:
         monitor.stop()
     assert sorted(got) == ["a", "b"]
@@ -487,7 +489,7 @@ def test_watch_loop_of_this_threads_loop_or_of_a_stopped_one_adds_no_second_prob
         watch_loop(loop)  # not running: nothing to do now
         timers = loop.run_until_complete(app())
         probes = len(monitor._probes)
-        got = monitor.read()
+        got = read_lag(monitor)
     finally:
         loop.close()
         monitor.stop()
@@ -526,7 +528,7 @@ def test_a_watched_loop_begins_without_the_watchers_context() -> None:
         holder["wrapped"] = loopapps.selector_timed(loop)
         await asyncio.sleep(0.1)
         # Read while this run goes on: the loop's later runs begin from the hook.
-        await loop.run_in_executor(None, lambda: holder.setdefault("got", found.read()))
+        await loop.run_in_executor(None, lambda: holder.setdefault("got", read_lag(found)))
 
     found = LoopMonitor(interval=INTERVAL)
     thread = in_thread("elsewhere", lambda: asyncio.run(app()))

@@ -34,7 +34,6 @@ from opentelemetry.instrumentation.process.probes.loops import discovery
 from opentelemetry.instrumentation.process.probes.loops.monitor import (
     DELAYS,
     UTILIZATION,
-    LoopLag,
     LoopMonitor,
     watch_loop,
 )
@@ -46,14 +45,17 @@ from .support.forked import in_child
 from .support.loopapps import (
     UVLOOP_CLOCK,
     Closing,
+    LoopLag,
     Payload,
     blocking_app,
+    hooks_installed,
     idle_loop,
     in_thread,
     live_timers,
     monitor_and_loop,
     monitor_fixture,
     parked,
+    read_lag,
     samples,
     uvloop,
 )
@@ -84,7 +86,7 @@ def test_blocked_loop_reports_the_block_as_its_maximum_lag(monitor: LoopMonitor)
     asyncio.run(blocking_app(blocks)())
     ran = time.monotonic() - t0
     count = samples(monitor)
-    got = monitor.read()
+    got = read_lag(monitor)
     assert list(got) == ["MainThread"]
     lag = got["MainThread"]
     assert_blocked(lag, blocks, count)
@@ -99,7 +101,7 @@ def test_blocked_loop_reports_the_block_as_its_maximum_lag(monitor: LoopMonitor)
 def test_an_idle_loop_reports_a_few_milliseconds_at_most(monitor: LoopMonitor) -> None:
     asyncio.run(asyncio.sleep(1.0))
     count = samples(monitor)
-    lag = monitor.read()["MainThread"]
+    lag = read_lag(monitor)["MainThread"]
     assert lag.max is not None and lag.mean is not None
     assert 0 <= lag.mean <= lag.max <= IDLE_MAX, lag
     # Most ticks run within a millisecond; a lag counted from the wrong time
@@ -126,19 +128,19 @@ def test_read_starts_a_new_window_and_never_reports_zero_for_unknown(
     thread = in_thread("app", lambda: asyncio.run(app()))
     assert ready.wait(10)
     count = samples(monitor, "app")
-    first = monitor.read()["app"]
+    first = read_lag(monitor)["app"]
     assert_blocked(first, blocks, count)
     time.sleep(0.3)
-    second = monitor.read()["app"]  # idle since the first read: the block is not in it
+    second = read_lag(monitor)["app"]  # idle since the first read: the block is not in it
     assert second.max is not None and second.max <= IDLE_MAX
     release.set()
     thread.join(10)
     # Closed: its last window once, then nothing. A window without samples is all None.
     count = samples(monitor, "app")
-    last = monitor.read().get("app")
+    last = read_lag(monitor).get("app")
     if last is not None and count == 0:
         assert {last.max, last.mean, last.p50, last.p99} == {None}
-    assert "app" not in monitor.read()
+    assert "app" not in read_lag(monitor)
 
 
 def test_one_entry_per_loop_in_several_threads(monitor: LoopMonitor) -> None:
@@ -166,7 +168,7 @@ def test_one_entry_per_loop_in_several_threads(monitor: LoopMonitor) -> None:
     threads = [in_thread(name, lambda n=name: body(n)) for name in lengths]  # type: ignore[misc]
     assert all(event.wait(20) for event in ready.values())
     counts = {name: samples(monitor, name) for name in lengths}
-    got = monitor.read()  # from this thread, while the loops run
+    got = read_lag(monitor)  # from this thread, while the loops run
     release.set()
     for thread in threads:
         thread.join(10)
@@ -190,7 +192,7 @@ def test_loops_in_threads_of_the_same_name_get_distinct_labels(monitor: LoopMoni
 
     threads = [in_thread("worker", body), in_thread("worker", body)]
     ready.wait(10)
-    got = monitor.read()
+    got = read_lag(monitor)
     release.set()
     for thread in threads:
         thread.join(10)
@@ -207,7 +209,7 @@ def test_a_default_thread_name_loses_its_counter() -> None:
             assert thread.name.startswith("Thread-")
             thread.start()
             thread.join(10)
-        got = monitor.read()
+        got = read_lag(monitor)
     finally:
         monitor.stop()
     assert list(got) == ["Thread (<lambda>)"]
@@ -231,7 +233,7 @@ def test_max_loops_caps_the_loops_probed() -> None:
     try:
         ready.wait(10)
         time.sleep(0.1)
-        got = monitor.read()
+        got = read_lag(monitor)
         skipped = monitor.skipped  # live loops not probed
     finally:
         release.set()
@@ -245,9 +247,9 @@ def test_max_loops_caps_the_loops_probed() -> None:
 def test_a_closed_loop_vanishes_after_its_last_window(monitor: LoopMonitor) -> None:
     thread = in_thread("short", lambda: asyncio.run(asyncio.sleep(0.2)))
     thread.join(10)
-    last = monitor.read()
+    last = read_lag(monitor)
     assert last["short"].max is not None  # its last window
-    assert monitor.read() == {}
+    assert read_lag(monitor) == {}
     assert monitor._probes == ()  # nothing kept for it either
 
 
@@ -257,7 +259,7 @@ def test_successive_loops_of_one_thread_are_one_series(monitor: LoopMonitor) -> 
     asyncio.run(blocking_app(blocks, count=1, block=0.1)())
     asyncio.run(asyncio.sleep(0.3))
     count = samples(monitor)
-    got = monitor.read()
+    got = read_lag(monitor)
     assert list(got) == ["MainThread"]
     assert_blocked(got["MainThread"], blocks, count)
 
@@ -293,10 +295,10 @@ def test_a_stopped_loop_keeps_no_timer_and_resumes() -> None:
     with monitor_and_loop(INTERVAL) as (monitor, loop):
         loop.run_until_complete(asyncio.sleep(0.1))
         assert live_timers(loop) == 0  # paused with the loop
-        first = monitor.read()["MainThread"]
+        first = read_lag(monitor)["MainThread"]
         time.sleep(0.3)  # not running: neither a lag nor idle time
         loop.run_until_complete(asyncio.sleep(0.2))
-        second = monitor.read()["MainThread"]
+        second = read_lag(monitor)["MainThread"]
     assert first.max is not None and second.max is not None
     assert second.max is not None and second.max <= IDLE_MAX
     # The second window is the second run only, idle throughout: the 0.3 s
@@ -338,7 +340,7 @@ def test_a_failing_probe_never_raises_into_the_loop(monitor: LoopMonitor) -> Non
     finally:
         loop.close()
     assert errors == []
-    assert monitor.read()["MainThread"].max is not None  # the samples before the fault
+    assert read_lag(monitor)["MainThread"].max is not None  # the samples before the fault
 
 
 def test_bad_options_name_the_option() -> None:
@@ -382,22 +384,22 @@ def test_a_timer_run_early_on_a_coarse_clock_reads_as_no_lag(
         loop.run_until_complete(asyncio.sleep(0.3))
     finally:
         loop.close()
-    lag = monitor.read()["MainThread"]
+    lag = read_lag(monitor)["MainThread"]
     assert recorded and min(recorded) >= 0.0  # early ticks are not negative lags
     assert lag.mean is not None and lag.mean >= 0.0
 
 
 def test_a_stopped_monitor_starts_again(monitor: LoopMonitor) -> None:
     asyncio.run(asyncio.sleep(0.05))
-    assert monitor.read()["MainThread"].max is not None
+    assert read_lag(monitor)["MainThread"].max is not None
     monitor.stop()
     assert monitor.started is False
     asyncio.run(asyncio.sleep(0.05))
-    assert monitor.read() == {}  # stopped: nothing probed
+    assert read_lag(monitor) == {}  # stopped: nothing probed
     monitor.start()
     assert monitor.started is True
     asyncio.run(asyncio.sleep(0.05))
-    assert monitor.read()["MainThread"].max is not None
+    assert read_lag(monitor)["MainThread"].max is not None
 
 
 def test_at_max_loops_a_closed_loop_makes_room_for_a_new_one() -> None:
@@ -407,7 +409,7 @@ def test_at_max_loops_a_closed_loop_makes_room_for_a_new_one() -> None:
         in_thread("first", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)
         # Closed, its last window not read yet: still held, but it gives way.
         in_thread("second", lambda: asyncio.run(asyncio.sleep(0.1))).join(10)
-        got = monitor.read()
+        got = read_lag(monitor)
         skipped = monitor.skipped
     finally:
         monitor.stop()
@@ -442,7 +444,7 @@ def test_labels_skip_unbegun_and_closed_loops_and_stay_unique() -> None:
         threads.append(in_thread("w", lambda: asyncio.run(live())))
         assert live_running.wait(10)
         in_thread("w", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)
-        got = monitor.read()
+        got = read_lag(monitor)
     finally:
         release.set()
         for thread in threads:
@@ -468,12 +470,12 @@ def test_the_next_loop_of_a_thread_takes_over_the_last_window_of_the_closed_one(
     asyncio.run(block(0.1))
     asyncio.run(block(0.3))  # a new loop, probed from its start under the same name
     count = samples(monitor)
-    got = monitor.read()
+    got = read_lag(monitor)
     assert list(got) == ["MainThread"]
     lag = got["MainThread"]
     assert lag.max is not None and lag.max >= blocks[1] - INTERVAL
     assert count >= 2  # at least the two block lags, one per loop
-    assert monitor.read() == {}
+    assert read_lag(monitor) == {}
 
 
 def _message(value: object) -> str:
@@ -538,8 +540,8 @@ def test_a_failed_probe_gives_its_last_window_once() -> None:
     monitor, loop, errors = _failed_probe()
     try:
         count = samples(monitor)
-        last = monitor.read()
-        after = monitor.read()
+        last = read_lag(monitor)
+        after = read_lag(monitor)
     finally:
         monitor.stop()
         loop.close()
@@ -599,7 +601,7 @@ def test_a_closed_loop_is_read_once_by_each_part_then_forgotten() -> None:
         kept = len(monitor._probes)  # its utilisation is not read yet
         again = monitor.read_delays()
         busy = monitor.read_utilization()
-        after = (monitor._probes, monitor.read())
+        after = (monitor._probes, read_lag(monitor))
     finally:
         monitor.stop()
     assert delays["short"].max is not None and kept == 1
@@ -637,10 +639,10 @@ def test_measure_takes_a_part_name() -> None:
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_fork_forgets_the_parents_loops(monitor: LoopMonitor) -> None:
     def body() -> dict[str, Any]:
-        at_fork = sorted(monitor.read())
+        at_fork = sorted(read_lag(monitor))
         blocks: list[float] = []
         asyncio.run(blocking_app(blocks, count=1, block=0.1)())
-        got = monitor.read()
+        got = read_lag(monitor)
         result: dict[str, Any] = {"at_fork": at_fork, "labels": sorted(got), "blocks": blocks}
         result["max"] = got["MainThread"].max if "MainThread" in got else None
         return result
@@ -648,7 +650,7 @@ def test_fork_forgets_the_parents_loops(monitor: LoopMonitor) -> None:
     with idle_loop("parent-loop"):
         time.sleep(0.1)
         child = in_child(body, fork=_fork_quietly)
-        parent = monitor.read()
+        parent = read_lag(monitor)
     assert child["at_fork"] == []  # the parent's loop is not the child's
     assert child["labels"] == ["MainThread"]
     assert max(child["blocks"]) - INTERVAL <= child["max"] <= max(child["blocks"]) + SLACK
@@ -684,16 +686,16 @@ def test_reset_is_a_no_op_here_and_forgets_the_parents_loops_in_a_child(
     discovery.hooks.after_fork_in_child()  # same process: resets nothing either
 
     def body() -> dict[str, Any]:
-        at_fork = monitor.read()
+        at_fork = read_lag(monitor)
         asyncio.run(asyncio.sleep(0.1))
         count = samples(monitor, "MainThread")
-        own = monitor.read()
+        own = read_lag(monitor)
         return {"at_fork": sorted(at_fork), "labels": sorted(own), "samples": count}
 
     child = in_child(body, fork=_fork_quietly)
     assert child["at_fork"] == []  # the parent's window is not the child's
     assert child["labels"] == ["MainThread"] and child["samples"] > 0
-    parent = monitor.read()
+    parent = read_lag(monitor)
     assert list(parent) == ["MainThread"] and parent["MainThread"].max is not None
 
 
@@ -729,7 +731,7 @@ def test_a_loop_forked_from_its_own_callback_keeps_no_tick_in_the_child(
             assert not parked(loop)  # the parked select went at the fork
 
             def report() -> None:
-                labels = sorted(monitor.read())
+                labels = sorted(read_lag(monitor))
                 hooked = "select" in vars(selector)
                 _child_report(
                     write_end, {"timers": live_timers(loop), "hooked": hooked, "labels": labels}
@@ -749,7 +751,7 @@ def test_a_loop_forked_from_its_own_callback_keeps_no_tick_in_the_child(
     os.close(write_end)
     child = _wait_child(pid, read_end)
     assert child == {"timers": 0, "hooked": False, "labels": []}
-    assert monitor.read()["MainThread"].max is not None  # the parent goes on
+    assert read_lag(monitor)["MainThread"].max is not None  # the parent goes on
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -771,7 +773,7 @@ def test_the_at_fork_hook_renews_the_locks_and_forgets_the_parents_loops(
                 "watched": len(discovery.hooks.watched),
                 "probes": len(monitor._probes),
                 "dead": all(p.dead for p in probes),
-                "installed": discovery.hooks_installed() != [],
+                "installed": hooks_installed() != [],
             }
 
         child = in_child(body, fork=_fork_quietly)

@@ -20,18 +20,19 @@ from typing import Any
 import pytest
 
 from opentelemetry.instrumentation.process.probes.loops import select_timing
-from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.probes.loops.probe import PARKED_SELECTS
 
 from .support.forked import in_child
 from .support.loopapps import (
     UVLOOP_CLOCK,
+    hooks_installed,
     in_thread,
     live_timers,
     monitor_fixture,
     parked,
     probed,
+    read_lag,
     samples,
     selector_timed,
     uvloop,
@@ -65,7 +66,7 @@ def _sleeping_and_waking(probe: bool) -> dict[str, Any]:
 
     got: dict[str, Any] = {"idle": _wakes(idle()), "periodic": _wakes(periodic())}
     if probe:
-        lag = monitor.read()["MainThread"]
+        lag = read_lag(monitor)["MainThread"]
         got.update(max=lag.max, mean=lag.mean)
         monitor.stop()
     return got
@@ -105,9 +106,9 @@ def test_a_read_while_the_loop_sleeps_counts_the_ticks_slept_through(
     try:
         assert running.wait(10)
         time.sleep(0.05)
-        monitor.read()
+        read_lag(monitor)
         time.sleep(0.3)
-        lag = monitor.read()["sleeper"]
+        lag = read_lag(monitor)["sleeper"]
         state = (parked(holder["loop"]), live_timers(holder["loop"]))
     finally:
         holder["loop"].call_soon_threadsafe(holder["done"].set_result, None)
@@ -227,10 +228,10 @@ def test_a_loop_woken_between_due_times_reads_no_delay() -> None:
 
     async def app() -> Any:
         await asyncio.sleep(0.6)  # the first tick (0.5 s) parks
-        monitor.read()
+        read_lag(monitor)
         for _ in range(2):
             await asyncio.sleep(0.75)  # wakes 0.35 s, then 0.1 s, past a due time
-        return monitor.read()["MainThread"]
+        return read_lag(monitor)["MainThread"]
 
     monitor.start()
     try:
@@ -254,7 +255,7 @@ def test_a_block_on_a_busy_loop_reads_as_the_block(monitor: LoopMonitor) -> None
                 blocks.append(time.monotonic() - t0)
 
     asyncio.run(app())
-    lag = monitor.read()["MainThread"]
+    lag = read_lag(monitor)["MainThread"]
     assert lag.max is not None
     assert blocks[0] - INTERVAL <= lag.max <= blocks[0] + SLACK, (lag, blocks)
     assert lag.utilization is not None and lag.utilization > 0.9  # it never waited
@@ -319,7 +320,7 @@ def test_a_select_wrapped_by_someone_else_while_parked_keeps_working(
 
     asyncio.run(app())
     assert holder["state"] == (True, 1, True)
-    lag = monitor.read()["MainThread"]
+    lag = read_lag(monitor)["MainThread"]
     assert lag.max is not None and blocks[0] - INTERVAL <= lag.max <= blocks[0] + SLACK
 
 
@@ -349,7 +350,7 @@ def test_a_loop_with_a_clock_of_its_own_keeps_the_timer(monitor: LoopMonitor) ->
     finally:
         loop.close()
     assert state == (1, False)
-    lag = monitor.read()["MainThread"]
+    lag = read_lag(monitor)["MainThread"]
     assert lag.max is not None and blocks[0] - INTERVAL <= lag.max <= blocks[0] + SLACK
 
 
@@ -426,7 +427,7 @@ def test_a_selector_without_a_dict_keeps_the_timer(utilization: bool) -> None:
     loop = asyncio.SelectorEventLoop(selector=_SlottedSelector())  # type: ignore[arg-type]
     try:
         timers = loop.run_until_complete(app())
-        lag = monitor.read()["MainThread"]
+        lag = read_lag(monitor)["MainThread"]
     finally:
         loop.close()
         monitor.stop()
@@ -447,7 +448,7 @@ def test_uvloop_keeps_the_timer(monitor: LoopMonitor) -> None:
     assert uvloop is not None
     parkable = uvloop.run(app())
     count = samples(monitor)
-    lag = monitor.read()["MainThread"]
+    lag = read_lag(monitor)["MainThread"]
     assert parkable is False
     assert count >= 0.1 / INTERVAL / 2  # ticks that ran, not ticks slept through
     assert lag.max is not None and lag.max <= SLACK + UVLOOP_CLOCK

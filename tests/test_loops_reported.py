@@ -31,7 +31,6 @@ from opentelemetry.instrumentation.process import (
 )
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
-from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.sources import runtime as runtime_sources
 from opentelemetry.instrumentation.process.sources.base import ReadContext
@@ -47,6 +46,7 @@ from .support.loopapps import (
     UTILIZATION,
     UVLOOP_CLOCK,
     by_loop,
+    hooks_installed,
     idle_loop,
     in_thread,
     periodic_app,

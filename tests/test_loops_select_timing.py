@@ -18,15 +18,16 @@ import pytest
 from opentelemetry.instrumentation.process.probes.loops import select_timing
 from opentelemetry.instrumentation.process.probes.loops.monitor import (
     UTILIZATION,
-    LoopLag,
     LoopMonitor,
 )
 
 from .support.loopapps import (
+    LoopLag,
     in_thread,
     live_timers,
     monitor_and_loop,
     monitor_fixture,
+    read_lag,
     selector_timed,
 )
 
@@ -50,7 +51,7 @@ def _run_windows(monitor: LoopMonitor, loop: asyncio.AbstractEventLoop) -> list[
         t0 = time.perf_counter()
         loop.run_until_complete(body())
         outer = time.perf_counter() - t0
-        out.append((monitor.read()["MainThread"].utilization, outer))
+        out.append((read_lag(monitor)["MainThread"].utilization, outer))
     return out
 
 
@@ -85,7 +86,7 @@ def test_utilisation_alone_times_select_and_sets_no_timer() -> None:
     try:
         timed, timers = loop.run_until_complete(app())
         (idle, _), (busy, outer), _ = _run_windows(monitor, loop)
-        got = monitor.read()
+        got = read_lag(monitor)
     finally:
         loop.close()
         monitor.stop()
@@ -98,8 +99,8 @@ def test_utilisation_alone_times_select_and_sets_no_timer() -> None:
 def test_a_loop_that_did_not_run_since_the_last_read_has_no_utilisation() -> None:
     with monitor_and_loop(INTERVAL) as (monitor, loop):
         loop.run_until_complete(asyncio.sleep(0.05))
-        first = monitor.read()
-        again = monitor.read()  # stopped in between: no running time at all
+        first = read_lag(monitor)
+        again = read_lag(monitor)  # stopped in between: no running time at all
     assert first["MainThread"].utilization is not None
     assert again == {"MainThread": LoopLag(None, None, None, None, None)}
 
@@ -131,7 +132,7 @@ def test_a_read_during_a_run_counts_that_run_from_its_start() -> None:
         thread = in_thread("reading", lambda: asyncio.run(app()))
         assert blocked.wait(10)
         time.sleep(0.05)  # the loop now waits in select
-        got = monitor.read()
+        got = read_lag(monitor)
         outer = time.perf_counter() - t0
     finally:
         release.set()
@@ -167,11 +168,11 @@ def test_utilisation_measured_later_times_a_loop_probed_already() -> None:
         await loop.run_in_executor(None, running.wait, 10)
         await asyncio.sleep(0.1)
         before = (selector_timed(loop), holder["timed"])
-        monitor.read()
+        read_lag(monitor)
         monitor.measure(UTILIZATION)
         assert selector_timed(loop)  # this thread's loop: at once
         await asyncio.sleep(0.3)
-        holder["got"] = monitor.read()
+        holder["got"] = read_lag(monitor)
         return before
 
     try:
@@ -201,7 +202,7 @@ def test_utilisation_measured_later_leaves_a_select_wrapped_since_alone() -> Non
         monitor.measure(UTILIZATION)
         await asyncio.sleep(0.1)
         assert vars(selector)["select"] is theirs
-        return monitor.read()["MainThread"]
+        return read_lag(monitor)["MainThread"]
 
     monitor.start()
     try:
@@ -249,7 +250,7 @@ def test_a_loop_whose_select_cannot_be_timed_is_probed_without_utilisation(
         loop.run_until_complete(asyncio.sleep(0.1))
     finally:
         loop.close()
-    lag = monitor.read()["MainThread"]
+    lag = read_lag(monitor)["MainThread"]
     assert lag.max is not None
     assert lag.utilization is None
 
@@ -269,7 +270,7 @@ def test_a_select_wrapped_by_someone_else_first_is_left_alone(monitor: LoopMonit
     finally:
         loop.close()
     assert during is theirs
-    lag = monitor.read()["MainThread"]
+    lag = read_lag(monitor)["MainThread"]
     assert lag.max is not None
     assert lag.utilization is None  # not measured rather than measured through theirs
 
@@ -304,7 +305,7 @@ def test_utilisation_off_leaves_select_alone() -> None:
 
     try:
         wrapped = loop.run_until_complete(app())
-        lag = monitor.read()["MainThread"]
+        lag = read_lag(monitor)["MainThread"]
     finally:
         loop.close()
         monitor.stop()

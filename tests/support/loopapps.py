@@ -7,14 +7,15 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from opentelemetry.sdk.metrics.export import Metric
 
-from opentelemetry.instrumentation.process.probes.loops.discovery import hooks_installed
+from opentelemetry.instrumentation.process.probes.loops import discovery
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.probes.loops.probe import Probe
+from opentelemetry.instrumentation.process.probes.loops.window import NO_DELAYS
 
 from ..conftest import points
 
@@ -225,3 +226,29 @@ def run_with(runner: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:
 def by_loop(metrics: dict[str, Metric], name: str) -> dict[str, float]:
     metric = metrics.get(name)
     return {} if metric is None else {dict(k)["thread.name"]: v for k, v in points(metric).items()}
+
+
+def hooks_installed() -> list[tuple[str, str]]:
+    """(owner, attribute) of each hook the loop discovery has installed now."""
+    return [(owner.__name__, name) for owner, name, _, _ in discovery.hooks.installed]
+
+
+class LoopLag(NamedTuple):
+    """One loop's delays (seconds) and utilisation over one window; ``None`` when unknown."""
+
+    max: float | None
+    mean: float | None
+    p50: float | None
+    p99: float | None
+    utilization: float | None
+
+
+def read_lag(monitor: LoopMonitor) -> dict[str, LoopLag]:
+    """Delays and utilisation of each loop since the previous read, by label, as the sources
+    read them (the delays' window and the utilisation's each start again)."""
+    delays = monitor.read_delays()
+    busy = monitor.read_utilization()
+    return {
+        label: LoopLag(*delays.get(label, NO_DELAYS), utilization=busy.get(label))
+        for label in {**delays, **busy}
+    }

@@ -195,11 +195,5 @@ class Hooks:
 hooks = Hooks()
 
 
-def hooks_installed() -> list[tuple[str, str]]:
-    """(owner, attribute) of each hook installed now; for tests and diagnostics."""
-    # The owners are modules and classes: each has a name.
-    return [(o.__name__, name) for o, name, _, _ in hooks.installed]
-
-
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=hooks.after_fork_in_child)

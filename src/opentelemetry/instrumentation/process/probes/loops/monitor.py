@@ -15,13 +15,12 @@ import re
 import threading
 import time
 import weakref
-from dataclasses import dataclass
 
 from ...excerpt import excerpt
 from .discovery import hooks
 from .probe import Probe
 from .select_timing import utilization
-from .window import NO_DELAYS, Delays, Window
+from .window import Delays, Window
 
 DEFAULT_INTERVAL = 0.02
 """Seconds between two ticks of a probe (the cost and resolution trade: docs/runtime.md)."""
@@ -33,18 +32,6 @@ DELAYS = "delays"
 UTILIZATION = "utilization"
 
 _DEFAULT_THREAD_NAME = re.compile(r"^Thread-\d+")
-
-
-@dataclass(frozen=True)
-class LoopLag:
-    """One loop's delays (seconds) and utilisation over one window; ``None`` when unknown."""
-
-    max: float | None
-    mean: float | None
-    p50: float | None
-    p99: float | None
-    utilization: float | None
-    """Busy share of the time the loop ran (0 to 1); ``None`` if not measured."""
 
 
 class LoopMonitor:
@@ -135,15 +122,6 @@ class LoopMonitor:
             probe.forget()
 
     # --- reads, in any thread
-
-    def read(self) -> dict[str, LoopLag]:
-        """Delays and utilisation of each loop since the previous read, by label."""
-        delays = self.read_delays()
-        busy = self.read_utilization()
-        return {
-            label: LoopLag(**vars(delays.get(label, NO_DELAYS)), utilization=busy.get(label))
-            for label in {**delays, **busy}
-        }
 
     def read_delays(self) -> dict[str, Delays]:
         """Delays of each loop since the previous call, by label; drops closed loops."""

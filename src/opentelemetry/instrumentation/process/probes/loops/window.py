@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # Bucket upper bounds: 100 us * 2**(k/4), up to about 105 s. A percentile is
 # at most 19 % above the true value (2**0.25 = 1.189), or at most 100 us
@@ -17,8 +17,7 @@ BUCKET_RATIO = 2**0.25
 BUCKETS: tuple[float, ...] = tuple(1e-4 * BUCKET_RATIO**k for k in range(81))
 
 
-@dataclass(frozen=True)
-class Delays:
+class Delays(NamedTuple):
     """One loop's delays over one window, in seconds; all ``None`` without a sample (never 0)."""
 
     max: float | None
