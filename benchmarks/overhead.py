@@ -1,0 +1,422 @@
+"""What the package costs an application: pyperformance's benchmarks, each pyperf worker instrumented.
+
+pyperformance is a suite this project did not write. Each of its benchmarks is
+a script that runs under pyperf; pyperf runs it in fresh worker processes, and
+``appcost/sitecustomize.py`` (on ``PYTHONPATH``, passed on with
+``--inherit-environ``) sets up one mode in each worker before the benchmark
+starts: the SDK and a periodic reader alone (``baseline``), the package's
+defaults, the defaults plus each opt-in probe, or the peer
+(``opentelemetry-instrumentation-system-metrics``), at each export interval.
+
+Interleaving: a round runs every benchmark once in every mode, the modes of one
+benchmark back to back in a new random order, appending to one pyperf file per
+mode (``--append``). The number of loops per value is calibrated once per
+benchmark, in the baseline, and the same loops run in every mode.
+
+    python benchmarks/overhead.py                      # full: every mode, 4 rounds (hours)
+    python benchmarks/overhead.py --smoke              # 3 benchmarks, 3 modes, 1 round
+    python benchmarks/overhead.py --rounds 2 --modes baseline@1s,defaults@1s
+    python benchmarks/overhead.py --report-only benchmarks/results/overhead
+    python -m pyperf compare_to results/overhead/baseline@1s.json results/overhead/defaults@1s.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pyperf
+from pyperf._utils import is_significant
+
+HERE = Path(__file__).resolve().parent
+SITE = HERE / "appcost"
+RESULTS = HERE / "results" / "overhead"
+
+PROBES = ("event_loop", "gc_pause_histogram", "per_thread", "children")
+NAMED = ("gc_collect", "gc_traversal", "async_tree_io", "async_tree_cpu_io_mixed", "coroutines")
+"""The GC-heavy and asyncio benchmarks that the subset must hold (checked in ``subset``)."""
+
+
+def subset() -> list[Any]:
+    """The benchmarks run, by a rule fixed before any result, in pyperformance's order.
+
+    Rule: every benchmark of pyperformance's ``default`` group (``pyperformance
+    list -b default``), except (1) those whose folder has a ``requirements.txt``
+    (they need packages beyond pyperf: django, sqlalchemy, tornado, ...) and
+    (2) the ``startup`` group, which times new interpreters started by the
+    benchmark rather than work in the instrumented worker (``startup.py``
+    measures what starting to report costs). The GC-heavy and asyncio ones
+    (``NAMED``) pass the rule; that is checked, not assumed.
+    """
+    from pyperformance import _manifest
+
+    listed = subprocess.run(
+        [sys.executable, "-m", "pyperformance", "list", "-b", "default"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    default = {line[2:].strip() for line in listed.splitlines() if line.startswith("- ")}
+    found = [
+        b
+        for b in _manifest.load_manifest(None).benchmarks
+        if b.name in default
+        and not (Path(b.runscript).parent / "requirements.txt").exists()
+        and "startup" not in (b.tags or ())
+    ]
+    missing = set(NAMED) - {b.name for b in found}
+    if missing:
+        raise RuntimeError(f"the subset rule lost {sorted(missing)}: look at the rule again")
+    return found
+
+
+def modes(intervals: tuple[int, ...], clock: str) -> dict[str, dict[str, Any]]:
+    """Every mode, by name (``defaults@60s``): what ``appcost/appmode.py`` sets up."""
+    found: dict[str, dict[str, Any]] = {}
+    for s in intervals:
+        # At short intervals, a random start between two collections (sitecustomize.py).
+        base = {"interval_ms": s * 1000, "clock": clock, "phase": s <= PHASE_UP_TO}
+        found[f"baseline@{s}s"] = {"kind": "baseline", **base}
+        found[f"defaults@{s}s"] = {"kind": "ours", "options": {}, **base}
+        for p in PROBES:
+            found[f"{p}@{s}s"] = {"kind": "ours", "options": {p: True}, **base}
+        found[f"peer@{s}s"] = {"kind": "peer", **base}
+    return {k: {"name": k, **v} for k, v in found.items()}
+
+
+PHASE_UP_TO = 5
+"""Seconds: up to this interval a worker starts at a random phase; above it, a worker
+of a few seconds sees no collection at all, and what is measured is what the package
+costs between collections (its share of each collection is cost / interval)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    rounds: int
+    processes: int
+    """Worker processes per benchmark, mode and round."""
+    values: int
+    warmups: int
+    min_time: float
+    """Seconds of one value, for the calibration of loops (pyperf's ``--min-time``)."""
+    intervals: tuple[int, ...]
+    clock: str
+    """``cpu`` (the worker's CPU time) or ``wall`` (pyperf's own)."""
+    benchmarks: tuple[str, ...] = ()
+    """Empty: the whole subset."""
+    modes: tuple[str, ...] = ()
+    """Empty: every mode."""
+    loops: int = 0
+    """Loops per value; 0: calibrated per benchmark."""
+
+
+# A worker runs 1 + 6 values of at least 0.25 s (about 2 s with its start and
+# phase): at a 1 s interval, its values hold 1.5 collections on average.
+FULL = Plan(
+    rounds=4, processes=1, values=6, warmups=1, min_time=0.25, intervals=(1, 60), clock="cpu"
+)
+SMOKE = Plan(
+    rounds=1,
+    processes=1,
+    values=2,
+    warmups=0,
+    min_time=0.02,
+    intervals=(1,),
+    clock="cpu",
+    benchmarks=("gc_collect", "async_tree_io", "richards"),
+    modes=("baseline@1s", "defaults@1s", "event_loop@1s"),
+    loops=1,
+)
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _pyperf(bench: Any, args: list[str], mode: dict[str, Any], runtime: str) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env |= {
+        "PYTHONPATH": str(SITE),
+        "PROCESS_OVERHEAD_MODE": json.dumps(mode),
+        "PROCESS_OVERHEAD_MARKS": os.path.join(runtime, "..", "marks.jsonl"),
+        "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR": runtime,
+    }
+    inherit = ",".join(k for k in env if k.startswith(("PYTHONPATH", "PROCESS_OVERHEAD", "OTEL_")))
+    command = [sys.executable, bench.runscript, *bench.extra_opts, "--quiet"]
+    command += ["--inherit-environ", inherit, *args]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"{bench.name} failed: {done.stderr[-800:]}")
+
+
+def calibrate(bench: Any, plan: Plan, mode: dict[str, Any], runtime: str, tmp: Path) -> int:
+    """Loops per value for ``bench``, calibrated by pyperf in the baseline."""
+    out = tmp / f"calibrate-{bench.name}.json"
+    args = ["-p", "1", "-n", "1", "-w", "0", "--min-time", str(plan.min_time), "-o", str(out)]
+    _pyperf(bench, args, mode, runtime)
+    return int(pyperf.Benchmark.load(str(out)).get_metadata()["loops"])
+
+
+def run(plan: Plan, out: Path) -> dict[str, Any]:
+    """Measure: one pyperf suite per mode in ``out``; returns the run's record."""
+    everything = modes(plan.intervals, plan.clock)
+    chosen = {k: v for k, v in everything.items() if not plan.modes or k in plan.modes}
+    benches = [b for b in subset() if not plan.benchmarks or b.name in plan.benchmarks]
+    out.mkdir(parents=True, exist_ok=True)
+    for f in out.glob("*.json"):
+        f.unlink()
+    rng = random.Random(28)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
+        runtime = tempfile.mkdtemp(dir=tmp)
+        os.chmod(runtime, 0o700)
+        base = next(v for k, v in chosen.items() if k.startswith("baseline@"))
+        loops = {}
+        for b in benches:
+            loops[b.name] = plan.loops or calibrate(b, plan, base, runtime, Path(tmp))
+        log(f"calibrated {len(benches)} benchmarks in {time.monotonic() - started:.0f} s")
+        for r in range(plan.rounds):
+            for i, b in enumerate(benches):
+                order = list(chosen)
+                rng.shuffle(order)
+                for name in order:
+                    args = ["-p", str(plan.processes), "-n", str(plan.values)]
+                    args += ["-w", str(plan.warmups), "-l", str(loops[b.name])]
+                    _pyperf(b, [*args, "--append", str(out / f"{name}.json")], chosen[name], runtime)
+                if i % 10 == 9:
+                    log(f"round {r + 1}/{plan.rounds}: {i + 1}/{len(benches)} benchmarks")
+            log(f"round {r + 1}/{plan.rounds} done, {time.monotonic() - started:.0f} s")
+        marks = [json.loads(line) for line in (Path(tmp) / "marks.jsonl").read_text().splitlines()]
+    record = {
+        "plan": asdict(plan),
+        "modes": chosen,
+        "benchmarks": [b.name for b in benches],
+        "loops": loops,
+        "duration_s": round(time.monotonic() - started),
+        "workers": workers(marks, chosen, len(benches) * plan.rounds * plan.processes),
+    }
+    (out / "run.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def workers(marks: list[dict[str, Any]], chosen: dict[str, Any], wanted: int) -> dict[str, Any]:
+    """Per mode: the workers that ran it, and those that did not run what it says."""
+    found: dict[str, Any] = {}
+    for name, mode in chosen.items():
+        mine = [m for m in marks if m["name"] == name]
+        wrong = [
+            m
+            for m in mine
+            if m["ours"] != (mode["kind"] == "ours")
+            or (mode["kind"] == "peer" and not m["peer"])
+            or (m["options"] and not all(m["options"].values()))
+        ]
+        found[name] = {"workers": len(mine), "wanted_at_least": wanted, "wrong": wrong[:3]}
+    return found
+
+
+# --- analysis ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ratio:
+    benchmark: str
+    ratio: float
+    """Mean in the mode over mean in the baseline of the same interval (>1: slower)."""
+    significant: bool
+    """pyperf's t-test (``compare_to``'s) on the two sets of values."""
+
+
+@dataclass(frozen=True)
+class Compared:
+    mode: str
+    baseline: str
+    ratios: list[Ratio]
+    geomean: float
+    low: float
+    high: float
+    """95% interval of the geometric mean, bootstrapping each benchmark's worker runs."""
+    runs: int
+    """Worker processes per benchmark in the mode (the fewest)."""
+
+
+def _run_means(bench: pyperf.Benchmark) -> list[float]:
+    return [sum(r.values) / len(r.values) for r in bench.get_runs() if r.values]
+
+
+def compare(base_path: Path, mode_path: Path, resamples: int = 2000) -> Compared:
+    """Per-benchmark ratios, their significance, and the geometric mean with its interval.
+
+    The unit of the interval is a worker run (a process): the runs of one
+    benchmark in the two modes are paired by index, since round ``i`` ran them
+    side by side, and resampled together.
+    """
+    base = {b.get_name(): b for b in pyperf.BenchmarkSuite.load(str(base_path)).get_benchmarks()}
+    mode = {b.get_name(): b for b in pyperf.BenchmarkSuite.load(str(mode_path)).get_benchmarks()}
+    names = [n for n in base if n in mode]
+    ratios, pairs = [], []
+    for n in names:
+        v1, v2 = base[n].get_values(), mode[n].get_values()
+        sig = len(v1) > 1 and len(v2) > 1 and is_significant(v1, v2)[0]
+        ratios.append(Ratio(n, (sum(v2) / len(v2)) / (sum(v1) / len(v1)), bool(sig)))
+        m1, m2 = _run_means(base[n]), _run_means(mode[n])
+        k = min(len(m1), len(m2))
+        pairs.append((m1[:k], m2[:k]))
+    geomean = math.exp(sum(math.log(r.ratio) for r in ratios) / len(ratios))
+    low, high = _interval(pairs, resamples)
+    return Compared(
+        mode_path.stem,
+        base_path.stem,
+        ratios,
+        geomean,
+        low,
+        high,
+        min(len(p[0]) for p in pairs),
+    )
+
+
+def _interval(pairs: list[tuple[list[float], list[float]]], resamples: int) -> tuple[float, float]:
+    if min(len(a) for a, _ in pairs) < 2:
+        return math.nan, math.nan
+    rng = random.Random(5)
+    found = []
+    for _ in range(resamples):
+        logs = []
+        for a, b in pairs:
+            idx = [rng.randrange(len(a)) for _ in a]
+            logs.append(math.log(sum(b[i] for i in idx) / sum(a[i] for i in idx)))
+        found.append(math.exp(sum(logs) / len(logs)))
+    found.sort()
+    return found[int(0.025 * resamples)], found[int(0.975 * resamples) - 1]
+
+
+def analyse(out: Path) -> list[Compared]:
+    """Every mode against the baseline of its interval, from the pyperf files in ``out``."""
+    found = []
+    for path in sorted(out.glob("*@*.json")):
+        name, interval = path.stem.split("@")
+        base = out / f"baseline@{interval}.json"
+        if name != "baseline" and base.exists():
+            found.append(compare(base, path))
+    return found
+
+
+def _cell(r: Ratio | None) -> str:
+    return "" if r is None else f"{r.ratio:.3f}{'*' if r.significant else ''}"
+
+
+def markdown(found: list[Compared], interval: str) -> str:
+    """One table per interval: a row per benchmark, a column per mode, then the geometric mean."""
+    cols = [c for c in found if c.baseline == f"baseline@{interval}"]
+    if not cols:
+        return f"(no mode was run at {interval})"
+    head = "| Benchmark | " + " | ".join(f"`{c.mode.split('@')[0]}`" for c in cols) + " |"
+    lines = [head, "|---|" + "---:|" * len(cols)]
+    by = [{r.benchmark: r for r in c.ratios} for c in cols]
+    for name in [r.benchmark for r in cols[0].ratios]:
+        lines.append(f"| {name} | " + " | ".join(_cell(b.get(name)) for b in by) + " |")
+    lines.append("| **geometric mean** | " + " | ".join(_geo(c) for c in cols) + " |")
+    lines.append("| 95% interval | " + " | ".join(_span(c) for c in cols) + " |")
+    lines.append("| significant (pyperf), slower / faster | " + " | ".join(_sig(c) for c in cols) + " |")
+    return "\n".join(lines)
+
+
+def _geo(c: Compared) -> str:
+    return f"**{c.geomean:.4f}**"
+
+
+def _span(c: Compared) -> str:
+    if math.isnan(c.low):
+        return f"n/a ({c.runs} run)"
+    return f"{c.low:.4f}–{c.high:.4f}"
+
+
+def _sig(c: Compared) -> str:
+    slower = sum(r.significant and r.ratio > 1 for r in c.ratios)
+    faster = sum(r.significant and r.ratio < 1 for r in c.ratios)
+    return f"{slower} / {faster} of {len(c.ratios)}"
+
+
+def report(out: Path) -> dict[str, Any]:
+    """Analyse ``out``, write ``overhead.md`` and ``overhead.json`` beside the pyperf files."""
+    found = analyse(out)
+    record = json.loads((out / "run.json").read_text()) if (out / "run.json").exists() else {}
+    intervals = sorted({c.baseline.split("@")[1] for c in found}, key=lambda s: int(s[:-1]))
+    tables = {i: markdown(found, i) for i in intervals}
+    text = "\n\n".join(f"### Export interval {i}\n\n{t}" for i, t in tables.items())
+    (out / "overhead.md").write_text(text + "\n")
+    data = {"run": record, "compared": [asdict(c) for c in found], "tables": tables}
+    (out / "overhead.json").write_text(json.dumps(data, indent=1))
+    return data
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--smoke", action="store_true", help="3 benchmarks, 3 modes, 1 round")
+    parser.add_argument("--out", type=Path, help=f"results folder (default: {RESULTS})")
+    parser.add_argument("--rounds", type=int, help="interleaved rounds (the size knob)")
+    parser.add_argument("--values", type=int, help="values per worker process")
+    parser.add_argument("--clock", choices=("cpu", "wall"), help="what a value is")
+    parser.add_argument("--modes", help="comma-separated mode names (default: all)")
+    parser.add_argument("--benchmarks", help="comma-separated benchmark names (default: subset)")
+    parser.add_argument("--intervals", help="comma-separated export intervals in s (default 1,60)")
+    parser.add_argument("--report-only", type=Path, metavar="DIR", help="analyse a finished run")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = arguments()
+    if args.report_only:
+        print(report(args.report_only)["tables"] and (args.report_only / "overhead.md").read_text())
+        return 0
+    plan = SMOKE if args.smoke else FULL
+    changes: dict[str, Any] = {}
+    for key in ("rounds", "values", "clock"):
+        if getattr(args, key):
+            changes[key] = getattr(args, key)
+    if args.modes:
+        changes["modes"] = tuple(args.modes.split(","))
+    if args.benchmarks:
+        changes["benchmarks"] = tuple(args.benchmarks.split(","))
+    if args.intervals:
+        changes["intervals"] = tuple(int(s) for s in args.intervals.split(","))
+    plan = replace(plan, **changes)
+    with tempfile.TemporaryDirectory(prefix="overhead-smoke-") as tmp:
+        out = args.out or (Path(tmp) if args.smoke else RESULTS)
+        record = run(plan, out)
+        data = report(out)
+    print((data["tables"] and "\n\n".join(data["tables"].values())) or "no comparison")
+    log(f"done in {record['duration_s']} s")
+    return smoke_check(data) if args.smoke else 0
+
+
+def smoke_check(data: dict[str, Any]) -> int:
+    """The smoke run asserts that every worker ran its mode, and every mode every benchmark.
+
+    Nothing about time.
+    """
+    run_ = data["run"]
+    for name, w in run_["workers"].items():
+        if w["wrong"] or w["workers"] < w["wanted_at_least"]:
+            log(f"SMOKE FAILED: {name}: {w}")
+            return 1
+    wanted = len(run_["modes"]) - 1
+    got = [c for c in data["compared"] if len(c["ratios"]) == len(run_["benchmarks"])]
+    if len(got) != wanted:
+        log(f"SMOKE FAILED: {len(got)} of {wanted} modes have every benchmark")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
