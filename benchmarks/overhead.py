@@ -164,7 +164,9 @@ def calibrate(bench: Any, plan: Plan, mode: dict[str, Any], runtime: str, tmp: P
     out = tmp / f"calibrate-{bench.name}.json"
     args = ["-p", "1", "-n", "1", "-w", "0", "--min-time", str(plan.min_time), "-o", str(out)]
     _pyperf(bench, args, mode, runtime)
-    return int(pyperf.Benchmark.load(str(out)).get_metadata()["loops"])
+    # A script may run several benchmarks (bm_base64 runs 11): one -l for all, the fewest.
+    suite = pyperf.BenchmarkSuite.load(str(out))
+    return min(int(b.get_metadata()["loops"]) for b in suite.get_benchmarks())
 
 
 def run(plan: Plan, out: Path) -> dict[str, Any]:
