@@ -1,4 +1,4 @@
-"""What the package costs an application: pyperformance's benchmarks, each pyperf worker instrumented.
+"""What the package costs an application: pyperformance's benchmarks, in instrumented workers.
 
 pyperformance is a suite this project did not write. Each of its benchmarks is
 a script that runs under pyperf; pyperf runs it in fresh worker processes, and
@@ -55,8 +55,11 @@ def subset() -> list[Any]:
     (they need packages beyond pyperf: django, sqlalchemy, tornado, ...) and
     (2) the ``startup`` group, which times new interpreters started by the
     benchmark rather than work in the instrumented worker (``startup.py``
-    measures what starting to report costs). The GC-heavy and asyncio ones
-    (``NAMED``) pass the rule; that is checked, not assumed.
+    measures what starting to report costs), and (3) those that fail in the
+    baseline, before any comparison (``pickle_pure_python`` and
+    ``unpickle_pure_python`` refuse to run once the C pickle module is
+    loaded, and the SDK loads it). The GC-heavy and asyncio ones (``NAMED``)
+    pass the rule; that is checked, not assumed.
     """
     from pyperformance import _manifest
 
@@ -159,14 +162,17 @@ def _pyperf(bench: Any, args: list[str], mode: dict[str, Any], runtime: str) -> 
         raise RuntimeError(f"{bench.name} failed: {done.stderr[-800:]}")
 
 
-def calibrate(bench: Any, plan: Plan, mode: dict[str, Any], runtime: str, tmp: Path) -> int:
-    """Loops per value for ``bench``, calibrated by pyperf in the baseline."""
+def calibrate(
+    bench: Any, plan: Plan, mode: dict[str, Any], runtime: str, tmp: Path
+) -> tuple[int, list[str]]:
+    """Loops per value for ``bench``, calibrated by pyperf in the baseline, and the names
+    of the pyperf benchmarks that its script runs."""
     out = tmp / f"calibrate-{bench.name}.json"
     args = ["-p", "1", "-n", "1", "-w", "0", "--min-time", str(plan.min_time), "-o", str(out)]
     _pyperf(bench, args, mode, runtime)
     # A script may run several benchmarks (bm_base64 runs 11): one -l for all, the fewest.
-    suite = pyperf.BenchmarkSuite.load(str(out))
-    return min(int(b.get_metadata()["loops"]) for b in suite.get_benchmarks())
+    found = pyperf.BenchmarkSuite.load(str(out)).get_benchmarks()
+    return min(int(b.get_metadata()["loops"]) for b in found), [b.get_name() for b in found]
 
 
 def run(plan: Plan, out: Path) -> dict[str, Any]:
@@ -175,7 +181,7 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
     chosen = {k: v for k, v in everything.items() if not plan.modes or k in plan.modes}
     benches = [b for b in subset() if not plan.benchmarks or b.name in plan.benchmarks]
     out.mkdir(parents=True, exist_ok=True)
-    for f in out.glob("*.json"):
+    for f in out.glob("*@*.json"):
         f.unlink()
     rng = random.Random(28)
     started = time.monotonic()
@@ -183,10 +189,25 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
         runtime = tempfile.mkdtemp(dir=tmp)
         os.chmod(runtime, 0o700)
         base = next(v for k, v in chosen.items() if k.startswith("baseline@"))
-        loops = {}
+        loops, names, skipped = {}, {}, {}
+        known = _calibrated(out, plan)
         for b in benches:
-            loops[b.name] = plan.loops or calibrate(b, plan, base, runtime, Path(tmp))
+            if plan.loops:
+                loops[b.name] = plan.loops
+                continue
+            try:
+                loops[b.name], names[b.name] = known.get(b.name) or calibrate(
+                    b, plan, base, runtime, Path(tmp)
+                )
+            except RuntimeError as e:  # rule (3) of subset()
+                skipped[b.name] = str(e).strip().splitlines()[-1][-300:]
+                log(f"{b.name} fails in the baseline, left out: {skipped[b.name]}")
+        benches = [b for b in benches if b.name not in skipped]
+        if not plan.loops:
+            saved = {"min_time": plan.min_time, "clock": plan.clock, "loops": loops, "names": names}
+            (out / "calibration.json").write_text(json.dumps(saved, indent=1))
         log(f"calibrated {len(benches)} benchmarks in {time.monotonic() - started:.0f} s")
+        failed: list[dict[str, Any]] = []
         for r in range(plan.rounds):
             for i, b in enumerate(benches):
                 order = list(chosen)
@@ -194,7 +215,14 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
                 for name in order:
                     args = ["-p", str(plan.processes), "-n", str(plan.values)]
                     args += ["-w", str(plan.warmups), "-l", str(loops[b.name])]
-                    _pyperf(b, [*args, "--append", str(out / f"{name}.json")], chosen[name], runtime)
+                    args += ["--append", str(out / f"{name}.json")]
+                    try:
+                        _pyperf(b, args, chosen[name], runtime)
+                    except RuntimeError as e:  # the package broke a benchmark: a finding
+                        failed.append(
+                            {"benchmark": b.name, "mode": name, "round": r, "error": str(e)[-600:]}
+                        )
+                        log(f"FAILED: {b.name} in {name}")
                 if i % 10 == 9:
                     log(f"round {r + 1}/{plan.rounds}: {i + 1}/{len(benches)} benchmarks")
             log(f"round {r + 1}/{plan.rounds} done, {time.monotonic() - started:.0f} s")
@@ -204,6 +232,10 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
         "modes": chosen,
         "benchmarks": [b.name for b in benches],
         "loops": loops,
+        "names": names,
+        "skipped": skipped,
+        "failed": failed,
+        "tags": {b.name: list(b.tags or ()) for b in benches},
         "duration_s": round(time.monotonic() - started),
         "workers": workers(marks, chosen, len(benches) * plan.rounds * plan.processes),
     }
@@ -225,6 +257,17 @@ def workers(marks: list[dict[str, Any]], chosen: dict[str, Any], wanted: int) ->
         ]
         found[name] = {"workers": len(mine), "wanted_at_least": wanted, "wrong": wrong[:3]}
     return found
+
+
+def _calibrated(out: Path, plan: Plan) -> dict[str, tuple[int, list[str]]]:
+    """Loops from an earlier calibration in ``out`` with the same min_time and clock."""
+    path = out / "calibration.json"
+    if not path.exists():
+        return {}
+    saved = json.loads(path.read_text())
+    if (saved["min_time"], saved["clock"]) != (plan.min_time, plan.clock):
+        return {}
+    return {k: (v, saved["names"].get(k, [])) for k, v in saved["loops"].items()}
 
 
 # --- analysis ------------------------------------------------------------------
@@ -329,7 +372,7 @@ def markdown(found: list[Compared], interval: str) -> str:
         lines.append(f"| {name} | " + " | ".join(_cell(b.get(name)) for b in by) + " |")
     lines.append("| **geometric mean** | " + " | ".join(_geo(c) for c in cols) + " |")
     lines.append("| 95% interval | " + " | ".join(_span(c) for c in cols) + " |")
-    lines.append("| significant (pyperf), slower / faster | " + " | ".join(_sig(c) for c in cols) + " |")
+    lines.append("| significant (pyperf): slower / faster | " + " | ".join(map(_sig, cols)) + " |")
     return "\n".join(lines)
 
 
@@ -340,7 +383,7 @@ def _geo(c: Compared) -> str:
 def _span(c: Compared) -> str:
     if math.isnan(c.low):
         return f"n/a ({c.runs} run)"
-    return f"{c.low:.4f}–{c.high:.4f}"
+    return f"{c.low:.4f} to {c.high:.4f}"
 
 
 def _sig(c: Compared) -> str:
@@ -408,6 +451,9 @@ def smoke_check(data: dict[str, Any]) -> int:
     Nothing about time.
     """
     run_ = data["run"]
+    if run_["failed"]:
+        log(f"SMOKE FAILED: {run_['failed'][:2]}")
+        return 1
     for name, w in run_["workers"].items():
         if w["wrong"] or w["workers"] < w["wanted_at_least"]:
             log(f"SMOKE FAILED: {name}: {w}")

@@ -146,7 +146,14 @@ class Server:
             "WEBAPP_WORKER_CLASS": kind.removeprefix("gunicorn-"),
         }
         if kind == "uvicorn":
-            command = [sys.executable, "-m", "uvicorn", "fastapi_app:app", "--workers", str(workers)]
+            command = [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "fastapi_app:app",
+                "--workers",
+                str(workers),
+            ]
             command += ["--port", str(self.port), "--no-access-log", "--log-level", "warning"]
         else:
             command = [sys.executable, "-m", "gunicorn", "-c", str(SITE / "gunicorn.conf.py")]
@@ -203,7 +210,8 @@ WRK_SCRIPT = """
 done = function(summary, latency, requests)
   local e = summary.errors
   io.write(string.format(
-    "WRK {\\"requests\\": %d, \\"us\\": %d, \\"errors\\": %d, \\"p50\\": %d, \\"p99\\": %d, \\"p999\\": %d}\\n",
+    "WRK {\\"requests\\": %d, \\"us\\": %d, \\"errors\\": %d, "
+    .. "\\"p50\\": %d, \\"p99\\": %d, \\"p999\\": %d}\\n",
     summary.requests, summary.duration, e.connect + e.read + e.write + e.status + e.timeout,
     latency:percentile(50), latency:percentile(99), latency:percentile(99.9)))
 end
@@ -237,7 +245,9 @@ def fixed_rate(url: str, rate: float, seconds: float) -> dict[str, float]:
     }
 
 
-def one_server(kind: str, name: str, plan: Plan, rate: float, tools: dict[str, Any]) -> dict[str, Any]:
+def one_server(
+    kind: str, name: str, plan: Plan, rate: float, tools: dict[str, Any]
+) -> dict[str, Any]:
     """A fresh server in mode ``name``: warm-up, the fixed rate, then saturation."""
     server = Server(kind, mode(name), 2, tools["runtime"])
     try:
@@ -245,12 +255,16 @@ def one_server(kind: str, name: str, plan: Plan, rate: float, tools: dict[str, A
         loadgen.load(server.url, rate, plan.warmup)
         before = server.cpu()
         fixed = fixed_rate(server.url, rate, plan.seconds)
-        fixed["cpu_per_request"] = (server.cpu() - before) / max(1, fixed["throughput"] * plan.seconds)
+        fixed["cpu_per_request"] = (server.cpu() - before) / max(
+            1, fixed["throughput"] * plan.seconds
+        )
         found: dict[str, Any] = {"server": kind, "mode": name, "fixed": fixed}
         if tools["wrk"]:
             before = server.cpu()
             sat = wrk(tools["wrk"], server.url, plan.connections, plan.seconds, tools["script"])
-            sat["cpu_per_request"] = (server.cpu() - before) / max(1, sat["throughput"] * plan.seconds)
+            sat["cpu_per_request"] = (server.cpu() - before) / max(
+                1, sat["throughput"] * plan.seconds
+            )
             found["saturation"] = sat
         return found
     finally:
@@ -372,7 +386,9 @@ def summarise(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _medians(record: dict[str, Any], kind: str, name: str, load: str) -> dict[str, float] | None:
-    found = [x[load] for x in record["loads"] if x["server"] == kind and x["mode"] == name and load in x]
+    found = [
+        x[load] for x in record["loads"] if x["server"] == kind and x["mode"] == name and load in x
+    ]
     if not found:
         return None
     out = {k: statistics.median(f[k] for f in found) for k in METRICS}
@@ -393,20 +409,35 @@ def markdown(record: dict[str, Any]) -> dict[str, str]:
     for r in rows:
         load = f"{rates[r['server']]}/s" if r["load"] == "fixed" else "saturation"
         q = r["ratio"]
-        lines.append(
-            f"| {r['server']} | {load} | `{r['mode']}` | {r['throughput']:,.0f} | {_pct(q['throughput'])} "
-            f"| {r['p50'] * 1e3:.2f} | {r['p99'] * 1e3:.2f} | {_pct(q['p99'])} | {r['p999'] * 1e3:.2f} "
-            f"| {r['cpu_per_request'] * 1e6:.0f} | {_pct(q['cpu_per_request'])} |"
-        )
+        cells = [
+            r["server"],
+            load,
+            f"`{r['mode']}`",
+            f"{r['throughput']:,.0f}",
+            _pct(q["throughput"]),
+            f"{r['p50'] * 1e3:.2f}",
+            f"{r['p99'] * 1e3:.2f}",
+            _pct(q["p99"]),
+            f"{r['p999'] * 1e3:.2f}",
+            f"{r['cpu_per_request'] * 1e6:.0f}",
+            _pct(q["cpu_per_request"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
     idle_lines = [
-        "| Mode | CPU of the whole server (ms per s) | Per worker (µs per s) | vs `baseline` (µs/s per worker) |",
+        "| Mode | CPU of the whole server (ms per s) | Per worker (µs per s) "
+        "| vs `baseline` (µs/s per worker) |",
         "|---|---:|---:|---:|",
     ]
     base = next((i for i in record["idle"] if i["mode"] == "baseline"), None)
     for i in sorted(record["idle"], key=lambda i: IDLE_MODES.index(i["mode"])):
-        extra = "" if base is None else f"{i['per_worker_us_per_s'] - base['per_worker_us_per_s']:+,.0f}"
+        extra = (
+            ""
+            if base is None
+            else f"{i['per_worker_us_per_s'] - base['per_worker_us_per_s']:+,.0f}"
+        )
         idle_lines.append(
-            f"| `{i['mode']}` | {i['cpu_per_s'] * 1e3:.1f} | {i['per_worker_us_per_s']:,.0f} | {extra} |"
+            f"| `{i['mode']}` | {i['cpu_per_s'] * 1e3:.1f} "
+            f"| {i['per_worker_us_per_s']:,.0f} | {extra} |"
         )
     return {"loads": "\n".join(lines), "idle": "\n".join(idle_lines)}
 
@@ -425,7 +456,9 @@ def plot(record: dict[str, Any], path: Path) -> None:
     rows = summarise(record)
     panels = [(k, load) for k in record["plan"]["servers"] for load in ("fixed", "saturation")]
     panels = [p for p in panels if any(r["server"] == p[0] and r["load"] == p[1] for r in rows)]
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.8), dpi=110, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(3.2 * len(panels), 3.8), dpi=110, squeeze=False
+    )
     for ax, (kind, load) in zip(axes[0], panels, strict=True):
         mine = [r for r in rows if r["server"] == kind and r["load"] == load]
         width = 0.8 / len(mine)
@@ -479,7 +512,9 @@ def main() -> int:
         print("\n\n".join(tables.values()))
         return 0
     plan = SMOKE if args.smoke else FULL
-    changes: dict[str, Any] = {k: getattr(args, k) for k in ("rounds", "seconds") if getattr(args, k)}
+    changes: dict[str, Any] = {
+        k: getattr(args, k) for k in ("rounds", "seconds") if getattr(args, k)
+    }
     if args.servers:
         changes["servers"] = tuple(args.servers.split(","))
     if args.no_idle:

@@ -81,8 +81,7 @@ def describe(mode: dict[str, Any]) -> dict[str, Any]:
         "name": mode.get("name"),
         "kind": mode["kind"],
         "ours": ours.is_instrumented_by_opentelemetry,
-        "options": ours.options is not None and {
-            k: getattr(ours.options, k) for k in (mode.get("options") or {})
-        },
+        "options": ours.options is not None
+        and {k: getattr(ours.options, k) for k in (mode.get("options") or {})},
         "peer": peer,
     }

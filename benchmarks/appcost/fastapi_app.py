@@ -15,7 +15,10 @@ from contextlib import asynccontextmanager
 import appmode
 from fastapi import FastAPI
 
-ITEMS = [{"id": i, "name": f"item {i}", "price": round(i * 1.25, 2), "tags": ["a", "b"]} for i in range(20)]
+ITEMS = [
+    {"id": i, "name": f"item {i}", "price": round(i * 1.25, 2), "tags": ["a", "b"]}
+    for i in range(20)
+]
 
 
 @asynccontextmanager

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 from flask import Flask, jsonify, request
 
-ITEMS = [{"id": i, "name": f"item {i}", "price": round(i * 1.25, 2), "tags": ["a", "b"]} for i in range(20)]
+ITEMS = [
+    {"id": i, "name": f"item {i}", "price": round(i * 1.25, 2), "tags": ["a", "b"]}
+    for i in range(20)
+]
 
 app = Flask(__name__)
 
