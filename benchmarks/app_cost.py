@@ -121,7 +121,7 @@ def webapp_goals(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         where = f"{r['server']}, {'fixed rate' if r['load'] == 'fixed' else 'saturation'}"
         if r["mode"] == "event_loop":
             if r["load"] == "saturation":
-                t = (q["throughput"] - 1) * 100
+                t = round((q["throughput"] - 1) * 100, 1)
                 rows.append(
                     (
                         f"`event_loop=True`, {where}: throughput",
@@ -132,9 +132,9 @@ def webapp_goals(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 )
             continue
         if r["load"] == "saturation":
-            t = (q["throughput"] - 1) * 100
+            t = round((q["throughput"] - 1) * 100, 1)
             rows.append((f"Defaults, {where}: throughput", ">= -1%", f"{t:+.1f}%", _ok(t >= -1)))
-        p = (q["p99"] - 1) * 100
+        p = round((q["p99"] - 1) * 100, 1)
         rows.append((f"Defaults, {where}: p99 latency", "<= +2%", f"{p:+.1f}%", _ok(p <= 2)))
     idle = {i["mode"]: i["per_worker_us_per_s"] for i in record.get("idle", [])}
     if "event_loop" in idle and "defaults" in idle:
