@@ -180,6 +180,7 @@ def values() -> dict[str, str]:
     web = json.loads((webapp.RESULTS / "webapp.json").read_text())
     meta = json.loads((webapp.RESULTS.parent / "app_cost.json").read_text())
     run, plan = ov["run"], ov["run"]["plan"]
+    rounds = run.get("rounds_done", plan["rounds"])
     tables = webapp.markdown(web)
     idle = {i["mode"]: i for i in web["idle"]}
     total = ""
@@ -199,7 +200,7 @@ def values() -> dict[str, str]:
         "machine": meta["machine"],
         "goals": goals_table(overhead_goals(ov) + webapp_goals(web)),
         "overhead_plan": (
-            f"{len(run['benchmarks'])} benchmarks, {plan['rounds']} rounds of "
+            f"{len(run['benchmarks'])} benchmarks, {rounds} rounds of "
             f"{plan['processes']} worker process per benchmark and mode, {plan['values']} values "
             f"of at least {plan['min_time']} s after {plan['warmups']} warm-up, clock: "
             f"{plan['clock']}; {run['duration_s'] / 3600:.1f} hours for {len(run['modes'])} modes"

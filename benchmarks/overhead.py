@@ -121,6 +121,8 @@ class Plan:
     """Empty: every mode."""
     loops: int = 0
     """Loops per value; 0: calibrated per benchmark."""
+    hours: float = 0
+    """A budget: no new round starts that would end after it (0: none)."""
 
 
 # A worker runs 1 + 6 values of at least 0.25 s (about 2 s with its start and
@@ -159,7 +161,9 @@ def _pyperf(bench: Any, args: list[str], mode: dict[str, Any], runtime: str) -> 
     command += ["--inherit-environ", inherit, *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
-        raise RuntimeError(f"{bench.name} failed: {done.stderr[-800:]}")
+        # The worker's own error first: pyperf's master only says that a worker failed.
+        errors = [x for x in done.stderr.splitlines() if x[:1].isalpha() and "Error" in x]
+        raise RuntimeError(f"{bench.name} failed: {' / '.join(errors[:2])}\n{done.stderr[-600:]}")
 
 
 def calibrate(
@@ -200,7 +204,7 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
                     b, plan, base, runtime, Path(tmp)
                 )
             except RuntimeError as e:  # rule (3) of subset()
-                skipped[b.name] = str(e).strip().splitlines()[-1][-300:]
+                skipped[b.name] = str(e).splitlines()[0][-300:]
                 log(f"{b.name} fails in the baseline, left out: {skipped[b.name]}")
         benches = [b for b in benches if b.name not in skipped]
         if not plan.loops:
@@ -208,7 +212,18 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
             (out / "calibration.json").write_text(json.dumps(saved, indent=1))
         log(f"calibrated {len(benches)} benchmarks in {time.monotonic() - started:.0f} s")
         failed: list[dict[str, Any]] = []
+        rounds_done, round_start = 0, time.monotonic()
         for r in range(plan.rounds):
+            spent = time.monotonic() - started
+            if (
+                r
+                and plan.hours
+                and spent + (time.monotonic() - round_start) / r > plan.hours * 3600
+            ):
+                log(f"stopping after {r} rounds: another would end past {plan.hours} h")
+                break
+            if r == 0:
+                round_start = time.monotonic()
             for i, b in enumerate(benches):
                 order = list(chosen)
                 rng.shuffle(order)
@@ -226,6 +241,7 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
                 if i % 10 == 9:
                     log(f"round {r + 1}/{plan.rounds}: {i + 1}/{len(benches)} benchmarks")
             log(f"round {r + 1}/{plan.rounds} done, {time.monotonic() - started:.0f} s")
+            rounds_done += 1
         marks = [json.loads(line) for line in (Path(tmp) / "marks.jsonl").read_text().splitlines()]
     record = {
         "plan": asdict(plan),
@@ -236,6 +252,7 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
         "skipped": skipped,
         "failed": failed,
         "tags": {b.name: list(b.tags or ()) for b in benches},
+        "rounds_done": rounds_done,
         "duration_s": round(time.monotonic() - started),
         "workers": workers(marks, chosen, len(benches) * plan.rounds * plan.processes),
     }
@@ -290,9 +307,12 @@ class Compared:
     geomean: float
     low: float
     high: float
-    """95% interval of the geometric mean, bootstrapping each benchmark's worker runs."""
+    """95% interval of the geometric mean, bootstrapping each benchmark's ``unit``."""
     runs: int
     """Worker processes per benchmark in the mode (the fewest)."""
+    unit: str = "runs"
+    """What the interval resamples: worker ``runs`` (with 3 or more per benchmark), else
+    ``values``, which sees only the noise within a process: too narrow if processes differ."""
 
 
 def _run_means(bench: pyperf.Benchmark) -> list[float]:
@@ -304,12 +324,13 @@ def compare(base_path: Path, mode_path: Path, resamples: int = 2000) -> Compared
 
     The unit of the interval is a worker run (a process): the runs of one
     benchmark in the two modes are paired by index, since round ``i`` ran them
-    side by side, and resampled together.
+    side by side, and resampled together. With fewer than 3 runs per
+    benchmark, the values are resampled instead, each mode's on its own.
     """
     base = {b.get_name(): b for b in pyperf.BenchmarkSuite.load(str(base_path)).get_benchmarks()}
     mode = {b.get_name(): b for b in pyperf.BenchmarkSuite.load(str(mode_path)).get_benchmarks()}
     names = [n for n in base if n in mode]
-    ratios, pairs = [], []
+    ratios, pairs, values = [], [], []
     for n in names:
         v1, v2 = base[n].get_values(), mode[n].get_values()
         sig = len(v1) > 1 and len(v2) > 1 and is_significant(v1, v2)[0]
@@ -317,29 +338,28 @@ def compare(base_path: Path, mode_path: Path, resamples: int = 2000) -> Compared
         m1, m2 = _run_means(base[n]), _run_means(mode[n])
         k = min(len(m1), len(m2))
         pairs.append((m1[:k], m2[:k]))
+        values.append((list(v1), list(v2)))
     geomean = math.exp(sum(math.log(r.ratio) for r in ratios) / len(ratios))
-    low, high = _interval(pairs, resamples)
-    return Compared(
-        mode_path.stem,
-        base_path.stem,
-        ratios,
-        geomean,
-        low,
-        high,
-        min(len(p[0]) for p in pairs),
-    )
+    runs = min(len(p[0]) for p in pairs)
+    unit = "runs" if runs >= 3 else "values"
+    low, high = _interval(pairs if unit == "runs" else values, resamples, paired=unit == "runs")
+    return Compared(mode_path.stem, base_path.stem, ratios, geomean, low, high, runs, unit)
 
 
-def _interval(pairs: list[tuple[list[float], list[float]]], resamples: int) -> tuple[float, float]:
-    if min(len(a) for a, _ in pairs) < 2:
+def _interval(
+    pairs: list[tuple[list[float], list[float]]], resamples: int, *, paired: bool
+) -> tuple[float, float]:
+    if min(min(len(a), len(b)) for a, b in pairs) < 2:
         return math.nan, math.nan
     rng = random.Random(5)
     found = []
     for _ in range(resamples):
         logs = []
         for a, b in pairs:
-            idx = [rng.randrange(len(a)) for _ in a]
-            logs.append(math.log(sum(b[i] for i in idx) / sum(a[i] for i in idx)))
+            ia = [rng.randrange(len(a)) for _ in a]
+            ib = ia if paired else [rng.randrange(len(b)) for _ in b]
+            mean_a = sum(a[i] for i in ia) / len(ia)
+            logs.append(math.log(sum(b[i] for i in ib) / len(ib) / mean_a))
         found.append(math.exp(sum(logs) / len(logs)))
     found.sort()
     return found[int(0.025 * resamples)], found[int(0.975 * resamples) - 1]
@@ -383,7 +403,7 @@ def _geo(c: Compared) -> str:
 def _span(c: Compared) -> str:
     if math.isnan(c.low):
         return f"n/a ({c.runs} run)"
-    return f"{c.low:.4f} to {c.high:.4f}"
+    return f"{c.low:.4f} to {c.high:.4f}" + (" (values)" if c.unit == "values" else "")
 
 
 def _sig(c: Compared) -> str:
@@ -411,6 +431,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help=f"results folder (default: {RESULTS})")
     parser.add_argument("--rounds", type=int, help="interleaved rounds (the size knob)")
     parser.add_argument("--values", type=int, help="values per worker process")
+    parser.add_argument("--hours", type=float, help="start no round that would end after this")
     parser.add_argument("--clock", choices=("cpu", "wall"), help="what a value is")
     parser.add_argument("--modes", help="comma-separated mode names (default: all)")
     parser.add_argument("--benchmarks", help="comma-separated benchmark names (default: subset)")
@@ -426,7 +447,7 @@ def main() -> int:
         return 0
     plan = SMOKE if args.smoke else FULL
     changes: dict[str, Any] = {}
-    for key in ("rounds", "values", "clock"):
+    for key in ("rounds", "values", "clock", "hours"):
         if getattr(args, key):
             changes[key] = getattr(args, key)
     if args.modes:

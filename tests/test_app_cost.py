@@ -98,7 +98,7 @@ def _suite(path: Path, values: dict[str, list[list[float]]]) -> None:
 
 def test_overhead_ratios_and_geometric_mean(tmp_path: Path) -> None:
     overhead = load("overhead")
-    base = {"a": [[1.0, 1.02], [0.98, 1.0]], "b": [[2.0, 2.01], [1.99, 2.0]]}
+    base = {"a": [[1.0, 1.02], [0.98, 1.0], [1.0, 1.01]], "b": [[2.0, 2.01], [1.99, 2.0], [2, 2]]}
     mode = {
         "a": [[x * 1.1 for x in r] for r in base["a"]],
         "b": [[x * 1.21 for x in r] for r in base["b"]],
@@ -106,7 +106,12 @@ def test_overhead_ratios_and_geometric_mean(tmp_path: Path) -> None:
     _suite(tmp_path / "baseline@1s.json", base)
     _suite(tmp_path / "defaults@1s.json", mode)
     (found,) = overhead.analyse(tmp_path)
-    assert (found.mode, found.baseline, found.runs) == ("defaults@1s", "baseline@1s", 2)
+    assert (found.mode, found.baseline, found.runs, found.unit) == (
+        "defaults@1s",
+        "baseline@1s",
+        3,
+        "runs",
+    )
     ratios = {r.benchmark: r for r in found.ratios}
     assert ratios["a"].ratio == pytest.approx(1.1)
     assert ratios["b"].ratio == pytest.approx(1.21)
@@ -127,6 +132,9 @@ def test_overhead_calls_the_same_values_not_significant(tmp_path: Path) -> None:
     (found,) = overhead.analyse(tmp_path)
     assert found.ratios[0].ratio == pytest.approx(1.0)
     assert not found.ratios[0].significant
+    # Two runs: the interval resamples values, and straddles 1.
+    assert found.unit == "values"
+    assert found.low < 1.0 < found.high
 
 
 def test_overhead_flags_a_worker_that_did_not_run_its_mode() -> None:
