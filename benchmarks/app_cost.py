@@ -213,7 +213,8 @@ def values() -> dict[str, str]:
             f"({web['plan']['fraction']:.0%} of each baseline's throughput at saturation); wrk "
             f"with {web['plan']['connections']} connections; {web['duration_s'] / 60:.0f} minutes"
         ),
-        "webapp_loads": tables["loads"],
+        "webapp_fixed": tables["fixed"],
+        "webapp_saturation": tables["saturation"],
         "webapp_idle": tables["idle"],
         "idle_total": total,
         "subset_rule": " ".join(

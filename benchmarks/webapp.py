@@ -398,34 +398,37 @@ def _medians(record: dict[str, Any], kind: str, name: str, load: str) -> dict[st
 
 
 def markdown(record: dict[str, Any]) -> dict[str, str]:
+    """Tables: ``fixed`` and ``saturation`` (a row per server and mode, changes against the
+    baseline's), and ``idle``."""
     rows = summarise(record)
     head = (
-        "| Server | Load | Mode | Throughput (req/s) | vs baseline | p50 (ms) | p99 (ms) "
-        "| p99 vs baseline | p99.9 (ms) | Server CPU per request (µs) | vs baseline |\n"
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| Server | Mode | req/s | Δ | p50 ms | p99 ms | Δ p99 | p99.9 ms | CPU µs/req | Δ CPU |\n"
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     )
-    lines = [head]
-    rates = record["rates"]
-    for r in rows:
-        load = f"{rates[r['server']]}/s" if r["load"] == "fixed" else "saturation"
-        q = r["ratio"]
-        cells = [
-            r["server"],
-            load,
-            f"`{r['mode']}`",
-            f"{r['throughput']:,.0f}",
-            _pct(q["throughput"]),
-            f"{r['p50'] * 1e3:.2f}",
-            f"{r['p99'] * 1e3:.2f}",
-            _pct(q["p99"]),
-            f"{r['p999'] * 1e3:.2f}",
-            f"{r['cpu_per_request'] * 1e6:.0f}",
-            _pct(q["cpu_per_request"]),
-        ]
-        lines.append("| " + " | ".join(cells) + " |")
+    tables = {}
+    for load in ("fixed", "saturation"):
+        lines = [head]
+        for r in (r for r in rows if r["load"] == load):
+            q = r["ratio"]
+            server = r["server"]
+            if load == "fixed":
+                server += f" at {record['rates'][server]:,}/s"
+            cells = [
+                server,
+                f"`{r['mode']}`",
+                f"{r['throughput']:,.0f}",
+                _pct(q["throughput"]),
+                f"{r['p50'] * 1e3:.2f}",
+                f"{r['p99'] * 1e3:.2f}",
+                _pct(q["p99"]),
+                f"{r['p999'] * 1e3:.2f}",
+                f"{r['cpu_per_request'] * 1e6:.0f}",
+                _pct(q["cpu_per_request"]),
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+        tables[load] = "\n".join(lines) if len(lines) > 1 else "(not run)"
     idle_lines = [
-        "| Mode | CPU of the whole server (ms per s) | Per worker (µs per s) "
-        "| vs `baseline` (µs/s per worker) |",
+        "| Mode | Whole server, ms/s | Per worker, µs/s | Per worker beyond the baseline, µs/s |",
         "|---|---:|---:|---:|",
     ]
     base = next((i for i in record["idle"] if i["mode"] == "baseline"), None)
@@ -439,7 +442,8 @@ def markdown(record: dict[str, Any]) -> dict[str, str]:
             f"| `{i['mode']}` | {i['cpu_per_s'] * 1e3:.1f} "
             f"| {i['per_worker_us_per_s']:,.0f} | {extra} |"
         )
-    return {"loads": "\n".join(lines), "idle": "\n".join(idle_lines)}
+    tables["idle"] = "\n".join(idle_lines)
+    return tables
 
 
 def _pct(ratio: float) -> str:
@@ -481,7 +485,7 @@ def plot(record: dict[str, Any], path: Path) -> None:
 def report(out: Path, *, draw: bool) -> dict[str, str]:
     record = json.loads((out / "webapp.json").read_text())
     tables = markdown(record)
-    (out / "webapp.md").write_text(f"{tables['loads']}\n\n{tables['idle']}\n")
+    (out / "webapp.md").write_text("\n\n".join(tables.values()) + "\n")
     if draw:
         plot(record, PLOT)
     return tables
