@@ -217,10 +217,15 @@ def values() -> dict[str, str]:
         "webapp_saturation": tables["saturation"],
         "webapp_idle": tables["idle"],
         "idle_total": total,
-        "subset_rule": " ".join(
-            line.strip() for line in overhead.subset.__doc__.split("\n\n")[1].splitlines()
-        ),
+        "subset_rule": _rule(),
     }
+
+
+def _rule() -> str:
+    """The subset's rule, from the docstring of ``overhead.subset``, as Markdown."""
+    text = " ".join(line.strip() for line in overhead.subset.__doc__.split("\n\n")[1].splitlines())
+    text = text.removeprefix("Rule: ").replace("``", "`")
+    return text.replace(" (`NAMED`)", "")
 
 
 def render() -> None:

@@ -451,31 +451,51 @@ def _pct(ratio: float) -> str:
 
 
 def plot(record: dict[str, Any], path: Path) -> None:
-    """Latency percentiles side by side: a panel per server and load, a group of bars per mode."""
+    """Latency percentiles side by side: a panel per server (columns) and load (rows), a group of
+    bars per mode."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = summarise(record)
-    panels = [(k, load) for k in record["plan"]["servers"] for load in ("fixed", "saturation")]
-    panels = [p for p in panels if any(r["server"] == p[0] and r["load"] == p[1] for r in rows)]
+    servers = record["plan"]["servers"]
+    loads = [x for x in ("fixed", "saturation") if any(r["load"] == x for r in rows)]
     fig, axes = plt.subplots(
-        1, len(panels), figsize=(3.2 * len(panels), 3.8), dpi=110, squeeze=False
+        len(loads),
+        len(servers),
+        figsize=(1.6 + 2.8 * len(servers), 0.6 + 2.9 * len(loads)),
+        dpi=110,
+        squeeze=False,
     )
-    for ax, (kind, load) in zip(axes[0], panels, strict=True):
+    legend: dict[str, Any] = {}
+    for (i, load), (j, kind) in ((a, b) for a in enumerate(loads) for b in enumerate(servers)):
+        ax = axes[i][j]
         mine = [r for r in rows if r["server"] == kind and r["load"] == load]
+        if not mine:
+            ax.set_visible(False)
+            continue
         width = 0.8 / len(mine)
-        for j, r in enumerate(mine):
-            ys = [r[k] * 1e3 for k in ("p50", "p99", "p999")]
-            ax.bar([x + j * width for x in range(3)], ys, width, label=r["mode"], color=f"C{j}")
+        for k, r in enumerate(mine):
+            ys = [r[p] * 1e3 for p in ("p50", "p99", "p999")]
+            colour = f"C{SERVERS['uvicorn'].index(r['mode'])}"  # one colour per mode everywhere
+            bars = ax.bar([x + k * width for x in range(3)], ys, width, color=colour)
+            legend.setdefault(r["mode"], bars)
         ax.set_xticks([x + 0.4 - width / 2 for x in range(3)], ["p50", "p99", "p99.9"])
         rate = f"{record['rates'][kind]}/s" if load == "fixed" else "saturation"
         ax.set_title(f"{kind}, {rate}", fontsize=9)
         ax.set_yscale("log")
         ax.grid(True, axis="y", which="both", alpha=0.3)
-    axes[0][0].set_ylabel("latency (ms, log scale)")
-    axes[0][-1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    for row in axes:
+        row[0].set_ylabel("latency (ms, log scale)")
+    axes[0][-1].legend(
+        list(legend.values()),
+        list(legend),
+        fontsize=7,
+        loc="upper left",
+        bbox_to_anchor=(1.0, 1.0),
+        frameon=False,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
