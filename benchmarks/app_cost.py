@@ -63,6 +63,20 @@ def _verdict(low: float, high: float, limit: float) -> str:
     return "not resolved (the 95% interval straddles the goal)"
 
 
+def _rounds_for(c: dict[str, Any], target: float) -> str:
+    """How many rounds would narrow the interval to +-``target``, if it is wider.
+
+    Intervals narrow as one over the square root of the rounds; from one round
+    (values resampled) this is a lower bound, since processes differ more than values.
+    """
+    half = (c["high"] - c["low"]) / 2
+    if math.isnan(half) or half <= target:
+        return ""
+    rounds = max(1, c["runs"]) * (half / target) ** 2
+    bound = "at least " if c.get("unit") == "values" else "about "
+    return f"; ±{half:.2%} now, ±{target:.1%} needs {bound}{math.ceil(rounds)} rounds"
+
+
 def _geo(compared: list[dict[str, Any]], mode: str) -> dict[str, Any] | None:
     return next((c for c in compared if c["mode"] == mode), None)
 
@@ -87,7 +101,7 @@ def overhead_goals(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 f"{len(c['ratios'])} benchmarks (CPU time)",
                 f"<= {limit:.3f}x",
                 f"{c['geomean']:.4f}x [{c['low']:.4f}, {c['high']:.4f}]",
-                _verdict(c["low"], c["high"], limit),
+                _verdict(c["low"], c["high"], limit) + _rounds_for(c, limit - 1),
             )
         )
     c = _geo(compared, "event_loop@1s")

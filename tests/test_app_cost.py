@@ -205,6 +205,10 @@ def test_verdict_needs_the_whole_interval_on_one_side() -> None:
     assert app_cost._verdict(1.006, 1.02, 1.005) == "**missed**"
     assert app_cost._verdict(0.99, 1.02, 1.005).startswith("not resolved")
     assert app_cost._verdict(math.nan, math.nan, 1.005).startswith("not resolved")
+    # An interval of +-2% from 3 rounds: +-0.5% takes (2 / 0.5)^2 = 16 times as many.
+    wide = {"low": 0.99, "high": 1.03, "runs": 3, "unit": "runs"}
+    assert app_cost._rounds_for(wide, 0.005).endswith("needs about 48 rounds")
+    assert app_cost._rounds_for({**wide, "high": 0.999}, 0.005) == ""
 
 
 # --- appcost/appmode.py: each mode, set up for real in its own process -----------------
