@@ -74,7 +74,7 @@ def _rounds_for(c: dict[str, Any], target: float) -> str:
         return ""
     rounds = max(1, c["runs"]) * (half / target) ** 2
     bound = "at least " if c.get("unit") == "values" else "about "
-    return f"; ±{half:.2%} now, ±{target:.1%} needs {bound}{math.ceil(rounds)} rounds"
+    return f"; ±{half:.2%} now, ±{target:.1%} needs {bound}{math.ceil(round(rounds, 6))} rounds"
 
 
 def _geo(compared: list[dict[str, Any]], mode: str) -> dict[str, Any] | None:
