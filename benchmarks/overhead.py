@@ -27,6 +27,7 @@ import json
 import math
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -217,6 +218,9 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
         log(f"calibrated {len(benches)} benchmarks in {time.monotonic() - started:.0f} s")
         failed: list[dict[str, Any]] = []
         rounds_done, round_start = 0, time.monotonic()
+        # SIGTERM: finish the benchmark under way in every mode, then report what is done.
+        stop, stopped = [], ""
+        signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
         for r in range(plan.rounds):
             spent = time.monotonic() - started
             if (
@@ -244,6 +248,12 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
                         log(f"FAILED: {b.name} in {name}")
                 if i % 10 == 9:
                     log(f"round {r + 1}/{plan.rounds}: {i + 1}/{len(benches)} benchmarks")
+                if stop:
+                    stopped = f"stopped (SIGTERM) in round {r + 1}, after {i + 1} benchmarks"
+                    log(stopped)
+                    break
+            if stopped:
+                break
             log(f"round {r + 1}/{plan.rounds} done, {time.monotonic() - started:.0f} s")
             rounds_done += 1
         marks = [json.loads(line) for line in (Path(tmp) / "marks.jsonl").read_text().splitlines()]
@@ -257,6 +267,7 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
         "failed": failed,
         "tags": {b.name: list(b.tags or ()) for b in benches},
         "rounds_done": rounds_done,
+        "stopped": stopped,
         "duration_s": round(time.monotonic() - started),
         "workers": workers(marks, chosen, len(benches) * plan.rounds * plan.processes),
     }
