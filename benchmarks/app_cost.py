@@ -218,6 +218,7 @@ def values() -> dict[str, str]:
             f"{plan['processes']} worker process per benchmark and mode, {plan['values']} values "
             f"of at least {plan['min_time']} s after {plan['warmups']} warm-up, clock: "
             f"{plan['clock']}; {run['duration_s'] / 3600:.1f} hours for {len(run['modes'])} modes"
+            + (f"; {run['stopped']}" if run.get("stopped") else "")
         ),
         "overhead_1s": ov["tables"].get("1s", "(not run)"),
         "overhead_60s": ov["tables"].get("60s", "(not run)"),
