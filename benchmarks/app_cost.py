@@ -104,6 +104,17 @@ def overhead_goals(data: dict[str, Any]) -> list[tuple[str, str, str, str]]:
                 _verdict(c["low"], c["high"], limit) + _rounds_for(c, limit - 1),
             )
         )
+    aa = data.get("a_a")
+    if aa:
+        rows.append(
+            (
+                "Noise floor (not a goal): the baseline at 60 s against the baseline at 1 s, "
+                "where only an empty export a second differs",
+                "1.000x",
+                f"{aa['geomean']:.4f}x [{aa['low']:.4f}, {aa['high']:.4f}]",
+                "what this run can resolve",
+            )
+        )
     c = _geo(compared, "event_loop@1s")
     wanted = _asyncio_names(data["run"])
     if c is not None and wanted:

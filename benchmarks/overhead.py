@@ -28,6 +28,7 @@ import math
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -326,8 +327,10 @@ class Compared:
     runs: int
     """Worker processes per benchmark in the mode (the fewest)."""
     unit: str = "runs"
-    """What the interval resamples: worker ``runs`` (with 3 or more per benchmark), else
-    ``values``, which sees only the noise within a process: too narrow if processes differ."""
+    """Where the interval comes from: worker ``runs`` resampled (3 or more per benchmark),
+    else the spread of the ratios across ``benchmarks`` (a t-interval on their logs): each
+    benchmark ran in its own processes, so this spread holds the differences between
+    processes, and the benchmarks' real differences too (it is the wider of the two)."""
 
 
 def _run_means(bench: pyperf.Benchmark) -> list[float]:
@@ -342,7 +345,7 @@ def compare(
     The unit of the interval is a worker run (a process): the runs of one
     benchmark in the two modes are paired by index, since round ``i`` ran them
     side by side, and resampled together. With fewer than 3 runs per
-    benchmark, the values are resampled instead, each mode's on its own.
+    benchmark, the interval comes from the spread across benchmarks instead.
     """
     base = {b.get_name(): b for b in pyperf.BenchmarkSuite.load(str(base_path)).get_benchmarks()}
     mode = {b.get_name(): b for b in pyperf.BenchmarkSuite.load(str(mode_path)).get_benchmarks()}
@@ -358,9 +361,29 @@ def compare(
         values.append((list(v1), list(v2)))
     geomean = math.exp(sum(math.log(r.ratio) for r in ratios) / len(ratios))
     runs = min(len(p[0]) for p in pairs)
-    unit = "runs" if runs >= 3 else "values"
-    low, high = _interval(pairs if unit == "runs" else values, resamples, paired=unit == "runs")
+    if runs >= 3:
+        unit, (low, high) = "runs", _interval(pairs, resamples, paired=True)
+    else:
+        unit, (low, high) = "benchmarks", _across([math.log(r.ratio) for r in ratios])
     return Compared(mode_path.stem, base_path.stem, ratios, geomean, low, high, runs, unit)
+
+
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+T975 += (2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086)
+T975 += (2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+"""Student's t, 0.975 quantile, for 1 to 30 degrees of freedom."""
+
+
+def _across(logs: list[float]) -> tuple[float, float]:
+    """95% t-interval of the geometric mean, from the spread of the log ratios."""
+    n = len(logs)
+    if n < 3:
+        return math.nan, math.nan
+    df = n - 1
+    t = T975[df - 1] if df <= len(T975) else 1.96 + 2.4 / df  # within 0.002 past df = 30
+    half = t * statistics.stdev(logs) / math.sqrt(n)
+    mean = sum(logs) / n
+    return math.exp(mean - half), math.exp(mean + half)
 
 
 def _interval(
@@ -421,7 +444,7 @@ def _geo(c: Compared) -> str:
 def _span(c: Compared) -> str:
     if math.isnan(c.low):
         return f"n/a ({c.runs} run)"
-    return f"{c.low:.4f} to {c.high:.4f}" + (" (values)" if c.unit == "values" else "")
+    return f"{c.low:.4f} to {c.high:.4f}" + (" (across)" if c.unit == "benchmarks" else "")
 
 
 def _sig(c: Compared) -> str:
@@ -444,6 +467,9 @@ def report(out: Path) -> dict[str, Any]:
     text = "\n\n".join(f"### Export interval {i}\n\n{t}" for i, t in tables.items())
     (out / "overhead.md").write_text(text + "\n")
     data = {"run": record, "compared": [asdict(c) for c in found], "tables": tables}
+    a, b = out / "baseline@1s.json", out / "baseline@60s.json"
+    if a.exists() and b.exists():  # the same SDK twice: what noise alone gives
+        data["a_a"] = asdict(compare(a, b, only=only))
     (out / "overhead.json").write_text(json.dumps(data, indent=1))
     return data
 

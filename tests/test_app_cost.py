@@ -10,6 +10,7 @@ import http.server
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 import threading
@@ -132,9 +133,24 @@ def test_overhead_calls_the_same_values_not_significant(tmp_path: Path) -> None:
     (found,) = overhead.analyse(tmp_path)
     assert found.ratios[0].ratio == pytest.approx(1.0)
     assert not found.ratios[0].significant
-    # Two runs: the interval resamples values, and straddles 1.
-    assert found.unit == "values"
-    assert found.low < 1.0 < found.high
+
+
+def test_overhead_interval_across_benchmarks_with_few_runs(tmp_path: Path) -> None:
+    overhead = load("overhead")
+    base = {n: [[1.0, 1.001]] for n in "abcd"}
+    mode = {
+        n: [[x * r for x in base[n][0]]]
+        for n, r in zip("abcd", (1.02, 0.98, 1.02, 0.98), strict=True)
+    }
+    _suite(tmp_path / "baseline@1s.json", base)
+    _suite(tmp_path / "defaults@1s.json", mode)
+    (found,) = overhead.analyse(tmp_path)
+    # One run each: the t-interval of the mean log ratio over the 4 benchmarks.
+    logs = [math.log(x) for x in (1.02, 0.98, 1.02, 0.98)]
+    half = 3.182 * statistics.stdev(logs) / 2  # Student's t, 3 degrees of freedom
+    assert found.unit == "benchmarks"
+    assert found.low == pytest.approx(found.geomean * math.exp(-half))
+    assert found.high == pytest.approx(found.geomean * math.exp(half))
 
 
 def test_overhead_flags_a_worker_that_did_not_run_its_mode() -> None:
