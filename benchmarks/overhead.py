@@ -185,14 +185,22 @@ def calibrate(
     return min(int(b.get_metadata()["loops"]) for b in found), [b.get_name() for b in found]
 
 
-def run(plan: Plan, out: Path) -> dict[str, Any]:
-    """Measure: one pyperf suite per mode in ``out``; returns the run's record."""
+def run(plan: Plan, out: Path, *, resume: bool = False) -> dict[str, Any]:
+    """Measure: one pyperf suite per mode in ``out``; returns the run's record.
+
+    ``resume``: keep what ``out`` has, and run only what a round lacks (a benchmark
+    whose every mode already has that round's run is skipped).
+    """
     everything = modes(plan.intervals, plan.clock)
     chosen = {k: v for k, v in everything.items() if not plan.modes or k in plan.modes}
     benches = [b for b in subset() if not plan.benchmarks or b.name in plan.benchmarks]
     out.mkdir(parents=True, exist_ok=True)
+    before: dict[str, Any] = {}
+    if resume and (out / "run.json").exists():
+        before = json.loads((out / "run.json").read_text())
     for f in out.glob("*@*.json"):
-        f.unlink()
+        if not resume:
+            f.unlink()
     rng = random.Random(28)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="overhead-") as tmp:
@@ -234,6 +242,8 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
             if r == 0:
                 round_start = time.monotonic()
             for i, b in enumerate(benches):
+                if resume and _has_round(out, chosen, names.get(b.name, []), r + 1):
+                    continue
                 order = list(chosen)
                 rng.shuffle(order)
                 for name in order:
@@ -269,11 +279,29 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
         "tags": {b.name: list(b.tags or ()) for b in benches},
         "rounds_done": rounds_done,
         "stopped": stopped,
-        "duration_s": round(time.monotonic() - started),
+        "duration_s": round(time.monotonic() - started) + before.get("duration_s", 0),
         "workers": workers(marks, chosen, len(benches) * plan.rounds * plan.processes),
     }
+    for name, w in before.get("workers", {}).items():  # a resumed run: the earlier workers too
+        if name in record["workers"]:
+            record["workers"][name]["workers"] += w["workers"]
+            record["workers"][name]["wrong"] += w["wrong"]
     (out / "run.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+def _has_round(out: Path, chosen: dict[str, Any], names: list[str], runs: int) -> bool:
+    """Whether every mode's file has ``runs`` runs of each pyperf benchmark in ``names``."""
+    if not names:
+        return False
+    for mode in chosen:
+        path = out / f"{mode}.json"
+        if not path.exists():
+            return False
+        found = {b.get_name(): b.get_nrun() for b in pyperf.BenchmarkSuite.load(str(path))}
+        if any(found.get(n, 0) < runs for n in names):
+            return False
+    return True
 
 
 def workers(marks: list[dict[str, Any]], chosen: dict[str, Any], wanted: int) -> dict[str, Any]:
@@ -486,6 +514,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--benchmarks", help="comma-separated benchmark names (default: subset)")
     parser.add_argument("--intervals", help="comma-separated export intervals in s (default 1,60)")
     parser.add_argument("--report-only", type=Path, metavar="DIR", help="analyse a finished run")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the results folder, run what it lacks"
+    )
     return parser.parse_args()
 
 
@@ -508,7 +539,7 @@ def main() -> int:
     plan = replace(plan, **changes)
     with tempfile.TemporaryDirectory(prefix="overhead-smoke-") as tmp:
         out = args.out or (Path(tmp) if args.smoke else RESULTS)
-        record = run(plan, out)
+        record = run(plan, out, resume=args.resume)
         data = report(out)
     print((data["tables"] and "\n\n".join(data["tables"].values())) or "no comparison")
     log(f"done in {record['duration_s']} s")
