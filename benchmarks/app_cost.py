@@ -225,7 +225,7 @@ def values() -> dict[str, str]:
         "machine": meta["machine"],
         "goals": goals_table(overhead_goals(ov) + webapp_goals(web)),
         "overhead_plan": (
-            f"{len(run['benchmarks'])} benchmarks, {rounds} rounds of "
+            f"{_done(ov)} of the subset's {len(run['benchmarks'])} benchmarks, {rounds} rounds of "
             f"{plan['processes']} worker process per benchmark and mode, {plan['values']} values "
             f"of at least {plan['min_time']} s after {plan['warmups']} warm-up, clock: "
             f"{plan['clock']}; {run['duration_s'] / 3600:.1f} hours for {len(run['modes'])} modes"
@@ -245,6 +245,13 @@ def values() -> dict[str, str]:
         "idle_total": total,
         "subset_rule": _rule(),
     }
+
+
+def _done(ov: dict[str, Any]) -> int:
+    """The subset's benchmarks that ran in every mode (their pyperf names all compared)."""
+    compared = {r["benchmark"] for c in ov["compared"][:1] for r in c["ratios"]}
+    names = ov["run"].get("names") or {}
+    return sum(1 for b in ov["run"]["benchmarks"] if set(names.get(b, [b])) & compared)
 
 
 def _rule() -> str:

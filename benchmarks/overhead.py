@@ -381,7 +381,8 @@ def compare(
     ratios, pairs, values = [], [], []
     for n in names:
         v1, v2 = base[n].get_values(), mode[n].get_values()
-        sig = len(v1) > 1 and len(v2) > 1 and is_significant(v1, v2)[0]
+        k = min(len(v1), len(v2))  # pyperf's t-test wants as many values on each side
+        sig = k > 1 and is_significant(v1[:k], v2[:k])[0]
         ratios.append(Ratio(n, (sum(v2) / len(v2)) / (sum(v1) / len(v1)), bool(sig)))
         m1, m2 = _run_means(base[n]), _run_means(mode[n])
         k = min(len(m1), len(m2))
