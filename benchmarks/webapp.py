@@ -401,6 +401,11 @@ def _medians(record: dict[str, Any], kind: str, name: str, load: str) -> dict[st
     if not found:
         return None
     out = {k: statistics.median(f[k] for f in found) for k in METRICS}
+    # How far apart the rounds of one mode are: (max - min) / median, per figure.
+    out["spread"] = {
+        k: (max(f[k] for f in found) - min(f[k] for f in found)) / out[k] if out[k] else 0.0
+        for k in METRICS
+    }
     out["errors"] = sum(f["errors"] for f in found)
     out["rounds"] = len(found)
     return out

@@ -191,8 +191,8 @@ def test_webapp_summary_is_the_median_of_rounds_against_the_baseline() -> None:
             for r, (mode, t, p99, cpu) in enumerate(
                 [
                     ("baseline", 1000, 0.010, 1e-4),
-                    ("baseline", 1100, 0.012, 1e-4),
-                    ("baseline", 900, 0.011, 1e-4),
+                    ("baseline", 1004, 0.0101, 1e-4),
+                    ("baseline", 998, 0.01005, 1e-4),
                     ("defaults", 990, 0.0113, 1.02e-4),
                     ("defaults", 980, 0.01133, 1.02e-4),
                     ("defaults", 1200, 0.0114, 1.02e-4),
@@ -205,14 +205,19 @@ def test_webapp_summary_is_the_median_of_rounds_against_the_baseline() -> None:
     sat = rows[("saturation", "defaults")]
     assert sat["throughput"] == 990 and sat["rounds"] == 3
     assert sat["ratio"]["throughput"] == pytest.approx(0.99)
-    assert sat["ratio"]["p99"] == pytest.approx(1.03)
+    assert sat["ratio"]["p99"] == pytest.approx(0.01133 / 0.01005)
     assert rows[("fixed", "defaults")]["ratio"]["cpu_per_request"] == pytest.approx(1.02)
     assert ("saturation", "peer") not in rows  # not run: not reported
     goals = {g[0]: g for g in load("app_cost").webapp_goals(record)}
     assert goals["Defaults, gunicorn-sync, saturation: throughput"][2] == "-1.0%"
     assert "met" in goals["Defaults, gunicorn-sync, saturation: throughput"][3]
-    assert goals["Defaults, gunicorn-sync, saturation: p99 latency"][2] == "+3.0%"
+    assert goals["Defaults, gunicorn-sync, saturation: p99 latency"][2] == "+12.7%"
     assert "missed" in goals["Defaults, gunicorn-sync, saturation: p99 latency"][3]
+    # A baseline whose rounds differ by more than the goal decides nothing.
+    record["loads"][1]["saturation"]["throughput"] = 1100
+    goals = {g[0]: g for g in load("app_cost").webapp_goals(record)}
+    verdict = goals["Defaults, gunicorn-sync, saturation: throughput"][3]
+    assert verdict == "not resolved (the baseline's rounds differ by 10%)"
 
 
 def test_verdict_needs_the_whole_interval_on_one_side() -> None:
