@@ -216,18 +216,21 @@ def values() -> dict[str, str]:
     web = json.loads((webapp.RESULTS / "webapp.json").read_text())
     meta = json.loads((webapp.RESULTS.parent / "app_cost.json").read_text())
     run, plan = ov["run"], ov["run"]["plan"]
-    rounds = run.get("rounds_done", plan["rounds"])
+    done = run.get("rounds_done", plan["rounds"])
+    rounds = f"{done} round{'s' if done > 1 else ''}" if done else "part of one round"
     tables = webapp.markdown(web)
     idle = {i["mode"]: i for i in web["idle"]}
     total = ""
     if "defaults" in idle and "baseline" in idle:
-        d, b = idle["defaults"], idle["baseline"]
+        d, b, ip = idle["defaults"], idle["baseline"], web.get("idle_plan", web["plan"])
         total = (
             f"An idle uvicorn of {d['workers']} workers (and its supervisor) used "
             f"{d['cpu_per_s'] * 1e3:.1f} ms of CPU per second with the defaults, against "
             f"{b['cpu_per_s'] * 1e3:.1f} ms with the SDK alone: "
             f"{(d['cpu_per_s'] - b['cpu_per_s']) * 100:.2f}% of one core for the package, "
-            f"measured on a real {d['workers']}-worker server."
+            f"measured on a real {d['workers']}-worker server, over "
+            f"{ip['idle_seconds']:g} s after {ip['idle_settle']:g} s of settling, exports every "
+            f"{web['interval_ms'] / 1000:g} s."
         )
     return {
         "when": meta["when"],
@@ -236,7 +239,7 @@ def values() -> dict[str, str]:
         "machine": meta["machine"],
         "goals": goals_table(overhead_goals(ov) + webapp_goals(web)),
         "overhead_plan": (
-            f"{_done(ov)} of the subset's {len(run['benchmarks'])} benchmarks, {rounds} rounds of "
+            f"{_done(ov)} of the subset's {len(run['benchmarks'])} benchmarks, {rounds} of "
             f"{plan['processes']} worker process per benchmark and mode, {plan['values']} values "
             f"of at least {plan['min_time']} s after {plan['warmups']} warm-up, clock: "
             f"{plan['clock']}; {run['duration_s'] / 3600:.1f} hours for {len(run['modes'])} modes"
