@@ -13,7 +13,7 @@ benchmark back to back in a new random order, appending to one pyperf file per
 mode (``--append``). The number of loops per value is calibrated once per
 benchmark, in the baseline, and the same loops run in every mode.
 
-    python benchmarks/overhead.py                      # full: every mode, 4 rounds (hours)
+    python benchmarks/overhead.py                      # full: every mode, 3 rounds (about 6 h)
     python benchmarks/overhead.py --smoke              # 3 benchmarks, 3 modes, 1 round
     python benchmarks/overhead.py --rounds 2 --modes baseline@1s,defaults@1s
     python benchmarks/overhead.py --report-only benchmarks/results/overhead
@@ -131,10 +131,12 @@ class Plan:
     """A budget: no new round starts that would end after it (0: none)."""
 
 
-# A worker runs 1 + 6 values of at least 0.25 s (about 2 s with its start and
-# phase): at a 1 s interval, its values hold 1.5 collections on average.
+# A worker runs 1 + 6 values of at least 0.25 s (2 to 9 s with its start and
+# phase): at a 1 s interval, its values hold 1.5 collections on average. Three
+# rounds, the fewest that the interval by worker runs takes: about 2 h a round for
+# the 14 modes on a shared 2-core machine (8 s per benchmark and mode).
 FULL = Plan(
-    rounds=4, processes=1, values=6, warmups=1, min_time=0.25, intervals=(1, 60), clock="cpu"
+    rounds=3, processes=1, values=6, warmups=1, min_time=0.25, intervals=(1, 60), clock="cpu"
 )
 SMOKE = Plan(
     rounds=1,
