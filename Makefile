@@ -20,7 +20,7 @@ export PROCESS_TESTS_LOG_DIR := $(TEST_LOGS)
 say     = @printf '\n==> %s\n' "$(1)"
 
 .PHONY: demo test check setup servers pythons browser lint typecheck unit lowest-oldest latest-newest \
-	free-threaded matrix stress bench bench-smoke docs docs-render clean \
+	free-threaded matrix stress bench bench-app bench-smoke docs docs-render clean \
 	mutants mutants-score
 
 $(STAMP): pyproject.toml
@@ -134,15 +134,23 @@ mutants: $(STAMP)
 mutants-score: $(STAMP)
 	$(BIN)/python scripts/mutation_score.py --list
 
-# The full run (about 12 minutes on 2 cores): results, plots (the bench extra) and the docs page.
-$(VENV)/.installed-bench: $(STAMP)
+# The full run: the cost per collection (about 12 minutes on 2 cores), then what the
+# package costs the application (benchmarks/app_cost.py: pyperformance and web servers
+# under load, hours); results, plots (the bench extra) and the docs pages.
+# `bench-app` runs only the second part; `benchmarks/run.py --no-app-cost` only the first.
+# wrk, the load generator at saturation, comes from Debian: webapp.py runs
+# benchmarks/get-wrk.sh (under CI=true, a wrk that cannot be had fails the run).
+$(VENV)/.installed-bench: $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $@
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/run.py
 
-bench-smoke: $(STAMP)
+bench-app: $(VENV)/.installed-bench
+	$(BIN)/python benchmarks/app_cost.py
+
+bench-smoke: $(VENV)/.installed-bench
 	$(call say,benchmark smoke run (every phase a few times; asserts exact counts only))
 	$(BIN)/python benchmarks/run.py --smoke
 

@@ -300,6 +300,11 @@ def arguments() -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, help="override the main run's interleaved rounds")
     parser.add_argument(
+        "--no-app-cost",
+        action="store_true",
+        help="skip what the package costs the application (app_cost.py: hours in full)",
+    )
+    parser.add_argument(
         "--render-only",
         type=Path,
         metavar="RESULTS_JSON",
@@ -337,7 +342,25 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         out = args.out or (Path(tmp) if args.smoke else HERE / "results")
         out.mkdir(parents=True, exist_ok=True)
-        return run(plan, out, smoke=args.smoke, docs=not (args.smoke or args.no_docs))
+        status = run(plan, out, smoke=args.smoke, docs=not (args.smoke or args.no_docs))
+    if args.no_app_cost:
+        return status
+    return app_cost(smoke=args.smoke, docs=not args.no_docs) or status
+
+
+def app_cost(*, smoke: bool, docs: bool) -> int:
+    """pyperformance and the web applications, instrumented (app_cost.py), in child processes."""
+    import app_cost as cost
+
+    log("application cost: overhead.py and webapp.py" + (" (smoke)" if smoke else " (hours)"))
+    if not smoke:
+        cost.record_meta()
+    status = cost.measure(smoke, [], [])
+    if status == 0 and docs and not smoke:
+        cost.render()
+    if smoke:
+        print(f"application cost smoke runs: {'ok' if status == 0 else 'FAILED'}")
+    return status
 
 
 def run(plan: Plan, out: Path, *, smoke: bool, docs: bool) -> int:
