@@ -86,6 +86,16 @@ def test_a_list_with_no_valid_entry_warns_once_and_uses_the_default(
     assert warning.endswith("using the default, none.")
 
 
+@pytest.mark.parametrize("raw", [",", " , ,"])
+def test_a_list_that_names_nothing_warns_once(
+    raw: str, from_env: FromEnv, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Text that is not blank but names no metric is a mistake, as any other text."""
+    assert from_env("include", raw).include == ()
+    [warning] = package_warnings(caplog)
+    assert "expected comma-separated metric names or globs, got none" in warning
+
+
 def test_too_many_entries_warn_once_not_once_each(
     from_env: FromEnv, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -204,7 +204,10 @@ def choice(values: tuple[str, ...]) -> Form:
 
 
 def _patterns(raw: str) -> tuple[str, ...]:
-    return tuple(p.strip() for p in raw.split(",") if p.strip())
+    found = tuple(p.strip() for p in raw.split(",") if p.strip())
+    if not found:  # text that names nothing (",") is a mistake, as any other text
+        raise ValueError("expected comma-separated metric names or globs, got none")
+    return found
 
 
 PATTERNS = Form(
