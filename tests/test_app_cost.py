@@ -18,10 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-import pyperf
 import pytest
 
 from .support.loading import load_file
+
+# The benchmarks' own package: in the full environment, not in the version cells.
+pyperf = pytest.importorskip("pyperf")
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
