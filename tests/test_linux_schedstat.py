@@ -10,13 +10,14 @@ runnable threads, minus their CPU time).
 
 from __future__ import annotations
 
-import hashlib
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
@@ -26,28 +27,13 @@ from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetrics
 from opentelemetry.instrumentation.process.linux import schedstat
 
 from .conftest import OpenRecorder, collect, value
+from .support import runqueue
+from .support.runqueue import Workers, hog
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 WAIT = "process_metrics.cpu.linux.run_queue.wait_time"
-OUTSIDE = """
-import glob, sys
-total = 0
-for path in glob.glob(f"/proc/{sys.argv[1]}/task/*/schedstat"):
-    try:
-        total += int(open(path).read().split()[1])
-    except (OSError, IndexError):
-        pass
-print(total)
-"""
-
-
-def outside_sum(pid: int) -> float:
-    """The run_delay of ``pid``'s threads, added up by another process, in seconds."""
-    done = subprocess.run(
-        [sys.executable, "-c", OUTSIDE, str(pid)], capture_output=True, text=True, check=True
-    )
-    return int(done.stdout) / 1e9
+SCENARIO = Path(runqueue.__file__)
 
 
 @pytest.fixture
@@ -64,49 +50,6 @@ def one_cpu() -> Iterator[int]:
         os.sched_setaffinity(0, before)
 
 
-def hog(cpu: int, seconds: float) -> subprocess.Popen[bytes]:
-    """A CPU-bound process pinned to ``cpu`` for ``seconds``."""
-    code = (
-        f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
-        f"end = time.monotonic() + {seconds}\nwhile time.monotonic() < end: pass"
-    )
-    return subprocess.Popen([sys.executable, "-c", code])
-
-
-class Workers:
-    """``n`` threads that hash in C (the GIL released) while running, parked otherwise."""
-
-    def __init__(self, n: int) -> None:
-        self.stop, self.running = threading.Event(), threading.Event()
-        self.parked = threading.Semaphore(0)
-        self.threads = [threading.Thread(target=self._work) for _ in range(n)]
-        for t in self.threads:
-            t.start()
-        self.park()
-
-    def _work(self) -> None:
-        data = b"x" * (1 << 20)
-        while not self.stop.is_set():
-            self.parked.release()
-            self.running.wait()
-            while self.running.is_set() and not self.stop.is_set():
-                hashlib.sha256(data).digest()
-
-    def run(self) -> None:
-        self.running.set()
-
-    def park(self) -> None:
-        self.running.clear()
-        for _ in self.threads:
-            self.parked.acquire()
-
-    def end(self) -> None:
-        self.stop.set()
-        self.running.set()
-        for t in self.threads:
-            t.join()
-
-
 @pytest.fixture
 def metrics() -> Iterator[InMemoryMetricReader]:
     reader = InMemoryMetricReader()
@@ -120,40 +63,22 @@ def metrics() -> Iterator[InMemoryMetricReader]:
 
 
 @pytest.mark.parametrize("threads", [0, 2], ids=["the main thread spins", "two threads hash"])
-def test_the_wait_beside_a_cpu_bound_process_is_the_oss_own(
-    one_cpu: int, metrics: InMemoryMetricReader, threads: int
-) -> None:
-    workers = Workers(threads)
+def test_the_wait_beside_a_cpu_bound_process_is_the_oss_own(threads: int) -> None:
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs CPU affinity")
     seconds = 2.0
-    neighbour = hog(one_cpu, seconds + 1.0)
-    try:
-        time.sleep(0.3)  # the neighbour is up and spinning
-        before = value(collect(metrics)[WAIT])
-        os_before, cpu_before, wall_before = (
-            outside_sum(os.getpid()),
-            time.process_time(),
-            (time.monotonic()),
-        )
-        if threads:
-            workers.run()
-            time.sleep(seconds)
-            workers.park()
-        else:
-            end = time.monotonic() + seconds
-            while time.monotonic() < end:
-                pass
-        wall = time.monotonic() - wall_before
-        cpu = time.process_time() - cpu_before
-        by_os = outside_sum(os.getpid()) - os_before
-        waited = value(collect(metrics)[WAIT]) - before
-    finally:
-        workers.end()
-        neighbour.wait()
+    done = subprocess.run(
+        [sys.executable, str(SCENARIO), str(threads), str(seconds)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    got = json.loads(done.stdout)
     runnable = max(1, threads)
-    assert waited == pytest.approx(by_os, rel=0.10)
+    assert got["waited"] == pytest.approx(got["by_os"], rel=0.10)
     # What the runnable threads did not get of their CPU, they waited for it.
-    assert waited == pytest.approx(wall * runnable - cpu, rel=0.10)
-    assert waited > 0.3 * seconds * runnable  # a neighbour on the one CPU takes a share
+    assert got["waited"] == pytest.approx(got["wall"] * runnable - got["cpu"], rel=0.10)
+    assert got["waited"] > 0.3 * seconds * runnable  # a neighbour on the one CPU takes a share
 
 
 def test_a_quiet_process_waits_for_a_cpu_only_at_its_wake_ups(
