@@ -411,3 +411,42 @@ def test_the_stalls_row_of_the_dashboard_shows_these_servers(
         if k.startswith("panel Wait for the GIL") and k.endswith("/ A")
     )
     assert all(float(r["value"][1]) >= 0.0 for r in gil)  # a mean wait per wake, in seconds
+
+
+def _stalls_page_queries() -> list[str]:
+    """The PromQL of docs/stalls.md, one query per ``#`` comment, for ``checkout``."""
+    text = (REPO / "docs" / "stalls.md").read_text()
+    blocks = re.findall(r"```promql\n(.*?)```", text, flags=re.DOTALL)
+    return [
+        " ".join(part.split("\n", 1)[1].split())
+        for block in blocks
+        for part in block.split("# ")[1:]
+    ]
+
+
+def test_the_queries_of_the_stalls_page_work_on_these_servers(
+    servers: list[Served], vm_prom: VictoriaMetrics
+) -> None:
+    """Each rate the page gives has data, but those of an automatic source this host lacks."""
+    from opentelemetry.instrumentation.process.metrics import METRICS
+    from opentelemetry.instrumentation.process.sources import SOURCES
+
+    from ..conftest import automatic_here
+
+    found = _stalls_page_queries()
+    assert len(found) == 4, found  # throttled, run queue, CPU pressure, GC pauses
+    services = "|".join(s.app.service for s in servers if s.naming.prometheus)
+    absent_here = {
+        _prometheus_name(m.name)
+        for m in METRICS
+        if SOURCES[m.source].auto and not automatic_here(m)
+    }
+    checked = [expr for expr in found if not any(name in expr for name in absent_here)]
+    assert len(checked) >= 2, (checked, absent_here)  # the run queue and the GC pauses at least
+    for expr in checked:
+        assert 'service_name="checkout"' in expr, expr
+        result = vm_prom.query(
+            expr.replace('service_name="checkout"', f'service_name=~"{services}"')
+        )
+        assert result, f"nothing from the page's query: {expr}"
+        assert all(float(r["value"][1]) >= 0 for r in result), (expr, result)
