@@ -43,8 +43,10 @@ from pyperf._utils import is_significant
 HERE = Path(__file__).resolve().parent
 SITE = HERE / "appcost"
 RESULTS = HERE / "results" / "overhead"
+sys.path.insert(0, str(HERE))
 
-PROBES = ("event_loop", "gc_pause_histogram", "per_thread", "children")
+from appcost.appmode import PROBES  # noqa: E402
+
 NAMED = ("gc_collect", "gc_traversal", "async_tree_io", "async_tree_cpu_io_mixed", "coroutines")
 """The GC-heavy and asyncio benchmarks that the subset must hold (checked in ``subset``)."""
 
@@ -134,7 +136,7 @@ class Plan:
 # A worker runs 1 + 6 values of at least 0.25 s (2 to 9 s with its start and
 # phase): at a 1 s interval, its values hold 1.5 collections on average. Three
 # rounds, the fewest that the interval by worker runs takes: about 2 h a round for
-# the 14 modes on a shared 2-core machine (8 s per benchmark and mode).
+# the 16 modes on a shared 2-core machine (8 s per benchmark and mode).
 FULL = Plan(
     rounds=3, processes=1, values=6, warmups=1, min_time=0.25, intervals=(1, 60), clock="cpu"
 )

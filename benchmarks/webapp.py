@@ -53,10 +53,10 @@ PLOT = HERE.parent / "docs" / "_static" / "benchmarks" / "webapp_latency.png"
 sys.path.insert(0, str(HERE))
 
 import loadgen  # noqa: E402
+from appcost.appmode import PROBES  # noqa: E402
 
 INTERVAL_MS = 10_000
 PATH = "/items"
-PROBES = ("event_loop", "gc_pause_histogram", "per_thread", "children")
 
 
 def mode(name: str, interval_ms: int = INTERVAL_MS) -> dict[str, Any]:
@@ -70,7 +70,7 @@ def mode(name: str, interval_ms: int = INTERVAL_MS) -> dict[str, Any]:
 SERVERS: dict[str, tuple[str, ...]] = {
     "uvicorn": ("baseline", "defaults", "event_loop", "peer"),
     "gunicorn-sync": ("baseline", "defaults", "peer"),
-    "gunicorn-gthread": ("baseline", "defaults", "peer"),
+    "gunicorn-gthread": ("baseline", "defaults", "gil_wait", "peer"),
 }
 IDLE_MODES = ("none", "baseline", "defaults", *PROBES, "peer")
 

@@ -19,6 +19,8 @@ from typing import Any
 
 ENV = "PROCESS_OVERHEAD_MODE"
 KINDS = ("none", "baseline", "ours", "peer")
+PROBES = ("event_loop", "gc_pause_histogram", "per_thread", "children", "gil_wait")
+"""The opt-in options measured one at a time on top of the defaults, each a mode."""
 
 
 def from_env() -> dict[str, Any] | None:
