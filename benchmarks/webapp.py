@@ -5,7 +5,8 @@ Three real servers, each with its pre-fork recipe (``appcost/``): FastAPI on
 with 2 ``sync`` workers and with 2 ``gthread`` workers of 4 threads (metrics set
 up in ``post_fork``). Modes (``appcost/appmode.py``, export every 10 s):
 ``baseline`` (the SDK and a periodic reader, no process metrics), ``defaults``,
-``event_loop`` (uvicorn only: gunicorn's workers run no event loop) and
+``event_loop`` (uvicorn only: gunicorn's workers run no event loop),
+``gil_wait`` (gunicorn ``gthread`` only: threads that share the GIL) and
 ``peer``.
 
 Two loads, each mode in a fresh server, the modes of a round in a new random
@@ -18,7 +19,9 @@ order:
   connections: throughput and wrk's latency percentiles.
 
 Idle: uvicorn with ``idle_workers`` workers and no request, in every mode and
-with each probe: the CPU time of all its processes per second.
+with each probe: the CPU time of all its processes per second. uvicorn runs on
+uvloop where it is installed; ``event_loop/asyncio`` is the probe on asyncio's
+own loop (``--loop asyncio``), where it parks while the loop sleeps.
 
     python benchmarks/webapp.py            # full (about 30 minutes on 2 cores)
     python benchmarks/webapp.py --smoke    # uvicorn, 2 modes, 1 s loads (CI)
@@ -28,6 +31,7 @@ with each probe: the CPU time of all its processes per second.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import random
@@ -59,12 +63,18 @@ INTERVAL_MS = 10_000
 PATH = "/items"
 
 
+ASYNCIO = "/asyncio"
+"""A mode name's suffix: uvicorn on asyncio's own loop (``--loop asyncio``), not uvloop."""
+
+
 def mode(name: str, interval_ms: int = INTERVAL_MS) -> dict[str, Any]:
-    """``none``, ``baseline``, ``defaults``, a probe's name (defaults plus it), or ``peer``."""
-    if name in ("none", "baseline", "peer"):
-        return {"name": name, "kind": name, "interval_ms": interval_ms}
-    options = {} if name == "defaults" else {name: True}
-    return {"name": name, "kind": "ours", "options": options, "interval_ms": interval_ms}
+    """``none``, ``baseline``, ``defaults``, a probe's name (defaults plus it), or ``peer``;
+    any of them with ``/asyncio`` for uvicorn on asyncio's loop."""
+    base, loop = name.removesuffix(ASYNCIO), {"loop": "asyncio"} if name.endswith(ASYNCIO) else {}
+    if base in ("none", "baseline", "peer"):
+        return {"name": name, "kind": base, "interval_ms": interval_ms, **loop}
+    options = {} if base == "defaults" else {base: True}
+    return {"name": name, "kind": "ours", "options": options, "interval_ms": interval_ms, **loop}
 
 
 SERVERS: dict[str, tuple[str, ...]] = {
@@ -72,7 +82,9 @@ SERVERS: dict[str, tuple[str, ...]] = {
     "gunicorn-sync": ("baseline", "defaults", "peer"),
     "gunicorn-gthread": ("baseline", "defaults", "gil_wait", "peer"),
 }
-IDLE_MODES = ("none", "baseline", "defaults", *PROBES, "peer")
+# uvicorn runs on uvloop where it is installed (as uvicorn[standard] does), and the
+# event-loop probe parks only on asyncio's loop: both are measured.
+IDLE_MODES = ("none", "baseline", "defaults", *PROBES, f"event_loop{ASYNCIO}", "peer")
 
 
 @dataclass(frozen=True)
@@ -158,6 +170,7 @@ class Server:
                 str(workers),
             ]
             command += ["--port", str(self.port), "--no-access-log", "--log-level", "warning"]
+            command += ["--loop", mode_["loop"]] if "loop" in mode_ else []
         else:
             command = [sys.executable, "-m", "gunicorn", "-c", str(SITE / "gunicorn.conf.py")]
         self.proc = subprocess.Popen(command, cwd=SITE, env=env, stdout=subprocess.DEVNULL)
@@ -361,6 +374,7 @@ def run(plan: Plan, out: Path) -> dict[str, Any]:
         "interval_ms": INTERVAL_MS,
         "rates": rates,
         "wrk": bool(tools["wrk"]),
+        "uvloop": importlib.util.find_spec("uvloop") is not None,  # uvicorn's loop when present
         "loads": loads,
         "idle": idles,
         "idle_plan": asdict(plan),
