@@ -25,6 +25,7 @@ own loop (``--loop asyncio``), where it parks while the loop sleeps.
 
     python benchmarks/webapp.py            # full (about 30 minutes on 2 cores)
     python benchmarks/webapp.py --smoke    # uvicorn, 2 modes, 1 s loads (CI)
+    python benchmarks/webapp.py --idle-only  # the idle phase again (about 10 minutes)
     python benchmarks/webapp.py --report-only benchmarks/results/webapp
 """
 
@@ -338,9 +339,11 @@ def find_wrk() -> str:
 def run(plan: Plan, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     kept: dict[str, Any] = {}
-    if not plan.idle_modes and (out / "webapp.json").exists():  # --no-idle keeps the last idle
-        last = json.loads((out / "webapp.json").read_text())
+    last = json.loads((out / "webapp.json").read_text()) if (out / "webapp.json").exists() else {}
+    if last and not plan.idle_modes:  # --no-idle keeps the last idle phase
         kept = {"idle": last.get("idle", []), "idle_plan": last.get("idle_plan", last["plan"])}
+    if last and not plan.servers:  # --idle-only keeps the last loads
+        kept = {k: last[k] for k in ("plan", "rates", "wrk", "loads") if k in last}
     started = time.monotonic()
     rng = random.Random(28)
     with tempfile.TemporaryDirectory(prefix="webapp-") as tmp:
@@ -561,6 +564,11 @@ def main() -> int:
         action="store_true",
         help="skip the idle phase (and keep the idle results already in the folder)",
     )
+    parser.add_argument(
+        "--idle-only",
+        action="store_true",
+        help="only the idle phase (and keep the loads' results already in the folder)",
+    )
     parser.add_argument("--fraction", type=float, help="the fixed rate, of the saturation")
     parser.add_argument("--report-only", type=Path, metavar="DIR")
     args = parser.parse_args()
@@ -576,6 +584,8 @@ def main() -> int:
         changes["servers"] = tuple(args.servers.split(","))
     if args.no_idle:
         changes["idle_modes"] = ()
+    if args.idle_only:
+        changes["servers"] = ()
     plan = replace(plan, **changes)
     with tempfile.TemporaryDirectory(prefix="webapp-smoke-") as tmp:
         out = args.out or (Path(tmp) if args.smoke else RESULTS)
