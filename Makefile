@@ -80,11 +80,11 @@ CHECK_LEAVES_OUT := --ignore=tests/e2e --ignore=tests/test_docs_render.py \
 	--ignore=tests/test_pythons.py --ignore=tests/test_stress.py --ignore=tests/test_fork_stress.py
 
 check: $(STAMP)
-	$(call say,check: lint$(,) types$(,) generated blocks$(,) unit tests (no servers$(,) browser or other Pythons))
+	$(call say,check: lint$(,) types$(,) the README's generated blocks rewritten$(,) unit tests (no servers$(,) browser or other Pythons))
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	$(BIN)/python docs/_ext/readme_blocks.py --check
+	$(BIN)/python docs/_ext/readme_blocks.py
 	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -x $(CHECK_LEAVES_OUT)
 
 # Every test but the browser check of the built docs, which `docs-render` runs.

@@ -8,9 +8,9 @@
 - **defaults**: the metrics on by default (``default=True`` in ``metrics.py``),
   by the group of the metric reference they are listed in.
 
-Run ``python docs/_ext/readme_blocks.py`` to rewrite both blocks in README.md;
-``--check`` only says whether they are up to date (``make check`` and the
-tests run that).
+Run ``python docs/_ext/readme_blocks.py`` to rewrite both blocks in README.md
+(``make check`` does, and says which it rewrote); ``--check`` only says
+whether they are up to date (the tests run that, so CI fails on a stale one).
 """
 
 from __future__ import annotations
@@ -169,7 +169,9 @@ def main(argv: list[str]) -> int:
         return 1 if stale else 0
     for name in stale:
         text = text.replace(in_readme(text, name), BLOCKS[name]())
-    README.write_text(text)
+        print(f"README.md: the {name} block rewritten from the declarations")
+    if stale:
+        README.write_text(text)
     return 0
 
 
