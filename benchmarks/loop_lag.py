@@ -271,10 +271,12 @@ def run_child(
 ) -> dict[str, float]:
     env = dict(os.environ)
     expected = _package()
+    # The child imports the package from where this process did (mutmut's copy, say),
+    # not from where the venv's editable install points.
+    src = str(Path(expected).parents[2])
     if config.startswith(OLD):
-        src = str(Path(str(against), "src").resolve())
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-        expected = src
+        src = expected = str(Path(str(against), "src").resolve())
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
     done = subprocess.run(
         [
             sys.executable,
