@@ -1,4 +1,4 @@
-"""What the package costs the application: overhead.py and webapp.py, their goals, the docs page.
+"""What the package costs the application: overhead.py, webapp.py, heap.py; their goals; the page.
 
     python benchmarks/app_cost.py                    # both, full (hours), then the docs page
     python benchmarks/app_cost.py --smoke            # both smoke runs (CI, about a minute)
@@ -26,6 +26,7 @@ ROOT = HERE.parent
 PAGE = ROOT / "docs" / "application-cost.md"
 sys.path.insert(0, str(HERE))
 
+import heap  # noqa: E402
 import machine  # noqa: E402
 import overhead  # noqa: E402
 import webapp  # noqa: E402
@@ -42,7 +43,8 @@ def log(message: str) -> None:
 def measure(smoke: bool, overhead_args: list[str], webapp_args: list[str]) -> int:
     """Both benchmarks, each in a child process; the first non-zero exit status."""
     status = 0
-    for script, extra in (("overhead.py", overhead_args), ("webapp.py", webapp_args)):
+    runs = (("overhead.py", overhead_args), ("webapp.py", webapp_args), ("heap.py", []))
+    for script, extra in runs:
         command = [sys.executable, str(HERE / script), *(["--smoke"] if smoke else []), *extra]
         log(" ".join(["python", f"benchmarks/{script}", *command[2:]]))
         done = subprocess.run(command, stdout=subprocess.DEVNULL if smoke else None)
@@ -192,6 +194,22 @@ def _ok(met: bool) -> str:
     return "**met** (medians of the rounds)" if met else "**missed** (medians of the rounds)"
 
 
+def heap_goals() -> list[tuple[str, str, str, str]]:
+    """The goal on the objects a full collection walks, from ``results/heap.json``."""
+    if not heap.RESULT.exists():
+        return []
+    found = {h["mode"]: h for h in json.loads(heap.RESULT.read_text())}
+    ours, peer = found["defaults"], found["peer"]
+    return [
+        (
+            "GC-tracked objects that instrumenting adds beyond the base instrumentor, defaults",
+            f"<= {heap.GOAL:,} (the peer: {peer['objects']:,})",
+            f"{ours['objects']:,} ({ours['modules']} modules; the peer's {peer['modules']})",
+            "**met**" if ours["objects"] <= heap.GOAL else "**missed**",
+        )
+    ]
+
+
 def goals_table(rows: list[tuple[str, str, str, str]]) -> str:
     lines = ["| Goal | Required | Measured | Verdict |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
@@ -239,7 +257,7 @@ def values() -> dict[str, str]:
         "commit": meta["commit"],
         "note": meta.get("note", ""),
         "machine": meta["machine"],
-        "goals": goals_table(overhead_goals(ov) + webapp_goals(web)),
+        "goals": goals_table(overhead_goals(ov) + webapp_goals(web) + heap_goals()),
         "overhead_plan": (
             f"{_done(ov)} of the subset's {len(run['benchmarks'])} benchmarks, {rounds} of "
             f"{plan['processes']} worker process per benchmark and mode, {plan['values']} values "
@@ -259,6 +277,9 @@ def values() -> dict[str, str]:
         "webapp_saturation": tables["saturation"],
         "webapp_idle": tables["idle"],
         "idle_total": total,
+        "heap": heap.markdown([heap.Heap(**h) for h in json.loads(heap.RESULT.read_text())])
+        if heap.RESULT.exists()
+        else "(not run)",
         "subset_rule": _rule(),
     }
 
