@@ -42,6 +42,7 @@ EXPECTED: dict[str, str] = {
     r"^needs root to drop to nobody$": "host",
     r"^needs root(, to setuid| to become another user| to mount)$": "host",
     r"^needs root to give a directory away$": "host",
+    r"^needs root to raise a process's priority \(nice -20\)$": "host",
     r"^reusing a pid on purpose needs root \(ns_last_pid\)$": "host",
     r"^another process took the freed pid each time$": "host",
     r"^cannot mount a tmpfs: ": "host",

@@ -4,9 +4,13 @@ Run as a script, ``python runqueue.py THREADS SECONDS`` measures one window in a
 fresh process, so that no thread of another test starts or exits inside it (an
 exiting thread takes its run_delay out of the OS's sum): this process pinned
 to one CPU beside a CPU-bound neighbour, ``THREADS`` threads hashing (or, for
-0, the main thread spinning) for ``SECONDS``. It prints one JSON object:
+0, the main thread spinning) for ``SECONDS``. ``python runqueue.py quiet
+SECONDS`` sleeps instead, ten times, with no neighbour, at the highest CFS
+priority (nice -20, where allowed), so that the load of other processes on the
+machine does not make it wait at its wake-ups. Either prints one JSON object:
 ``waited`` (the metric's growth), ``by_os`` (the threads' run_delay added up
-from ``/proc``), ``wall`` and ``cpu`` (this process's CPU time), all in seconds.
+from ``/proc``), ``wall`` and ``cpu`` (this process's CPU time), all in seconds,
+and ``niced`` (whether the quiet run got its priority).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 
 def hog(cpu: int, seconds: float) -> subprocess.Popen[str]:
@@ -69,6 +74,27 @@ class Workers:
             t.join()
 
 
+def window(what: str, seconds: float) -> dict[str, float]:
+    """The script's figures for ``what`` (a thread count or ``quiet``), from a fresh process.
+
+    The process imports the package from where this one did (mutmut's copy, say).
+    """
+    from opentelemetry.instrumentation.process.linux import schedstat
+
+    src = str(Path(schedstat.__file__).resolve().parents[4])
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, __file__, what, str(seconds)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+    )
+    found: dict[str, float] = json.loads(done.stdout)
+    return found
+
+
 def os_sum() -> float:
     """The run_delay of this process's live threads, added up from ``/proc``, in seconds."""
     total = 0
@@ -81,8 +107,8 @@ def os_sum() -> float:
     return total / 1e9
 
 
-def measure(threads: int, seconds: float) -> dict[str, float]:
-    """One window beside a neighbour on this process's one CPU (see the module)."""
+def measure(threads: int | None, seconds: float) -> dict[str, float]:
+    """One window beside a neighbour on this process's one CPU, or quiet (``None``)."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
@@ -105,14 +131,25 @@ def measure(threads: int, seconds: float) -> dict[str, float]:
         ]
         return float(found[0])
 
-    cpu = max(os.sched_getaffinity(0))
-    os.sched_setaffinity(0, {cpu})
-    workers = Workers(threads)
-    neighbour = hog(cpu, seconds + 1.0)
+    niced = False
+    if threads is None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, -20)
+            niced = True
+        except OSError:
+            pass
+    else:
+        cpu = max(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
+    workers = Workers(threads or 0)
+    neighbour = hog(cpu, seconds + 1.0) if threads is not None else None
     try:
         before, os_before = waited(), os_sum()
         cpu_before, wall_before = time.process_time(), time.monotonic()
-        if threads:
+        if threads is None:
+            for _ in range(10):
+                time.sleep(seconds / 10)
+        elif threads:
             workers.run()
             time.sleep(seconds)
             workers.park()
@@ -124,11 +161,13 @@ def measure(threads: int, seconds: float) -> dict[str, float]:
         by_os, after = os_sum() - os_before, waited()
     finally:
         workers.end()
-        neighbour.wait()
+        if neighbour is not None:
+            neighbour.wait()
         made.close()
         provider.shutdown()
-    return {"waited": after - before, "by_os": by_os, "wall": wall, "cpu": used}
+    return {"waited": after - before, "by_os": by_os, "wall": wall, "cpu": used, "niced": niced}
 
 
 if __name__ == "__main__":
-    print(json.dumps(measure(int(sys.argv[1]), float(sys.argv[2]))))
+    threads = None if sys.argv[1] == "quiet" else int(sys.argv[1])
+    print(json.dumps(measure(threads, float(sys.argv[2]))))
