@@ -30,12 +30,17 @@ SHARED = {m.name for m in METRICS if SOURCES[m.source].shared}
 
 
 def test_the_shared_sources_are_the_host_the_cgroup_and_the_pressure_ones() -> None:
-    shared = {m.name for m in METRICS if SOURCES[m.source].shared}
-    for m in METRICS:
-        host = m.name.startswith(("system.", "container.", "process_metrics.cgroup."))
-        pressure = "pressure" in m.name
-        frequency = m.name.startswith("process_metrics.cpu.frequency.")
-        assert (m.name in shared) == (host or pressure or frequency), m.name
+    """Shared are exactly the sources of the host's and the container's values, by module."""
+    from opentelemetry.instrumentation.process.sources import host, saturation
+
+    machine = {s.name for module in (host, saturation) for s in module.SOURCES}
+    assert machine and machine <= set(SOURCES)
+    for name, source in SOURCES.items():
+        assert source.shared == (name in machine), name
+    shared_metrics = [m for m in METRICS if SOURCES[m.source].shared]
+    assert any(m.name.startswith("system.") for m in shared_metrics)
+    assert any(m.name.startswith("container.") for m in shared_metrics)
+    assert not any(m.name.startswith("process.") for m in shared_metrics)
 
 
 def test_the_option_defaults_to_once_and_refuses_other_values_by_name() -> None:
