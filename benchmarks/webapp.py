@@ -20,8 +20,9 @@ order:
 
 Idle: uvicorn with ``idle_workers`` workers and no request, in every mode and
 with each probe: the CPU time of all its processes per second. uvicorn runs on
-uvloop where it is installed; ``event_loop/asyncio`` is the probe on asyncio's
-own loop (``--loop asyncio``), where it parks while the loop sleeps.
+uvloop where it is installed; ``defaults/asyncio`` and ``event_loop/asyncio``
+run on asyncio's own loop (``--loop asyncio``), where the probe parks while the
+loop sleeps (uvicorn's own tick wakes each worker's loop 10 times a second).
 
     python benchmarks/webapp.py            # full (about 30 minutes on 2 cores)
     python benchmarks/webapp.py --smoke    # uvicorn, 2 modes, 1 s loads (CI)
@@ -85,7 +86,15 @@ SERVERS: dict[str, tuple[str, ...]] = {
 }
 # uvicorn runs on uvloop where it is installed (as uvicorn[standard] does), and the
 # event-loop probe parks only on asyncio's loop: both are measured.
-IDLE_MODES = ("none", "baseline", "defaults", *PROBES, f"event_loop{ASYNCIO}", "peer")
+IDLE_MODES = (
+    "none",
+    "baseline",
+    "defaults",
+    *PROBES,
+    f"defaults{ASYNCIO}",
+    f"event_loop{ASYNCIO}",
+    "peer",
+)
 
 
 @dataclass(frozen=True)
