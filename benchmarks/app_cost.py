@@ -176,9 +176,13 @@ def webapp_goals(record: dict[str, Any]) -> list[tuple[str, str, str, str]]:
         rows.append((f"Defaults, {where}: p99 latency", "<= +2%", f"{p:+.1f}%", met))
     idle = {i["mode"]: i["per_worker_us_per_s"] for i in record.get("idle", [])}
     default_loop = "uvloop" if record.get("uvloop", True) else "asyncio's loop"
-    for probe, loop in (("event_loop", default_loop), ("event_loop/asyncio", "asyncio's loop")):
-        if probe in idle and "defaults" in idle:
-            extra = idle[probe] - idle["defaults"]
+    pairs = (
+        ("event_loop", "defaults", default_loop),
+        ("event_loop/asyncio", "defaults/asyncio", "asyncio's loop"),
+    )
+    for probe, base, loop in pairs:
+        if probe in idle and base in idle:
+            extra = idle[probe] - idle[base]
             rows.append(
                 (
                     f"An idle worker on {loop}, `event_loop=True` (CPU beyond the defaults')",
