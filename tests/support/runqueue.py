@@ -19,6 +19,7 @@ import glob
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -72,6 +73,16 @@ class Workers:
         self.running.set()
         for t in self.threads:
             t.join()
+
+
+def pause(neighbour: subprocess.Popen[str] | None, how: signal.Signals) -> None:
+    """Stop or continue ``neighbour``; with SIGSTOP, until the kernel says it is stopped."""
+    if neighbour is None:
+        return
+    neighbour.send_signal(how)
+    if how == signal.SIGSTOP:
+        while Path(f"/proc/{neighbour.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+            time.sleep(0.001)
 
 
 def window(what: str, seconds: float) -> dict[str, float]:
@@ -142,10 +153,14 @@ def measure(threads: int | None, seconds: float) -> dict[str, float]:
         cpu = max(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpu})
     workers = Workers(threads or 0)
-    neighbour = hog(cpu, seconds + 1.0) if threads is not None else None
+    neighbour = hog(cpu, 60.0) if threads is not None else None
+    # The neighbour is stopped while the readings are taken: the reading thread then
+    # waits for no CPU, and the metric's window and the OS's are the same.
+    pause(neighbour, signal.SIGSTOP)
     try:
         before, os_before = waited(), os_sum()
         cpu_before, wall_before = time.process_time(), time.monotonic()
+        pause(neighbour, signal.SIGCONT)
         if threads is None:
             for _ in range(10):
                 time.sleep(seconds / 10)
@@ -157,11 +172,13 @@ def measure(threads: int | None, seconds: float) -> dict[str, float]:
             end = time.monotonic() + seconds
             while time.monotonic() < end:
                 pass
+        pause(neighbour, signal.SIGSTOP)
         wall, used = time.monotonic() - wall_before, time.process_time() - cpu_before
         by_os, after = os_sum() - os_before, waited()
     finally:
         workers.end()
         if neighbour is not None:
+            neighbour.kill()
             neighbour.wait()
         made.close()
         provider.shutdown()
