@@ -1,6 +1,10 @@
-"""``python -m opentelemetry.instrumentation.process``, run as a user runs it: a subprocess.
+"""``python -m opentelemetry.instrumentation.process``, as a user runs it and in-process.
 
-Each run gets a clean environment (no ``OTEL_*`` of the shell) and a runtime
+The snapshots whose contents are checked run in this process (``main(argv,
+environ)``), so that mutation testing sees which tests reach the command's code;
+one test holds the subprocess a user runs to the same output, and the exit
+statuses, Ctrl-C, a limited cgroup and the bad arguments are run as a user runs
+them. Each run gets a clean environment (no ``OTEL_*`` of the shell) and a runtime
 directory of its own. What it prints is held against the package's table and
 options, and what it found against the kernel's files read by the test
 (``tests/support/cgroups.py``) and psutil.
@@ -8,6 +12,8 @@ options, and what it found against the kernel's files read by the test
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -55,12 +61,20 @@ def ok(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def in_process(*args: str, **env: str) -> str:
+    """What the command prints, run in this process (``main(argv, environ)``), so that a
+    test of its output reaches its code as mutation testing sees it; status 0 checked."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        status = command.main(list(args), environ=clean_env(**env))
+    assert status == 0
+    return out.getvalue()
+
+
 @pytest.fixture(scope="module")
 def snapshot() -> dict[str, Any]:
     """One ``--json`` snapshot with the defaults."""
-    done = ok("--json")
-    assert done.stderr == "", done.stderr
-    (line,) = done.stdout.splitlines()  # one object on one line
+    (line,) = in_process("--json").splitlines()  # one object on one line
     found: dict[str, Any] = json.loads(line)
     return found
 
@@ -68,9 +82,26 @@ def snapshot() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def text() -> str:
     """One readable snapshot with the defaults."""
-    done = ok()
+    return in_process()
+
+
+def test_as_a_user_runs_it_it_prints_the_same_snapshot(snapshot: dict[str, Any], text: str) -> None:
+    done = ok("--json")
     assert done.stderr == "", done.stderr
-    return done.stdout
+    (line,) = done.stdout.splitlines()
+    doc = json.loads(line)
+    assert doc["found"]["pid"] != os.getpid()  # its own process
+    assert set(reported(doc)) == set(reported(snapshot))
+    assert doc["options"] == snapshot["options"]
+    readable = ok()
+    assert readable.stderr == ""
+    assert table_names(readable.stdout) == table_names(text)
+
+
+def table_names(text: str) -> set[str]:
+    """The metric names of a readable snapshot's table."""
+    table = text.partition("\n\n")[2].split("\n\n", 1)[0]
+    return {line.split()[0] for line in table.splitlines()}
 
 
 def reported(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -101,13 +132,13 @@ def test_the_snapshot_says_what_it_found_as_the_kernel_and_psutil_say(
     snapshot: dict[str, Any],
 ) -> None:
     found = snapshot["found"]
-    assert found["pid"] != os.getpid() and found["platform"] == sys.platform
+    assert found["pid"] == os.getpid() and found["platform"] == sys.platform  # in-process
     cpus = found["cpus"]
     assert cpus["logical"] == psutil.cpu_count(logical=True)
     assert cpus["physical"] == psutil.cpu_count(logical=False)
     if not ON_LINUX:
         return
-    assert cpus["affinity"] == len(os.sched_getaffinity(0))  # the child inherits the mask
+    assert cpus["affinity"] == len(os.sched_getaffinity(0))
     assert cpus["cgroup_quota"] == cgroups.cpu_quota()
     assert cpus["available"] == cgroups.available_cpus()
     assert found["memory"]["cgroup_limit"] == cgroups.memory_limit()
@@ -214,13 +245,13 @@ def test_arguments_beat_the_environment_and_a_bad_variable_warns_once() -> None:
 
 
 def test_the_snapshot_follows_the_options() -> None:
-    done = ok(
+    out = in_process(
         "--json",
         "exclude=cpython.gc.*",
         "include=system.disk.io",
         **{ENV_VARS["per_thread"]: "yes"},
     )
-    doc = json.loads(done.stdout)
+    doc = json.loads(out)
     names = set(reported(doc))
     assert "process_metrics.thread.cpu.time" in names
     assert not {n for n in names if n.startswith("cpython.gc.")}
