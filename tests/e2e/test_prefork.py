@@ -91,8 +91,13 @@ class Run:
 
     @property
     def exits(self) -> int:
-        """Workers that went: those that announced themselves, minus one per slot still held."""
-        return len(self.workers) - self.slots
+        """Workers that went: those that announced themselves, minus one per slot still held.
+
+        A multiprocessing pool ends on its own, within the run: its last workers go at
+        its close too, and the role may pass between them as they do.
+        """
+        held = 0 if self.name == "multiprocessing" else self.slots
+        return len(self.workers) - held
 
 
 @dataclass(frozen=True)
