@@ -23,6 +23,15 @@ from .support import expected_skips
 from .support.groupkids import Kid
 from .support.threadjobs import Job
 
+# Under mutmut (MUTANT_UNDER_TEST set, its copy of src/ imported here), the tests'
+# subprocesses import that copy too, and so run with the same mutant on: code that
+# runs at import, or only in a child, is then tested as the rest is.
+if "MUTANT_UNDER_TEST" in os.environ:
+    import opentelemetry.instrumentation.process as _package
+
+    _src = str(Path(_package.__file__).resolve().parents[3])
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_src, os.environ.get("PYTHONPATH")) if p)
+
 Points = dict[frozenset[tuple[str, Any]], Any]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
@@ -58,3 +59,15 @@ def test_meter_scope(
     assert len(ours) == 1
     assert ours[0].scope.version == __version__
     assert ours[0].schema_url == "https://opentelemetry.io/schemas/1.44.0"
+
+
+def test_the_packages_lazy_names_are_their_modules_objects_and_others_are_refused() -> None:
+    import importlib
+
+    import opentelemetry.instrumentation.process as package
+
+    for name, module in package._LAZY.items():
+        where = importlib.import_module(f"{package.__name__}.{module}")
+        assert package.__getattr__(name) is getattr(where, name)
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        package.__getattr__("nope")

@@ -432,3 +432,24 @@ def test_the_readme_quick_start_begins_with_the_command() -> None:
     first = re.search(r"```(\w+)\n(.*?)```", quick, re.DOTALL)
     assert first is not None
     assert first.group(2).split("\n")[0].split("#")[0].strip() == f"python -m {MODULE}"
+
+
+def test_what_was_found_reads_plainly_where_little_was_found() -> None:
+    assert command._cgroup_text(None) == "none found (not Linux, or no cgroup file system)"
+    assert (
+        command._cgroup_text(
+            {
+                "cpu": {"version": 2, "path": "/a"},
+                "memory": {"version": 2, "path": "/a"},
+                "io": None,
+            }
+        )
+        == "v2 cpu, v2 memory: /a"
+    )
+    assert command._pressure_text({"files": None, "scope": None}) == (
+        "not looked for (saturation=False, or not Linux)"
+    )
+    assert command._pressure_text({"files": [], "scope": None}) == "none"
+    assert command._pressure_text({"files": ["cpu"], "scope": None}) == "yes"
+    assert command._pressure_text({"files": ["cpu"], "scope": "cgroup"}) == "yes (the cgroup's)"
+    assert command._pressure_text({"files": ["cpu"], "scope": "host"}) == "yes (the host's)"

@@ -57,6 +57,7 @@ def test_a_label_is_the_words_and_the_counted_numbers_of_a_point() -> None:
     assert label({}) == ""
     assert label({"cpu.mode": "user"}) == "user"
     assert label({"cpython.gc.generation": 0}) == "generation 0"
+    assert label({"process_metrics.worker.slot": 3, "cpu.mode": "user"}) == "slot 3,user"
     assert label({"process_metrics.pressure.stall_type": "some", "x.scope": "host"}) == (
         "some,host"
     )
