@@ -156,11 +156,18 @@ class Child:
 
     def __init__(self, timeout: float = 60.0) -> None:
         self.timeout = timeout
+        env = dict(os.environ)
+        if "MUTANT_UNDER_TEST" in env:
+            # Under mutmut, the original package: its larger copy (every mutant of every
+            # function) would take a memory-limited child over its limit.
+            for name in ("MUTANT_UNDER_TEST", "PYTHONPATH"):
+                env.pop(name, None)
         self.proc = subprocess.Popen(
             [sys.executable, str(CHILD_SCRIPT)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
+            env=env,
         )
         self.pid = self.proc.pid
 
