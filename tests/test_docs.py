@@ -97,7 +97,10 @@ def test_metric_reference_has_every_metric_once(built: Path) -> None:
             '<strong><code class="docutils literal notranslate"><span class="pre">'
             f"{metric.name}</span></code></strong>"
         )
-        assert page.count(heading) == 1, f"{metric.name} is not in the reference exactly once"
+        assert page.count(heading) == 1, (
+            f"{metric.name} is not in the reference exactly once: a new group "
+            f"({metric.group!r}) goes in a `:groups:` line of docs/metrics.md"
+        )
     text = text_of(built / "metrics.html")
     for metric in METRICS:
         assert process_docs.prometheus_name(metric) in text
