@@ -17,18 +17,22 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 
 
 def test_this_process_as_psutil_reads_it() -> None:
+    me = psutil.Process()
+    first = me.cpu_times()
     before = resource.getrusage(resource.RUSAGE_SELF)
     found = stat.of_process(os.getpid())
     after = resource.getrusage(resource.RUSAGE_SELF)
-    me = psutil.Process()
+    last = me.cpu_times()
     assert found.state == "R"  # this thread is running, reading it
     assert found.ppid == os.getppid()
     assert before.ru_minflt <= found.minflt <= after.ru_minflt
     assert before.ru_majflt <= found.majflt <= after.ru_majflt
-    times = me.cpu_times()
-    tick = 1 / stat.CLOCK_TICKS
-    assert times.user - tick <= found.utime <= me.cpu_times().user + tick
-    assert times.system - tick <= found.stime <= me.cpu_times().system + tick
+    # psutil divides the same ticks, and the kernel keeps them monotonic, so the
+    # reading lies between psutil's two; compared in ticks, not in rounded seconds.
+    ticks = stat.CLOCK_TICKS
+    assert round(first.user * ticks) <= round(found.utime * ticks) <= round(last.user * ticks)
+    assert round(first.system * ticks) <= round(found.stime * ticks) <= round(last.system * ticks)
+    tick = 1 / ticks
     # psutil's create time is the boot time plus the start tick.
     started = psutil.boot_time() + found.starttime / stat.CLOCK_TICKS
     assert started == pytest.approx(me.create_time(), abs=tick)
