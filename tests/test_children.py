@@ -646,6 +646,72 @@ def test_a_child_that_exits_mid_read_drops_only_its_points(
     assert victim in pids
 
 
+# What a child's read says when the OS refuses it otherwise than with EPERM (an I/O
+# error of /proc, say): refused for one child at psutil's call, which cannot be made
+# to fail for real; the other child's points stay.
+REFUSED_READS = {"status": "status", "create_time": "uptime"}
+
+
+@linux_only
+@pytest.mark.parametrize("method", list(REFUSED_READS))
+def test_a_read_refused_for_one_child_is_said_by_name_and_leaves_the_others(
+    method: str,
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+    spawn: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    kids = [spawn() for _ in range(2)]
+    wait_listed({k.pid for k in kids})
+    victim = kids[1].pid
+    real = getattr(psutil.Process, method)
+
+    def refused(self: psutil.Process) -> Any:
+        if self.pid == victim:
+            raise OSError(5, "Input/output error")
+        return real(self)
+
+    # The direct listing: psutil's create_time is then read for the uptime alone.
+    supervise(child_pid=True, direct_reads=True)
+    monkeypatch.setattr(psutil.Process, method, refused)
+    with caplog.at_level(logging.WARNING):
+        found = collect(reader)
+    what = REFUSED_READS[method]
+    said = [r.getMessage() for r in caplog.records if "child process" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        f"process metrics: cannot read {what} of child process {victim} "
+        "(OSError: [Errno 5] Input/output error)"
+    ), said
+    uptime = {dict(k).get("process.pid") for k in points(found["process.uptime"])}
+    memory = {dict(k).get("process.pid") for k in points(found["process.memory.usage"])}
+    assert kids[0].pid in uptime and kids[0].pid in memory
+    assert (victim in uptime) is (method != "create_time")
+    assert victim in memory  # still read: a status unknown is not a zombie
+
+
+@linux_only
+def test_a_childs_memory_is_not_read_when_no_metric_needs_it(
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+    spawn: Callable[..., Any],
+    opens: OpenRecorder,
+) -> None:
+    kid = spawn()
+    wait_listed({kid.pid})
+    statm = f"/proc/{kid.pid}/statm"  # psutil's memory_info
+    cpu_only = supervise(exclude=["process.memory.*", "process_metrics.tree.*"])
+    with opens.recording() as paths:
+        found = collect(reader)
+    assert set(by_slot(found, "process.cpu.time", **{"cpu.mode": "user"})) == {0}
+    assert statm not in paths, paths
+    cpu_only.close()
+    supervise()
+    with opens.recording() as paths:
+        collect(reader)
+    assert statm in paths  # the tree's memory and the child's own need it
+
+
 def test_uninstrument_stops_the_children_points(
     supervise: Callable[..., ProcessMetrics],
     reader: InMemoryMetricReader,

@@ -257,3 +257,41 @@ def test_no_frequency_api_means_no_limits(
     facts = read_facts(psutil.Process(), cpu_frequency=True)
     assert (facts.cpu_freq_min_hz, facts.cpu_freq_max_hz) == (None, None)
     assert caplog.records == []  # nothing failed: there is nothing to read
+
+
+def _refuse(*_args: Any, **_kwargs: Any) -> Any:
+    raise OSError(5, "Input/output error")
+
+
+_cpu_count = psutil.cpu_count
+
+
+def _refuse_physical(logical: bool = True) -> int | None:
+    return _cpu_count(logical=True) if logical else _refuse()
+
+
+# The OS cannot be made to fail these reads for one test: each is refused at psutil's or
+# Python's call, and the warning must name the fact.
+REFUSED = {
+    "physical_cpus": ("the physical CPU count", psutil, "cpu_count", _refuse_physical),
+    "fd_limit": ("the file descriptor limit", resource, "getrlimit", _refuse),
+    "create_time": ("the process start time", psutil.Process, "create_time", _refuse),
+}
+
+
+@pytest.mark.parametrize("field", list(REFUSED))
+def test_a_fact_that_cannot_be_read_is_none_and_its_warning_names_it(
+    field: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    what, owner, name, refusal = REFUSED[field]
+    process = psutil.Process()
+    monkeypatch.setattr(owner, name, refusal)
+    with caplog.at_level(logging.WARNING):
+        facts = read_facts(process, cpu_frequency=False)
+    assert getattr(facts, field) is None
+    assert facts.pid == os.getpid()  # the other facts are read
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        f"process metrics: could not read {what} (OSError: [Errno 5] Input/output error); "
+        "the metrics that need it are left out."
+    ]

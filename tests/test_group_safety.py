@@ -113,6 +113,7 @@ def test_a_directory_owned_by_another_user(
     falls_back(caplog)
     st = run.stat()
     assert (st.st_uid, oct(st.st_mode & 0o777), list(run.iterdir())) == (65534, "0o700", [])
+    assert f"(UnsafeError: [Errno 1] owned by uid 65534, not 0: '{run}')" in warning(caplog)
 
 
 def test_a_directory_open_to_others_is_refused_not_fixed(
@@ -124,6 +125,33 @@ def test_a_directory_open_to_others_is_refused_not_fixed(
     monkeypatch.setenv(VAR, str(run))
     falls_back(caplog)
     assert oct(run.stat().st_mode & 0o777) == "0o755"
+    assert f"(UnsafeError: [Errno 1] mode 755 is open to group or others: '{run}')" in warning(
+        caplog
+    )
+
+
+def warning(caplog: pytest.LogCaptureFixture) -> str:
+    """The one warning that the runtime directory cannot be used."""
+    (line,) = [r.getMessage() for r in caplog.records if "cannot be used safely" in r.getMessage()]
+    return line
+
+
+def test_the_default_is_xdg_runtime_dir_only_where_it_is_this_users_directory(
+    tmp_path: Path,
+) -> None:
+    mine = tmp_path / "xdg"
+    mine.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(mine)
+    fallback = Path("/tmp") / f"{rundir.DIR_NAME}-{os.geteuid()}"
+    assert rundir.default_dir({"XDG_RUNTIME_DIR": str(mine)}) == mine / rundir.DIR_NAME
+    assert rundir.default_dir({"XDG_RUNTIME_DIR": str(link)}) == fallback
+    assert rundir.default_dir({"XDG_RUNTIME_DIR": "run/user"}) == fallback  # not absolute
+    assert rundir.default_dir({}) == fallback
+    assert rundir.default_dir({VAR: "/srv/run", "XDG_RUNTIME_DIR": str(mine)}) == Path("/srv/run")
+    if os.geteuid() == 0:
+        os.chown(mine, 65534, 65534)
+        assert rundir.default_dir({"XDG_RUNTIME_DIR": str(mine)}) == fallback
 
 
 @pytest.fixture

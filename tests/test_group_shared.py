@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -128,6 +129,16 @@ def test_two_providers_of_one_process_agree(rundir: Path) -> None:
 
 def test_a_container_main_process_has_a_parent_key() -> None:
     assert keys.parent_key(0) == f"{keys.boot_id()}-0-0"
+
+
+def test_the_host_is_the_machine_id_and_the_host_name() -> None:
+    # Containers of one image may share a machine id; their host names differ.
+    machine = Path("/etc/machine-id")
+    name = socket.gethostname()
+    if machine.is_file() and machine.read_text().strip():
+        assert keys.host_id() == f"{machine.read_text().strip()}/{name}"
+    else:
+        assert keys.host_id().endswith(name)
 
 
 # --- one election per service ---------------------------------------------------------

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -163,3 +165,24 @@ def test_folders_of_dead_parents_are_removed_but_a_live_orphans_file_is_kept(
     kids[-1].kill()
     worker(kids)
     assert not folder.exists()
+
+
+def test_a_prune_keeps_the_folder_of_a_live_parent_whose_slots_are_free(tmp_path: Path) -> None:
+    folder = tmp_path / "slots"  # alone: a shared one may hold more than a prune removes
+    folder.mkdir(mode=0o700)
+    live, dead = (subprocess.Popen(["sleep", "60"]) for _ in range(2))
+    made = {p: folder / keys.parent_key(p.pid) for p in (live, dead)}
+    for path in made.values():
+        path.mkdir(mode=0o700)
+        os.close(os.open(path / "0.lock", os.O_CREAT | os.O_WRONLY, 0o600))  # free
+    dead.kill()
+    dead.wait()
+    try:
+        slots.prune(folder, keep="")
+        assert (made[live] / "0.lock").is_file()  # same boot, same pid, same start: alive
+        assert not made[dead].exists()
+    finally:
+        live.kill()
+        live.wait()
+        slots.prune(folder, keep="")
+    assert not made[live].exists()

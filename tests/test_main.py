@@ -176,6 +176,12 @@ def test_every_metric_of_this_platform_is_reported_or_said_to_be_off(
             assert reasons[m.name] == "option", m.name
         elif not m.default and m.option is None:
             assert reasons[m.name] == "opt-in", m.name
+    # What a user reads: how to turn an opt-in metric on.
+    include = {
+        "opt-in, and not in include (by name or glob)",
+        "opt-in, and only its exact name in include turns it on",
+    }
+    assert {o["why"] for o in off if o["reason"] == "opt-in"} == include
     assert {o["reason"] for o in off} <= {"exclude", "option", "opt-in", "nothing to read"}
 
 
@@ -238,10 +244,22 @@ def test_arguments_beat_the_environment_and_a_bad_variable_warns_once() -> None:
     }
     warnings = done.stderr.strip().splitlines()
     assert len(warnings) == 1 and ENV_VARS["per_cpu"] + "='maybe' is not valid" in warnings[0]
-    # The text form says the same, one line per option.
-    lines = ok("--options", "per_cpu=off").stdout.splitlines()
+    # The text form says the same, one line per option, the values in one column.
+    lines = in_process("--options", "per_cpu=off").splitlines()
     assert [line.split()[0] for line in lines] == list(OPTION_NAMES)
     assert re.fullmatch(r"per_cpu +False +argument", lines[OPTION_NAMES.index("per_cpu")])
+    assert len({len(line) - len(line.split(None, 1)[1]) for line in lines}) == 1, lines
+
+
+def test_help_says_what_it_prints_and_which_variables_apply() -> None:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        command.main(["--help"], environ=clean_env())
+    assert done.value.code == 0
+    said = " ".join(out.getvalue().split())
+    assert "Print one snapshot of the process metrics this package reports here" in said
+    assert "The OTEL_PYTHON_PROCESS_METRICS_* variables apply" in said
+    assert all(f"--{flag}" in said for flag in ("json", "every", "options"))
 
 
 def test_the_snapshot_follows_the_options() -> None:

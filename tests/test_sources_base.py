@@ -22,6 +22,7 @@ from opentelemetry.instrumentation.process.sources.base import (
     ReadContext,
     Reading,
     State,
+    attributes,
 )
 from opentelemetry.instrumentation.process.sources.process import THREAD_COUNT
 
@@ -74,6 +75,15 @@ def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: L
 def test_direct_reads_off_are_never_tried() -> None:
     ctx = _context(FaultLog(), direct=False)
     assert not ctx.use_direct("threads")
+
+
+def test_a_key_type_names_its_attributes_and_its_keys_are_plain_tuples() -> None:
+    mode = attributes("cpu.mode", "cpu.logical_number")
+    key = mode(("user", 0))
+    assert mode.names == ("cpu.mode", "cpu.logical_number")
+    assert key == ("user", 0) and hash(key) == hash(("user", 0))
+    # A tuple's size: a reading holds one key per point, so no __dict__ each.
+    assert not hasattr(key, "__dict__")
 
 
 def test_a_counter_never_goes_down_and_a_new_key_starts_where_it_is() -> None:

@@ -169,6 +169,11 @@ def test_availability_is_psutils_own_methods(monkeypatch: pytest.MonkeyPatch) ->
     assert has_handles() is True
     monkeypatch.delattr(psutil.Process, "io_counters")
     assert has_io() is False
+    # A module-level function: cpu_freq is missing on some platforms and psutil versions.
+    has_freq = psutil_has("cpu_freq")
+    assert has_freq() is hasattr(psutil, "cpu_freq")
+    monkeypatch.delattr(psutil, "cpu_freq", raising=False)
+    assert has_freq() is False
 
 
 # --- hook faults: each one said once, per source, hook and exception type
