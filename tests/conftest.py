@@ -221,6 +221,16 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, session_runtime_dir: str) -> Non
     monkeypatch.setenv(RUNTIME_DIR_VAR, session_runtime_dir)
 
 
+class Clock:
+    """A monotonic clock that moves only when told, for the fault log (its module's ``time``)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
 class OpenRecorder:
     """Records files opened and folders listed while active (an audit hook)."""
 

@@ -94,6 +94,7 @@ def measure(reader: InMemoryMetricReader, allocate_mib: int, busy: float) -> dic
     while time.thread_time() < end:
         sum(range(2_000))
     cpu_before = cpu_seconds()
+    before = boottime()
     got = collect(reader)
     cpu_after = cpu_seconds()
     rss_after = statm_rss()
@@ -112,6 +113,7 @@ def measure(reader: InMemoryMetricReader, allocate_mib: int, busy: float) -> dic
         "threads": one(got["process.thread.count"]),
         "tasks": tasks,
         "uptime": one(got["process.uptime"]),
+        "before": before,
         "now": now,
         "kept": len(block) if block is not None else 0,
     }
