@@ -27,7 +27,7 @@ from opentelemetry.instrumentation.process.probes.loops import discovery
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor, watch_loop
 
 from .support import loopapps
-from .support.gc import gc_off
+from .support.gc import collector_paused, gc_off  # noqa: F401 - autouse
 from .support.loopapps import (
     UVLOOP_CLOCK,
     WATCH,

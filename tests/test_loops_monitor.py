@@ -42,6 +42,7 @@ from opentelemetry.instrumentation.process.probes.loops.window import Window
 
 from .conftest import Records
 from .support.forked import in_child
+from .support.gc import collector_paused  # noqa: F401 - autouse
 from .support.loopapps import (
     UVLOOP_CLOCK,
     Closing,

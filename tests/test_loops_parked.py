@@ -24,6 +24,7 @@ from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonit
 from opentelemetry.instrumentation.process.probes.loops.probe import PARKED_SELECTS
 
 from .support.forked import in_child
+from .support.gc import collector_paused  # noqa: F401 - autouse
 from .support.loopapps import (
     UVLOOP_CLOCK,
     hooks_installed,

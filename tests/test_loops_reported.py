@@ -36,6 +36,7 @@ from opentelemetry.instrumentation.process.sources import runtime as runtime_sou
 from opentelemetry.instrumentation.process.sources.base import ReadContext
 
 from .conftest import Sdk, collect
+from .support.gc import collector_paused  # noqa: F401 - autouse
 from .support.loopapps import (
     DELAY_MAX,
     DELAY_MEAN,

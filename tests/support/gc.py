@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from opentelemetry.instrumentation.process.probes.gc_pauses import (
     BOUNDS,
     GcPauseReading,
@@ -33,6 +35,17 @@ def gc_off() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+@pytest.fixture(autouse=True)
+def collector_paused() -> Iterator[None]:
+    """Autouse where imported: no automatic collection during the test.
+
+    A full collection of the session's heap stalls a loop well past the loop
+    tests' slack: lag that the probe rightly reports, and that is not the test's.
+    """
+    with gc_off():
+        yield
 
 
 def collections() -> tuple[int, ...]:
