@@ -32,11 +32,19 @@ def c_fork() -> int:
 
     ``PyDLL`` keeps the GIL across the call, so the child holds it, as it would
     after a fork in a C server's master process.
+
+    A thread waiting for the GIL at such a fork leaves CPython's GIL condition
+    variable with a waiter the child does not have; the child can then hang at
+    its first release of the GIL (only Python's at-fork hook renews it). That
+    is CPython's hazard, not the package's: a short sleep first lets the other
+    threads take the GIL and go back to their own waits, which shrinks the
+    window from the caller's setup to the few microseconds before the call.
     """
     import ctypes
 
     libc = ctypes.PyDLL(None, use_errno=True)
     libc.fork.restype = ctypes.c_int
+    time.sleep(0.001)
     pid: int = libc.fork()
     if pid < 0:
         raise OSError(ctypes.get_errno(), "fork failed")
