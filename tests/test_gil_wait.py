@@ -14,6 +14,7 @@ own parameter), for more samples per second of test.
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import sys
 import threading
@@ -194,6 +195,7 @@ def test_a_forked_child_starts_its_own_probe_even_with_the_lock_held_at_the_fork
         if pid == 0:  # the child: never back into pytest
             code = 1
             try:
+                signal.alarm(20)  # a hang ends the child (SIGALRM's default), not the run
                 out = _child_reads(probe)
                 code = 0 if out["first"] == 0 and out["later"] >= 2 else 3
                 code = code if THREAD_NAME in out["threads"] else 4  # type: ignore[operator]
