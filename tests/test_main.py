@@ -313,6 +313,9 @@ def test_every_repeats_until_ctrl_c_which_ends_it_with_status_0() -> None:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # A run started in the background by a shell without job control ignores
+        # SIGINT, and so would the command: a terminal's Ctrl-C is what is tested.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     docs: list[dict[str, Any]] = []
     try:
