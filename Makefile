@@ -74,10 +74,14 @@ typecheck: $(STAMP)
 	$(BIN)/mypy
 
 # The edit-test loop (CONTRIBUTING.md): lint, types, the README's generated blocks and the
-# unit tests that need no server, browser or other Python, and not the hardening tests at
-# their CI size: a few minutes on 2 CPUs. `make test` stays the full gate, and what CI runs.
+# unit tests that need no server (the examples and the supervisor tests run gunicorn, uvicorn,
+# Celery and uWSGI), browser or other Python; not the hardening tests, nor the benchmarks' own
+# runs; the property tests at a fifth of their examples. `make test` stays the full gate, and
+# what CI runs.
 CHECK_LEAVES_OUT := --ignore=tests/e2e --ignore=tests/test_docs_render.py \
-	--ignore=tests/test_pythons.py --ignore=tests/test_stress.py --ignore=tests/test_fork_stress.py
+	--ignore=tests/test_pythons.py --ignore=tests/test_stress.py --ignore=tests/test_fork_stress.py \
+	--ignore=tests/test_examples.py --ignore=tests/test_children_gunicorn.py \
+	--ignore=tests/test_runtime_benchmarks.py
 
 check: $(STAMP)
 	$(call say,check: lint$(,) types$(,) the README's generated blocks rewritten$(,) unit tests (no servers$(,) browser or other Pythons))
@@ -85,7 +89,8 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python docs/_ext/readme_blocks.py
-	PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m pytest -q -x $(CHECK_LEAVES_OUT)
+	PATH="$(abspath $(BIN)):$$PATH" PROCESS_METRICS_QUICK=1 $(BIN)/python -m pytest -q -x \
+		$(CHECK_LEAVES_OUT)
 
 # Every test but the browser check of the built docs, which `docs-render` runs.
 unit: $(STAMP)

@@ -11,6 +11,7 @@ from opentelemetry.instrumentation.process.excerpt import excerpt
 from opentelemetry.instrumentation.process.linux.files import (
     KernelFile,
     Key,
+    available,
     flat_keyed,
     one_key,
     read_all,
@@ -116,6 +117,22 @@ def test_flat_keyed_scales_and_keeps_ints() -> None:
 def test_single_and_scaled_values() -> None:
     assert single_value("f")(b"4096\n") == {"f": 4096}
     assert scaled_value("f", 1e9)(b"2500000000\n") == {"f": 2.5}
+
+
+def test_discovery_keeps_what_gives_something_now_in_any_order(tmp_path: Path) -> None:
+    (tmp_path / "garbage").write_bytes(b"not a number\n")
+    (tmp_path / "good").write_bytes(b"a 1\nb 2\n")
+    files = [
+        KernelFile(str(tmp_path / "absent"), single_value("x"), ("x",)),  # not provided
+        KernelFile(str(tmp_path / "garbage"), single_value("y"), ("y",)),  # back once repaired
+        KernelFile(str(tmp_path / "good"), lambda d: dict(flat_keyed_pairs(d)), ("a", "c")),
+    ]
+    kept = available(files)
+    assert [(Path(f.path).name, f.fields) for f in kept] == [("garbage", ("y",)), ("good", ("a",))]
+
+
+def flat_keyed_pairs(data: bytes) -> list[tuple[str, int]]:
+    return [(k.decode(), int(v)) for k, v in (line.split() for line in data.splitlines())]
 
 
 # -- edges of the parsers, each parser built inside its test -----------------------

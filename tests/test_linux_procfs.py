@@ -145,7 +145,7 @@ def test_a_status_without_its_lines_is_unknown(monkeypatch: pytest.MonkeyPatch) 
     import io
 
     real = (
-        b"Name:\tpython\nThreads:\t4\nSigQ:\t0/63408\nSigPnd:\t0000000000000200\n"
+        b"Name:\tpython\nThreads:\t4\nSigQ:\t0/63408\nSigPnd:\t0000000000000300\n"
         b"ShdPnd:\t0000000000000a00\nSigBlk:\t0000000000000000\n"
     )
 
@@ -153,7 +153,7 @@ def test_a_status_without_its_lines_is_unknown(monkeypatch: pytest.MonkeyPatch) 
         return lambda *_a, **_k: io.BytesIO(text)
 
     monkeypatch.setattr(procfs, "open", status(real), raising=False)
-    assert procfs.status_counts() == (2, 4)  # bits 9 and 11: the union, once each
+    assert procfs.status_counts() == (3, 4)  # bits 8, 9 and 11: the union, once each
     for missing in (b"SigPnd:", b"ShdPnd:", b"Threads:"):
         lines = [line for line in real.splitlines(keepends=True) if not line.startswith(missing)]
         monkeypatch.setattr(procfs, "open", status(b"".join(lines)), raising=False)

@@ -71,7 +71,13 @@ def in_process(*args: str, **env: str) -> str:
     return out.getvalue()
 
 
-@pytest.fixture(scope="module")
+def _shared_but_under_mutmut(fixture_name: str, config: pytest.Config) -> str:
+    """Module-wide, except under mutmut, which runs for a mutant only the tests that ran its
+    function in its statistics pass: a shared snapshot is made in the first test alone."""
+    return "function" if "MUTANT_UNDER_TEST" in os.environ else "module"
+
+
+@pytest.fixture(scope=_shared_but_under_mutmut)
 def snapshot() -> dict[str, Any]:
     """One ``--json`` snapshot with the defaults."""
     (line,) = in_process("--json").splitlines()  # one object on one line
@@ -79,7 +85,7 @@ def snapshot() -> dict[str, Any]:
     return found
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope=_shared_but_under_mutmut)
 def text() -> str:
     """One readable snapshot with the defaults."""
     return in_process()
