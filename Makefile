@@ -76,8 +76,8 @@ typecheck: $(STAMP)
 # The edit-test loop (CONTRIBUTING.md): lint, types, the README's generated blocks and the
 # unit tests that need no server (the examples and the supervisor tests run gunicorn, uvicorn,
 # Celery and uWSGI), browser or other Python; not the hardening tests, nor the benchmarks' own
-# runs; the property tests at a fifth of their examples. `make test` stays the full gate, and
-# what CI runs.
+# runs; the property tests at a fifth of their examples; in two pytest processes side by side
+# (scripts/check_tests.py). `make test` stays the full gate, and what CI runs.
 CHECK_LEAVES_OUT := --ignore=tests/e2e --ignore=tests/test_docs_render.py \
 	--ignore=tests/test_pythons.py --ignore=tests/test_stress.py --ignore=tests/test_fork_stress.py \
 	--ignore=tests/test_examples.py --ignore=tests/test_children_gunicorn.py \
@@ -89,7 +89,7 @@ check: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python docs/_ext/readme_blocks.py
-	PATH="$(abspath $(BIN)):$$PATH" PROCESS_METRICS_QUICK=1 $(BIN)/python -m pytest -q -x \
+	PATH="$(abspath $(BIN)):$$PATH" PROCESS_METRICS_QUICK=1 $(BIN)/python scripts/check_tests.py \
 		$(CHECK_LEAVES_OUT)
 
 # Every test but the browser check of the built docs, which `docs-render` runs.

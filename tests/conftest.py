@@ -321,10 +321,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     if os.environ.get(LOG_DIR_VAR):
         config.option.reportchars = "fE"
-    # The log's name: the nox cell, else this Python and what was run.
+    # The log's name: the one given (make check's halves), the nox cell, else this Python
+    # and what was run.
     files = "+".join(os.path.basename(a.split("::")[0]).removesuffix(".py") for a in config.args)
     python = "python{}.{}".format(*sys.version_info[:2])
-    _run_name[:] = [os.environ.get("NOX_CURRENT_SESSION") or f"{python}-{files or 'tests'}"]
+    given = os.environ.get("PROCESS_TESTS_RUN_NAME") or os.environ.get("NOX_CURRENT_SESSION")
+    _run_name[:] = [given or f"{python}-{files or 'tests'}"]
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -23,6 +23,7 @@ def _run(tmp_path: Path, body: str, **env_vars: str) -> subprocess.CompletedProc
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(REPO)])}
     env.pop("PROCESS_TESTS_LOG_DIR", None)
     env.pop("NOX_CURRENT_SESSION", None)
+    env.pop("PROCESS_TESTS_RUN_NAME", None)  # make check names its halves
     env.update(env_vars)
     plugins = ["-p", "no:cacheprovider", "-p", "tests.conftest"]
     where = ["--rootdir", str(tmp_path), "-c", os.devnull, str(tmp_path / "test_one.py")]
