@@ -529,6 +529,14 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.group import slots  # imported as root, as a server does
 import encodings.ascii, hashlib  # this Python's stdlib is readable by root only
+# Every module of the package, as root, as a server that preloads does: a checkout in a
+# folder of mode 0700 (mktemp -d) cannot be read by nobody, who would import the rest lazily.
+import importlib, pkgutil, opentelemetry.instrumentation.process as package
+for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+    try:
+        importlib.import_module(module.name)
+    except ImportError:  # an optional dependency (uvloop) that is not installed
+        pass
 
 warnings = []
 class Count(logging.Handler):
