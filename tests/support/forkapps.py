@@ -10,6 +10,9 @@ from __future__ import annotations
 import mmap
 import os
 import resource
+import select
+import signal
+import sys
 import time
 from typing import Any
 
@@ -27,6 +30,13 @@ INHERITED: InMemoryMetricReader | None = None
 _OWN: InMemoryMetricReader | None = None
 
 
+# A child that has released the GIL this many times has no waiter of the
+# parent's left in CPython's GIL condition variable (see c_fork).
+_GIL_RELEASES = 8
+_HANDSHAKE_SECONDS = 5.0
+_FORK_ATTEMPTS = 4
+
+
 def c_fork() -> int:
     """fork(2) called from C, as uWSGI does: no Python at-fork hook runs.
 
@@ -34,21 +44,63 @@ def c_fork() -> int:
     after a fork in a C server's master process.
 
     A thread waiting for the GIL at such a fork leaves CPython's GIL condition
-    variable with a waiter the child does not have; the child can then hang at
-    its first release of the GIL (only Python's at-fork hook renews it). That
-    is CPython's hazard, not the package's: a short sleep first lets the other
-    threads take the GIL and go back to their own waits, which shrinks the
-    window from the caller's setup to the few microseconds before the call.
+    variable with a waiter the child does not have; with glibc before 2.41 the
+    child then hangs at its first releases of the GIL (in
+    ``pthread_cond_signal``), before any code under test runs. Only Python's
+    at-fork hook renews the GIL. That is CPython's hazard, not the package's
+    (about one fork in 1,500 here, beside a thread that wakes every
+    millisecond). So the child first releases the GIL a few times and says so
+    on a pipe; a child that cannot is killed and the fork made again. A short
+    sleep before each fork lets the other threads go back to their waits: on a
+    free-threaded build a thread caught running Python at the fork can hang
+    the child's first collection, a hazard no handshake can see.
     """
     import ctypes
 
     libc = ctypes.PyDLL(None, use_errno=True)
     libc.fork.restype = ctypes.c_int
-    time.sleep(0.001)
-    pid: int = libc.fork()
-    if pid < 0:
-        raise OSError(ctypes.get_errno(), "fork failed")
-    return pid
+    for _ in range(_FORK_ATTEMPTS):
+        read_end, write_end = os.pipe()
+        time.sleep(0.001)  # the other threads take their turns and go back to waiting
+        pid: int = libc.fork()
+        if pid < 0:
+            err = ctypes.get_errno()
+            os.close(read_end)
+            os.close(write_end)
+            raise OSError(err, "fork failed")
+        if pid == 0:
+            os.close(read_end)  # each os call releases the GIL
+            for _ in range(_GIL_RELEASES):
+                os.write(write_end, b".")
+            os.close(write_end)
+            return 0
+        os.close(write_end)
+        if _handshake(read_end) == _GIL_RELEASES:
+            return pid
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        print(
+            f"c_fork: child {pid} hung on CPython's GIL after the fork; forking again",
+            file=sys.stderr,
+        )
+    raise RuntimeError(f"c_fork: {_FORK_ATTEMPTS} children in a row hung on CPython's GIL")
+
+
+def _handshake(read_end: int) -> int:
+    """How many bytes the child wrote before it closed ``read_end``'s pipe or timed out."""
+    got = 0
+    deadline = time.monotonic() + _HANDSHAKE_SECONDS
+    try:
+        while got < _GIL_RELEASES and (left := deadline - time.monotonic()) > 0:
+            if not select.select([read_end], [], [], left)[0]:
+                break
+            chunk = os.read(read_end, _GIL_RELEASES)
+            if not chunk:
+                break
+            got += len(chunk)
+    finally:
+        os.close(read_end)
+    return got
 
 
 def collect(reader: InMemoryMetricReader) -> dict[str, Any]:
