@@ -335,7 +335,7 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
             got = _collect_fed(sdk.reader, source, fed)
             assert fed <= set(got), fed - set(got)  # psutil's values instead
     for read in SOURCES[source].direct:
-        said = [m for m in _ours(caplog) if f"direct Linux read {read!r}" in m]
+        said = [m for m in _ours(caplog) if f"direct Linux read {read.name!r}" in m]
         assert len(said) == 1 and "psutil is used instead" in said[0], _ours(caplog)
 
 

@@ -295,6 +295,20 @@ class SourceTable(_Generated):
         return [table(headers, rows, [14, 30, 18, 38])]
 
 
+class DirectReadTable(_Generated):
+    """``process-metrics-direct-reads``: each direct Linux read, what it replaces, what it feeds."""
+
+    def run(self) -> list[nodes.Node]:
+        self.note_dependencies()
+        rows = []
+        for source in SOURCES.values():
+            fed = [m.name for m in METRICS if m.source == source.name]
+            for read in source.direct:
+                rows.append([f"`{read.name}`", read.reads, read.instead_of, codes(fed)])
+        headers = ["Direct read", "Reads", "Instead of psutil's", "Metrics it feeds"]
+        return [table(headers, rows, [10, 30, 30, 30])]
+
+
 # --- configuration ---------------------------------------------------------------
 
 
@@ -533,6 +547,7 @@ def setup(app: Sphinx) -> dict[str, Any]:
     app.add_directive("process-metrics-table", MetricTable)
     app.add_directive("process-metrics-count", MetricCount)
     app.add_directive("process-metrics-sources", SourceTable)
+    app.add_directive("process-metrics-direct-reads", DirectReadTable)
     app.add_directive("process-metrics-options", OptionTable)
     app.add_directive("process-metrics-errors", OptionErrors)
     app.add_directive("process-metrics-spellings", SpellingRule)

@@ -307,8 +307,8 @@ class ProcessMetricsOptions:
     event_loop: bool = option(False, BOOLEAN, gates=True)
     """Measure how late each asyncio event loop runs a timer (``process_metrics.eventloop.*``)."""
     direct_reads: bool = option(True, BOOLEAN)
-    """On Linux, read the thread ranking, the connection count, the swap totals, PSS/USS and
-    the children directly, where psutil costs more per item or rereads a file.
+    """On Linux, read a few values directly where psutil costs more per item or rereads a
+    file (each source declares its direct reads; the design page lists them).
 
     Turn off to troubleshoot: psutil is then used wherever it has the value.
     """

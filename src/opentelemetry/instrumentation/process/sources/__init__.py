@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from . import children, host, process, runtime, saturation
-from .base import Delta, Key, ReadContext, Reading, Source, Value
+from .base import Delta, DirectRead, Key, ReadContext, Reading, Source, Value
 
 SOURCES: Mapping[str, Source] = {
     s.name: s
@@ -24,4 +24,4 @@ SOURCES: Mapping[str, Source] = {
     )
 }
 
-__all__ = ["SOURCES", "Delta", "Key", "ReadContext", "Reading", "Source", "Value"]
+__all__ = ["SOURCES", "Delta", "DirectRead", "Key", "ReadContext", "Reading", "Source", "Value"]

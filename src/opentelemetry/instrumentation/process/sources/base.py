@@ -188,7 +188,7 @@ class ReadContext:
         and its caller falls back to psutil.
         """
         source = self.source
-        if source is not None and name not in source.direct:
+        if source is not None and all(d.name != name for d in source.direct):
             raise RuntimeError(f"source {source.name!r} reads {name!r} directly: declare it")
         if not self.use_direct(name):
             return None
@@ -236,6 +236,17 @@ def psutil_has(name: str) -> Callable[[], bool]:
     return check
 
 
+class DirectRead(NamedTuple):
+    """A Linux read a source makes instead of a psutil call, which stays its fallback."""
+
+    name: str
+    """Its name in ``ctx.direct_read(name, ...)`` and in the one warning when it fails."""
+    reads: str
+    """What it reads, in words, for the docs."""
+    instead_of: str
+    """The psutil call it replaces, and what that call costs that this read does not."""
+
+
 class Source(NamedTuple):
     """One read from the OS or the runtime, named so that metrics can point at it."""
 
@@ -273,7 +284,7 @@ class Source(NamedTuple):
     Each comes earlier in ``SOURCES``, and is read in the oneshot if this one is;
     one that is not enabled, or failed, is simply absent.
     """
-    direct: tuple[str, ...] = ()
+    direct: tuple[DirectRead, ...] = ()
     """The direct Linux reads it may make (``ctx.direct_read(name, ...)``), each with a
     psutil fallback: a read it has not declared here fails it."""
     keeps: tuple[State[Any], ...] = ()

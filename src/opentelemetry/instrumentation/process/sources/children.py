@@ -28,7 +28,7 @@ import psutil
 
 from ..group import SLOT_ATTRIBUTE
 from ..platforms import LINUX, POSIX, WINDOWS
-from .base import Key, ReadContext, Reading, Source, State, attributes
+from .base import DirectRead, Key, ReadContext, Reading, Source, State, attributes
 
 if TYPE_CHECKING:  # the pass and its records load with the first read of a children source
     from .child_pass import Pass
@@ -125,7 +125,14 @@ def _source(
         close=_unwants(name),
         after_fork=_forget_the_parents_tree,
         needs=needs,
-        direct=("children",),
+        direct=(
+            DirectRead(
+                "children",
+                "the `children` file of each task of the tree, from its root down",
+                "`Process.children(recursive=True)`, which reads the `stat` file of every "
+                "process on the host",
+            ),
+        ),
         keeps=(_WANTED, _TREE, _PASS),
         **extra,
     )

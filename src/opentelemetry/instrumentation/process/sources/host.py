@@ -10,7 +10,7 @@ import psutil
 
 from ..linux import procfs
 from ..platforms import LINUX
-from .base import Key, ReadContext, Reading, Source, attributes, known, psutil_has
+from .base import DirectRead, Key, ReadContext, Reading, Source, attributes, known, psutil_has
 
 _CPU_MODES = {
     "user": "user",
@@ -258,7 +258,14 @@ SOURCES: tuple[Source, ...] = (
         {"usage": _PAGING, "utilization": _PAGING},
         "one sysinfo(2) syscall (elsewhere: psutil)",
         shared=True,
-        direct=("swap",),
+        direct=(
+            DirectRead(
+                "swap",
+                "`sysinfo(2)`: no file opened",
+                "`psutil.swap_memory()`, which reads `/proc/meminfo` and `/proc/vmstat`, read "
+                "again by other sources of the same collection",
+            ),
+        ),
     ),
     Source(
         "system_vmstat",
@@ -282,6 +289,14 @@ SOURCES: tuple[Source, ...] = (
         "one netlink sock_diag dump per transport (elsewhere: psutil walks the fds of every "
         "process on the host)",
         shared=True,
-        direct=("connections",),
+        direct=(
+            DirectRead(
+                "connections",
+                "netlink `sock_diag` dumps (TCP of both families in one, UDP per family), of "
+                "which only each socket's state is used",
+                "`psutil.net_connections()`, which also walks every process's descriptors to "
+                "tie sockets to pids, which a count never uses",
+            ),
+        ),
     ),
 )

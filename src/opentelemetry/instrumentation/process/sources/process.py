@@ -19,6 +19,7 @@ from ..linux import procfs, schedstat
 from ..options import BY_NAME
 from ..platforms import LINUX, ON_LINUX, POSIX, WINDOWS
 from .base import (
+    DirectRead,
     Key,
     ReadContext,
     Reading,
@@ -394,7 +395,13 @@ SOURCES: tuple[Source, ...] = (
         field_platforms={"pss": LINUX},
         in_process=True,
         available=psutil_has("Process.memory_full_info"),
-        direct=("smaps",),
+        direct=(
+            DirectRead(
+                "smaps",
+                "`/proc/self/smaps_rollup`, which the kernel sums itself",
+                "`Process.memory_full_info()`, which parses every mapping of `/proc/self/smaps`",
+            ),
+        ),
     ),
     Source(
         "process_threads",
@@ -403,7 +410,14 @@ SOURCES: tuple[Source, ...] = (
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
         "(elsewhere: psutil reads every thread)",
         in_process=True,
-        direct=("threads",),
+        direct=(
+            DirectRead(
+                "threads",
+                "`/proc/self/task`, one CPU-time clock per thread to rank them, and the `stat` "
+                "file of the busiest threads only",
+                "`Process.threads()`, which opens and parses the `stat` file of every thread",
+            ),
+        ),
         keeps=(_GROUPS, _TASKS),
         after_fork=_threads_after_fork,
     ),
