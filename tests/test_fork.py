@@ -27,6 +27,7 @@ from .support import cgroups, forkapps
 from .support.exporters import Exporter
 from .support.forked import HoldUp, in_child
 from .support.internals import fork_wait_seconds
+from .support.waiting import eventually
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -348,6 +349,46 @@ def test_sdk_collection_lock_held_at_fork_does_not_hang_the_child(sdk: Sdk) -> N
         holder.join()
     assert got["pid"] != os.getpid()
     assert "process.memory.usage" in got["names"]
+
+
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_the_export_threads_wait_held_at_fork_does_not_stop_the_childs_exports() -> None:
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+
+    from opentelemetry.instrumentation.process import sdk_fork_guard as forks
+
+    exporter = Exporter()
+    periodic = PeriodicExportingMetricReader(exporter, export_interval_millis=20)
+    provider = MeterProvider(metric_readers=[periodic])
+    try:
+        ProcessInstrumentor().instrument(meter_provider=provider)
+        locks = forks.wait_locks(provider)
+        if not locks:
+            pytest.skip("this SDK keeps no wait lock where the guard looks")
+        held, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            # Where the export thread is for a moment each time it wakes.
+            with locks[0]:
+                held.set()
+                release.wait(0.3)  # let go while the fork waits
+
+        holder = threading.Thread(target=hold)
+        holder.start()
+        assert held.wait(5)
+        try:
+            # Unguarded, the SDK's new export thread in the child waits forever.
+            got = _in_child(
+                lambda: {"exported": eventually(lambda: os.getpid() in exporter.exports, 5)},
+                timeout=10,
+            )
+        finally:
+            release.set()
+            holder.join()
+        assert got == {"exported": True}
+    finally:
+        ProcessInstrumentor().uninstrument()
+        provider.shutdown()
 
 
 def test_fork_guard_is_a_no_op_with_one_debug_line_where_the_sdk_differs(

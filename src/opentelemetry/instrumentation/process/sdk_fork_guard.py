@@ -1,10 +1,11 @@
-"""A guard for two OpenTelemetry SDK locks that a fork can leave held in the child.
+"""A guard for the OpenTelemetry SDK locks that a fork can leave held in the child.
 
 This module touches private state of the SDK (``opentelemetry-sdk``), and
 only that, every attribute feature-detected; it is kept apart so that it is
 easy to review and to delete. Before a fork it takes each guarded provider's
-collection lock (at most ``FORK_WAIT_SECONDS``); in the child it replaces a
-held export lock, and a collection lock the fork did not wait out. A fork made
+collection lock, and the lock of each periodic reader's wait (at most
+``FORK_WAIT_SECONDS`` each); in the child it replaces a held export lock, and
+a collection lock the fork did not wait out. A fork made
 in C that skips the at-fork hooks gets :func:`after_fork_without_hooks` at its
 first collection instead. Why, and what stays out of reach: docs/design.md,
 "The SDK's locks across a fork".
@@ -86,11 +87,32 @@ def readers(provider: Any) -> list[Any]:
     return found
 
 
+def wait_locks(provider: Any) -> list[Any]:
+    """The lock of each periodic reader's wait between exports, where the SDK keeps one.
+
+    The export thread holds it for a moment each time it wakes. A fork in that
+    moment would leave it held in the child, whose new export thread (the SDK
+    starts one there) would then wait for it forever: no export at all.
+    """
+    found = []
+    for reader in readers(provider):
+        cond = getattr(getattr(reader, "_shutdown_event", None), "_cond", None)
+        lock = getattr(cond, "_lock", None)
+        if _is_lock(lock):
+            found.append(lock)
+    return found
+
+
 def _before() -> None:
     for provider in list(_guarded):
         found = consumer_lock(provider)
         if found is not None and found[1].acquire(timeout=FORK_WAIT_SECONDS):
             _held.append(found)
+        # Taken after the collection lock, which the export thread never holds
+        # while it holds one of these: no order of the two can deadlock.
+        for lock in wait_locks(provider):
+            if lock.acquire(timeout=FORK_WAIT_SECONDS):
+                _held.append((None, lock))
 
 
 def _after_in_parent() -> None:
