@@ -82,7 +82,6 @@ EXPECTED: dict[str, str] = {
     r"^the docs quote SDK 1\.45's memory per attribute set; this is ": "version",
     r"^the README quotes SDK 1\.45's default exporter timeout; this is ": "version",
     r"^this SDK keeps no collection lock where the guard looks": "version",
-    r"^this SDK keeps no wait lock where the guard looks$": "version",
     r"^this SDK's readers take no cardinality_limits": "version",
     r"^the demo installs the latest releases; this cell has the lowest ones$": "version",
     # A race with the interpreter's own GC: rare, never in every cell.
