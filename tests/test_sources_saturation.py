@@ -447,6 +447,7 @@ V1_MEMORY_FILES = (
     "memory.failcnt",
     "memory.oom_control",
 )
+COLLECTION_PAGES = MIB  # at most what one collection allocates and frees
 LIMIT_MIB = 160  # room for the child's interpreter and SDK, and what it allocates
 
 
@@ -476,6 +477,9 @@ def test_auto_mode_reports_memory_usage_working_set_and_limit_as_the_cgroup_does
         got = child.ask("collect")
         after = _memory_files(mem)
     low, high = sorted((before["usage"], after["usage"]))
+    # Usage is not monotonic: the collection's own short-lived pages, freed before the read
+    # after it, can lift it above both reads (by 4 KiB in a 3.10 CI cell).
+    high += COLLECTION_PAGES
     usage = val(got, "container.memory.usage")
     assert between(low, usage, high)
     assert usage >= 40 * MIB  # what the child holds is charged here
