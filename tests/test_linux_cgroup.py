@@ -496,6 +496,7 @@ def test_lines_that_move_between_reads_are_still_found(v2: tuple[Path, Path]) ->
 
 MIB = 1 << 20
 HZ = 100  # USER_HZ, the unit of cpuacct.stat; checked below against sysconf
+READ_PAGES = MIB  # at most what one read allocates and frees, or the kernel holds in batches
 
 
 @contextlib.contextmanager
@@ -601,12 +602,16 @@ def test_memory_usage_working_set_and_limit_match_the_cgroup() -> None:
     assert reading["failures"] == []
     assert found["memory"] == [1, str(mem.folder)]
     assert found["memory_limit"] == 64 * MIB == number(after["memory.limit_in_bytes"])
-    usage = sorted(number(f["memory.usage_in_bytes"]) for f in (before, after))
+    low, high = sorted(number(f["memory.usage_in_bytes"]) for f in (before, after))
+    # Usage is not monotonic: the read's own short-lived pages, freed before the read after
+    # it, lift it above both reads; the kernel's per-CPU charge batches, drained meanwhile,
+    # can take it below them.
+    low, high = low - READ_PAGES, high + READ_PAGES
     inactive = sorted(flat(f["memory.stat"])["total_inactive_file"] for f in (before, after))
-    assert between(usage[0], got[cg.MEMORY_USAGE], usage[1])
+    assert between(low, got[cg.MEMORY_USAGE], high)
     assert got[cg.MEMORY_USAGE] >= 24 * MIB  # what the child holds is charged here
     assert between(inactive[0], got[cg.MEMORY_INACTIVE_FILE], inactive[1])
-    assert between(max(0, usage[0] - inactive[1]), reading["working_set"], usage[1] - inactive[0])
+    assert between(max(0, low - inactive[1]), reading["working_set"], high - inactive[0])
     peak = sorted(number(f["memory.max_usage_in_bytes"]) for f in (before, after))
     assert between(peak[0], got[cg.MEMORY_PEAK], peak[1])
     assert got[cg.MEMORY_PEAK] >= 40 * MIB

@@ -24,6 +24,7 @@ from opentelemetry.instrumentation.process.linux import schedstat
 from .conftest import OpenRecorder
 from .support import runqueue
 from .support.runqueue import Workers, hog
+from .support.threadjobs import wait_gone
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -71,6 +72,7 @@ def test_an_exited_threads_wait_stays_counted_and_the_counter_never_goes_down(
 ) -> None:
     counter = schedstat.RunQueueWait()
     workers = Workers(1)
+    worker = workers.threads[0].native_id
     neighbour = hog(one_cpu, 2.0)
     try:
         time.sleep(0.2)
@@ -78,14 +80,32 @@ def test_an_exited_threads_wait_stays_counted_and_the_counter_never_goes_down(
         time.sleep(0.6)
         workers.park()
         tids = [int(t) for t in os.listdir("/proc/self/task")]
+        assert worker in tids
         with_thread = counter.update(tids)
         assert with_thread > 0.1e9  # it waited beside the neighbour
     finally:
         workers.end()  # the thread exits: its run_delay leaves the OS's sum
         neighbour.wait()
+    assert worker is not None
+    wait_gone(worker)  # join() returns a moment before the kernel stops listing the thread
     tids = [int(t) for t in os.listdir("/proc/self/task")]
-    assert len(tids) == len(threading.enumerate())
     assert counter.update(tids) >= with_thread
+
+
+def _parked(thread: threading.Thread, timeout: float = 10.0) -> None:
+    """Wait until ``thread`` sleeps with its CPU clock still: start() returns while it has
+    yet to run into what it waits on (and a busy machine can keep it waiting for a CPU)."""
+    assert thread.ident is not None
+    clock = time.pthread_getcpuclockid(thread.ident)
+    deadline = time.monotonic() + timeout
+    while True:
+        before = time.clock_gettime_ns(clock)
+        time.sleep(0.02)
+        with open(f"/proc/self/task/{thread.native_id}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2].split()[0]
+        if state == b"S" and time.clock_gettime_ns(clock) == before:
+            return
+        assert time.monotonic() < deadline, f"thread {thread.native_id} never went to sleep"
 
 
 def test_an_idle_thread_is_not_read_again_and_a_new_one_counts_whole(opens: OpenRecorder) -> None:
@@ -96,6 +116,7 @@ def test_an_idle_thread_is_not_read_again_and_a_new_one_counts_whole(opens: Open
     try:
         tid = sleeper.native_id
         assert tid is not None
+        _parked(sleeper)  # its run_delay moves no more
         first = counter.update([tid])
         assert first == schedstat.read(f"/proc/self/task/{tid}/schedstat")[1]
         with opens.recording() as opened:

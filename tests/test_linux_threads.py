@@ -49,6 +49,23 @@ class Crowd:
             t.start()
         ready.wait()
         self.tids = {t.name: t.native_id for t in self.threads if t.native_id is not None}
+        self._settle()
+
+    def _settle(self, timeout: float = 10.0) -> None:
+        """Wait until every thread sleeps in ``release.wait()`` with its CPU clock still.
+
+        Leaving the barrier costs each thread a moment of CPU (and the GIL, in turn): on a
+        busy machine that can come after the test's first read, and move its times.
+        """
+        clocks = [time.pthread_getcpuclockid(t.ident) for t in self.threads if t.ident]
+        deadline = time.monotonic() + timeout
+        while True:
+            before = [time.clock_gettime_ns(c) for c in clocks]
+            time.sleep(0.02)
+            asleep = all(_state(tid) == b"S" for tid in self.tids.values())
+            if asleep and [time.clock_gettime_ns(c) for c in clocks] == before:
+                return
+            assert time.monotonic() < deadline, "the crowd never settled"
 
     def _burn(self, seconds: float, ready: threading.Barrier) -> None:
         end = time.thread_time() + seconds
@@ -71,6 +88,11 @@ def crowd() -> Iterator[Crowd]:
     c = Crowd(BURN, IDLE)
     yield c
     c.stop()
+
+
+def _state(tid: int) -> bytes:
+    with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+        return f.read().rpartition(b")")[2].split()[0]
 
 
 def _total(t: Any) -> float:

@@ -343,11 +343,20 @@ def test_each_file_is_opened_once_per_collection(
         # Direct reads as the case says, whatever the run-wide switch of conftest says.
         sdk.instrument(**{"direct_reads": True, **options})
         sdk.collect()
-        with opens.recording() as paths:
-            got = sdk.collect()
-        threads = len(os.listdir("/proc/self/task"))
+        # Listed on either side, until no thread started or ended meanwhile (an earlier
+        # test's threads may still be on their way out).
+        for _ in range(5):
+            before = sorted(os.listdir("/proc/self/task"))
+            with opens.recording() as paths:
+                got = sdk.collect()
+            listed = sorted(os.listdir("/proc/self/task"))
+            if listed == before:
+                break
+        threads = len(listed)
     finally:
         release.set()
+        for t in extra:  # gone before the next test counts threads
+            t.join(10)
     me = f"/proc/{os.getpid()}/"
     seen = [p.replace(me, "/proc/self/") for p in paths]
     twice = {p for p in seen if seen.count(p) > 1}

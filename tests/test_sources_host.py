@@ -556,4 +556,7 @@ def test_cpu_time_by_mode_is_between_psutils_reads_around_it(per_cpu: bool) -> N
     after = read()
     assert set(got) == set(before)
     for key, value in got.items():
-        assert before[key] <= value <= after[key], key
+        if key[1] == "iowait":  # it may go down (proc(5)); a fresh context has no floor yet
+            assert min(before[key], after[key]) <= value <= max(before[key], after[key]), key
+        else:
+            assert before[key] <= value <= after[key], key

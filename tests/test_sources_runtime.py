@@ -44,12 +44,14 @@ from .support.gc import (
 from .support.loopapps import (
     DELAY_MAX,
     LOOP_METRICS,
+    WATCH,
     by_loop,
     idle_loop,
     in_thread,
     periodic_app,
     probed,
     uvloop,
+    watched,
 )
 
 TIME = "process_metrics.cpython.gc.pause.time"
@@ -66,11 +68,11 @@ TOLERANCE = 0.001
 ATTEMPTS = 5
 
 # Loops: the instrumentor probes every 20 ms (the monitor's default interval).
-# A loop blocked for b reads a maximum lag in [b - INTERVAL, b + SLACK]: the
-# tick falls due at most one interval into the block, and runs when it ends;
-# SLACK is the wake-up latency plus scheduling noise on 2 shared cores.
+# A loop blocked for b reads a maximum lag of at least b - INTERVAL: the tick
+# falls due at most one interval into the block, and runs when it ends. At most,
+# how late a timer of the test's own ran (support.loopapps.watched), plus WATCH:
+# the wake-up latency and scheduling noise on 2 shared cores have no fixed bound.
 INTERVAL = 0.02
-SLACK = 0.05
 
 
 # --- helpers --------------------------------------------------------------------------
@@ -171,19 +173,27 @@ def test_each_collection_by_any_reader_starts_a_new_longest_pause_window() -> No
     two = MeterProvider(metric_readers=[reader, other])
     inst = ProcessInstrumentor()
     inst.instrument(meter_provider=two)
+    gaps = []
     try:
-        with gc_off():
-            collect(reader)
-            collect(other)
-            cyclic_garbage()
-            around = timed_collect()
-            first = by_generation(collect(reader)[MAX])
-            second = by_generation(collect(other)[MAX])
+        # A preemption outside the pause widens the time around it: the lower bound gets
+        # up to ATTEMPTS rounds, the upper bound must hold in every one.
+        for _ in range(ATTEMPTS):
+            with gc_off():
+                collect(reader)
+                collect(other)
+                cyclic_garbage()
+                around = timed_collect()
+                first = by_generation(collect(reader)[MAX])
+                second = by_generation(collect(other)[MAX])
+            assert first[2] <= around
+            assert second == {0: 0.0, 1: 0.0, 2: 0.0}
+            gaps.append(around - first[2])
+            if gaps[-1] <= TOLERANCE * ATTEMPTS:
+                break
     finally:
         inst.uninstrument()
         two.shutdown()
-    assert around - TOLERANCE * ATTEMPTS <= first[2] <= around
-    assert second == {0: 0.0, 1: 0.0, 2: 0.0}
+    assert min(gaps) <= TOLERANCE * ATTEMPTS, f"longest pause short of the time around by {gaps}"
 
 
 # --- GC pauses: lifecycle -------------------------------------------------------------
@@ -307,7 +317,8 @@ def test_a_forked_child_starts_its_own_totals_and_probes_its_own_loops(
                 around = timed_collect()
                 second = collect(reader)
             blocks: list[float] = []
-            asyncio.run(periodic_app(blocks, count=1, every=0.3, block=0.1)())
+            stalls: list[float] = []  # the loop's own truth of how long it was held up
+            asyncio.run(watched(periodic_app(blocks, count=1, every=0.3, block=0.1), stalls)())
             loops = collect(reader)
             return {
                 "time": by_generation(first[TIME]),
@@ -318,6 +329,7 @@ def test_a_forked_child_starts_its_own_totals_and_probes_its_own_loops(
                 "later_max": by_generation(second[MAX]),
                 "loops": by_loop(loops, DELAY_MAX),
                 "blocks": blocks,
+                "stalls": stalls,
             }
 
         # GC off from before the fork: a collection in the child before its first
@@ -332,7 +344,9 @@ def test_a_forked_child_starts_its_own_totals_and_probes_its_own_loops(
     # The child's own loop, and not the parent's (its thread does not exist here).
     assert list(got["loops"]) == ["MainThread"]
     top = got["loops"]["MainThread"]
-    assert max(got["blocks"]) - INTERVAL <= top <= max(got["blocks"]) + SLACK
+    # Above: held up past its block, by whatever held it (a busy machine, the child's first
+    # writes to the pages it shares with the parent), its own timer was as late.
+    assert max(got["blocks"]) - INTERVAL <= top <= max(got["stalls"]) + WATCH, got
     # The parent goes on with its own totals.
     assert by_generation(collect(reader)[TIME])[2] >= by_generation(parent[TIME])[2]
 

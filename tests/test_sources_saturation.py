@@ -360,6 +360,13 @@ def test_auto_mode_reports_cpu_throttling_as_the_cgroup_counts_it() -> None:
         child.ask("instrument")  # no option: auto
         first = child.ask("collect")
         child.ask("spin 2")  # throttled: 20 ms of CPU per 100 ms period
+        # A loaded machine may leave the child less than its quota: spin on until the
+        # cgroup itself counts the throttling asserted below (the metric must then show it).
+        for _ in range(10):
+            stat = flat(cpu.read("cpu.stat"))
+            if stat["nr_throttled"] >= 5 and stat["throttled_time"] >= 0.2e9:
+                break
+            child.ask("spin 1")
         child.ask("pulse 1")  # within the quota: periods that are not throttled
         stat0, acct0 = flat(cpu.read("cpu.stat")), flat(acct.read("cpuacct.stat"))
         got = child.ask("collect")
@@ -374,7 +381,7 @@ def test_auto_mode_reports_cpu_throttling_as_the_cgroup_counts_it() -> None:
     assert between(stat0["throttled_time"] / 1e9, throttled, stat1["throttled_time"] / 1e9)
     assert throttled > val(first, "process_metrics.cgroup.cpu.throttled_time")
     # 2 s at a 0.2 quota: throttled in most of some 20 periods, up to 0.8 s in all
-    # (less when other load on the machine leaves the child less than its quota).
+    # (less when other load on the machine leaves the child less than its quota: spun longer).
     assert val(got, "process_metrics.cgroup.cpu.throttled_periods") >= 5
     assert throttled >= 0.2
     # The pulses made periods without throttling.
@@ -398,10 +405,15 @@ def test_bursts_are_throttled_while_the_average_stays_under_the_quota() -> None:
         enter(groups, child)
         child.ask("instrument")
         first = child.ask("collect")
+        throttled0 = flat(groups["cpu"].read("cpu.stat"))["nr_throttled"]
         start = time.monotonic()
-        for _ in range(5):
+        # A burst is throttled when it gets its period's quota within its 60 ms: on a loaded
+        # machine some do not. Bursts go on until the cgroup itself counts 5 throttled ones.
+        for _ in range(20):
             child.ask("spin 0.06")  # 60 ms of CPU: three periods' quota
             time.sleep(0.5)
+            if flat(groups["cpu"].read("cpu.stat"))["nr_throttled"] - throttled0 >= 5:
+                break
         elapsed = time.monotonic() - start
         got = child.ask("collect")
     used = sum(v for _, v in got["container.cpu.time"]) - sum(
@@ -447,7 +459,7 @@ V1_MEMORY_FILES = (
     "memory.failcnt",
     "memory.oom_control",
 )
-COLLECTION_PAGES = MIB  # at most what one collection allocates and frees
+COLLECTION_PAGES = MIB  # at most what one collection allocates and frees, or batches held
 LIMIT_MIB = 160  # room for the child's interpreter and SDK, and what it allocates
 
 
@@ -478,8 +490,9 @@ def test_auto_mode_reports_memory_usage_working_set_and_limit_as_the_cgroup_does
         after = _memory_files(mem)
     low, high = sorted((before["usage"], after["usage"]))
     # Usage is not monotonic: the collection's own short-lived pages, freed before the read
-    # after it, can lift it above both reads (by 4 KiB in a 3.10 CI cell).
-    high += COLLECTION_PAGES
+    # after it, can lift it above both reads (by 4 KiB in a 3.10 CI cell); the kernel's
+    # per-CPU charge batches, drained meanwhile, can take it below them.
+    low, high = low - COLLECTION_PAGES, high + COLLECTION_PAGES
     usage = val(got, "container.memory.usage")
     assert between(low, usage, high)
     assert usage >= 40 * MIB  # what the child holds is charged here
@@ -682,11 +695,17 @@ def test_every_process_of_a_cgroup_reports_the_same_container_values() -> None:
         second.ask(every)
         quiet.ask("instrument " + json.dumps({"saturation": False}))
         second.ask("alloc 16")  # its own memory, and not the first process's
-        a, b, c = first.ask("collect"), second.ask("collect"), quiet.ask("collect")
+        # Read a moment apart, the usage moves by what the readers themselves touch: most in
+        # a process's first collection. Rounds until it held still (a process's own usage
+        # would differ by the 16 MiB in every round).
+        for _ in range(5):
+            a, b = first.ask("collect"), second.ask("collect")
+            usage = (val(a, "container.memory.usage"), val(b, "container.memory.usage"))
+            if abs(usage[0] - usage[1]) <= 4 * MIB:
+                break
+        c = quiet.ask("collect")
     for name in ("process_metrics.cgroup.memory.limit", "process_metrics.cgroup.memory.events"):
         assert a[name] == b[name], name
-    # Read a moment apart, the usage moves by what the readers themselves touch.
-    usage = (val(a, "container.memory.usage"), val(b, "container.memory.usage"))
     assert abs(usage[0] - usage[1]) <= 4 * MIB, usage
     assert val(a, "process_metrics.cgroup.memory.limit") == 256 * MIB
     # Each process's own metrics still differ: they are not the container's.
