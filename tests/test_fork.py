@@ -31,6 +31,8 @@ from .support.waiting import eventually
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
+COLLECTION_PAGES = 1 << 20  # at most what one collection allocates and frees
+
 
 def _in_child(
     body: Callable[[], dict[str, Any]],
@@ -124,7 +126,9 @@ def test_fork_without_python_hooks_reports_the_child_not_the_parent(sdk: Sdk) ->
 
     got = _in_child(child, fork=forkapps.c_fork)
     assert got["facts_pid"] == got["pid"] != os.getpid()
-    assert got["floor"] <= got["rss"] <= got["rss_after"], got
+    # Resident memory is not monotonic: the collection's own short-lived pages, freed
+    # before the read after it, can lift its reading above that read.
+    assert got["floor"] <= got["rss"] <= got["rss_after"] + COLLECTION_PAGES, got
     assert got["rss"] != parent_rss
     # Its own CPU time (getrusage starts at 0 in a child), not the parent's.
     assert got["cpu_before"] <= got["cpu"] <= got["cpu_after"] < 5, got
@@ -171,9 +175,10 @@ def test_parent_is_unaffected_by_the_child(sdk: Sdk) -> None:
     live = inst._metrics._live
     assert live is not None
     assert live.cache.facts.pid == os.getpid()
+    before = _statm_rss()
     rss = value(sdk.collect()["process.memory.usage"])
-    with open("/proc/self/statm") as f:
-        assert abs(rss - int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")) < (8 << 20)
+    after = _statm_rss()
+    assert _near_statm(rss, before, after), (before, rss, after)
 
 
 # -- the one re-bind: at the child's first snapshot, under the child's own lock ---------
@@ -421,13 +426,30 @@ def _statm_rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _near_statm(rss: int, before: int, after: int) -> bool:
+    """Whether ``rss`` is within 8 MiB of statm's reads on either side of its collection.
+
+    Both reads, not only the one after: the heap can shrink by tens of MiB in between
+    (a free-threaded build's allocator returning pages), or grow.
+    """
+    low, high = sorted((before, after))
+    return low - (8 << 20) < rss < high + (8 << 20)
+
+
 def _fork_during_a_collection(
-    where: str, hold: float, sdk: Sdk, monkeypatch: pytest.MonkeyPatch
+    where: str,
+    hold: float,
+    sdk: Sdk,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    ended: bool | None = None,
 ) -> dict[str, Any]:
     """Instrument, then fork while another thread's collection is held up ``hold`` s in ``where``.
 
     Returns what the child saw: whether that collection had ended when it was
-    forked, and its own collection.
+    forked, and its own collection. With ``ended`` given, up to 3 tries for a
+    child that saw that: on a loaded machine the thread that must act within
+    the hold (the held collection's, or the fork's) can be stalled past it.
     """
     sdk.instrument()
     provider, reader = sdk.provider, sdk.reader
@@ -435,25 +457,31 @@ def _fork_during_a_collection(
 
     def child() -> dict[str, Any]:
         ended_at_fork = held.ended()
+        before = _statm_rss()
         got = collect(reader)
         return {
             "ended_at_fork": ended_at_fork,
             "rss": value(got["process.memory.usage"]),
-            "statm": _statm_rss(),
+            "statm": (before, _statm_rss()),
         }
 
-    held.arm(hold)
-    # MetricReader.collect(), as a periodic reader's export thread calls it.
-    # (Not get_metrics_data(): that also holds the in-memory reader's own
-    # lock, which no fork guard knows about.)
-    collector = threading.Thread(target=reader.collect)
-    collector.start()
-    try:
-        assert held.entered.wait(10), "the collection never started"
-        return _in_child(child, timeout=10)
-    finally:
-        held.release()
-        collector.join(10)
+    got: dict[str, Any] = {}
+    for _ in range(1 if ended is None else 3):
+        held.arm(hold)
+        # MetricReader.collect(), as a periodic reader's export thread calls it.
+        # (Not get_metrics_data(): that also holds the in-memory reader's own
+        # lock, which no fork guard knows about.)
+        collector = threading.Thread(target=reader.collect)
+        collector.start()
+        try:
+            assert held.entered.wait(10), "the collection never started"
+            got = _in_child(child, timeout=10)
+        finally:
+            held.release()
+            collector.join(10)
+        if got["ended_at_fork"] == ended:
+            break
+    return got
 
 
 IN_FLIGHT = pytest.mark.parametrize("where", ["refresh", "callback"])
@@ -464,10 +492,10 @@ IN_FLIGHT = pytest.mark.parametrize("where", ["refresh", "callback"])
 def test_fork_waits_for_a_short_collection_in_flight(
     where: str, sdk: Sdk, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    got = _fork_during_a_collection(where, fork_wait_seconds() / 5, sdk, monkeypatch)
+    got = _fork_during_a_collection(where, fork_wait_seconds() / 5, sdk, monkeypatch, ended=True)
     # Shorter than the documented wait: the fork waited it out.
     assert got["ended_at_fork"], got
-    assert abs(got["rss"] - got["statm"]) < (8 << 20), got
+    assert _near_statm(got["rss"], *got["statm"]), got
 
 
 @IN_FLIGHT
@@ -494,7 +522,7 @@ def test_a_child_forked_after_our_callbacks_of_a_long_collection_reports_itself(
 ) -> None:
     got = _fork_during_a_collection("callback", fork_wait_seconds() + 3, sdk, monkeypatch)
     assert not got["ended_at_fork"], got
-    assert abs(got["rss"] - got["statm"]) < (8 << 20), got
+    assert _near_statm(got["rss"], *got["statm"]), got
 
 
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
@@ -506,15 +534,21 @@ def test_after_uninstrument_a_fork_does_not_wait_for_a_collection(
     ProcessInstrumentor().uninstrument()
     hold = fork_wait_seconds() / 5
     held = HoldUp("callback", sdk.provider, monkeypatch)
-    held.arm(hold)
-    collector = threading.Thread(target=sdk.reader.collect)
-    collector.start()
-    try:
-        assert held.entered.wait(10), "the collection never started"
-        got = _in_child(lambda: {"ended_at_fork": held.ended()}, timeout=10)
-    finally:
-        held.release()
-        collector.join(10)
+    # A fork that waited would always see the collection ended; one that did not sees it
+    # ended only if this thread was stalled past the hold before forking: up to 3 tries.
+    got: dict[str, Any] = {}
+    for _ in range(3):
+        held.arm(hold)
+        collector = threading.Thread(target=sdk.reader.collect)
+        collector.start()
+        try:
+            assert held.entered.wait(10), "the collection never started"
+            got = _in_child(lambda: {"ended_at_fork": held.ended()}, timeout=10)
+        finally:
+            held.release()
+            collector.join(10)
+        if not got["ended_at_fork"]:
+            break
     assert not got["ended_at_fork"], got
 
 
@@ -671,19 +705,21 @@ def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
 
     def child() -> dict[str, Any]:
         logged.lines.clear()
+        before = _statm_rss()
         got = sdk.collect()
+        statm = (before, _statm_rss())
         again = sdk.collect()
         return {
             "pid": os.getpid(),
             "rss": value(got["process.memory.usage"]),
             "again": sorted(again) == sorted(got),
-            "statm": _statm_rss(),
+            "statm": statm,
             "log": list(logged.lines),
         }
 
     got = _in_child(child, fork=forkapps.c_fork)
     assert got["pid"] != os.getpid() and got["again"], got
-    assert abs(got["rss"] - got["statm"]) < (8 << 20), got
+    assert _near_statm(got["rss"], *got["statm"]), got
     assert [line for line in got["log"] if FREE_THREADED_HAZARD not in line] == [
         "WARNING process metrics: the clean-up after a fork without at-fork hooks failed "
         "(RuntimeError: no such lock). [traceback]"

@@ -558,6 +558,10 @@ def test_a_new_maximum_waits_for_a_read_that_takes_the_maxima(histogram: bool) -
             )
         )
         other.start()
+        # Counted before it stores its maximum: wait for that, however late it started.
+        deadline = time.monotonic() + 10
+        while rec._count[1] == 0.0 and time.monotonic() < deadline:
+            time.sleep(0.001)
         other.join(0.5)
         assert other.is_alive(), "a new maximum was stored during the take-and-zero"
         assert rec._peak[1] == 0.0 and rec._count[1] == 1.0

@@ -403,13 +403,14 @@ def test_start_scans_no_heap(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_loop_running_elsewhere_is_found_when_it_next_starts() -> None:
-    release = threading.Event()
+    release, running = threading.Event(), threading.Event()
     first_run, second_run = threading.Event(), threading.Event()
     blocks: list[float] = []
 
     def body() -> None:
         loop = asyncio.new_event_loop()
         try:
+            loop.call_soon(running.set)  # once it runs
             loop.run_until_complete(loop.run_in_executor(None, release.wait, 10))
             first_run.set()
             loop.run_until_complete(blocking_app(blocks, count=1, block=0.1, idle=0.1, tail=0.05)())
@@ -420,7 +421,7 @@ def test_a_loop_running_elsewhere_is_found_when_it_next_starts() -> None:
     thread = in_thread("restarts", body)
     monitor = LoopMonitor(interval=INTERVAL)
     try:
-        time.sleep(0.1)
+        assert running.wait(10)  # not a fixed sleep: a loaded host may start it later
         monitor.start()  # the loop runs: not seen now
         before = read_lag(monitor)
         release.set()
@@ -438,6 +439,7 @@ def test_a_loop_running_elsewhere_is_found_when_it_next_starts() -> None:
 def test_watch_loop_probes_loops_running_in_other_threads(order: str) -> None:
     """Each one begins in its own thread, and reads as if it had started after start()."""
     started = threading.Barrier(3)
+    watching = threading.Event()
     blocks: dict[str, list[float]] = {"a": [], "b": []}
     loops: dict[str, asyncio.AbstractEventLoop] = {}
 
@@ -446,6 +448,8 @@ def test_watch_loop_probes_loops_running_in_other_threads(order: str) -> None:
             loops[name] = asyncio.get_running_loop()
             started.wait()
             await asyncio.sleep(0.3)  # the monitor starts meanwhile
+            while not watching.is_set():  # ... or later, on a loaded host
+                await asyncio.sleep(0.01)
             await blocking_app(blocks[name], count=1, block=block)()
             await asyncio.sleep(0.1)
 
@@ -461,6 +465,7 @@ def test_watch_loop_probes_loops_running_in_other_threads(order: str) -> None:
     if order == "watch after start":
         for loop in loops.values():
             package.watch_loop(loop)
+    watching.set()
     try:
         for thread in threads:
             thread.join(10)

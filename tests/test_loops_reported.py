@@ -113,14 +113,20 @@ def test_a_loop_blocked_once_a_second_reports_the_block_as_its_maximum_delay(
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_an_idle_loop_reports_a_few_milliseconds_at_most(runner: str, sdk: Sdk) -> None:
     sdk.instrument(event_loop=True)
-    run_with(runner)(asyncio.sleep(1.0))
-    got = sdk.collect()
-    top = by_loop(got, DELAY_MAX)["MainThread"]
-    median = by_loop(got, DELAY_P50)["MainThread"]
+    # A stall of the host (2 busy cores) is lag the probe rightly reports, and uvloop's
+    # timer wakes the loop at each tick: up to 3 rounds, one collection each.
+    for _ in range(3):
+        run_with(runner)(asyncio.sleep(1.0))
+        got = sdk.collect()
+        top = by_loop(got, DELAY_MAX)["MainThread"]
+        median = by_loop(got, DELAY_P50)["MainThread"]
+        mean = by_loop(got, DELAY_MEAN)["MainThread"]
+        busy = by_loop(got, UTILIZATION)["MainThread"] if runner == "asyncio" else 0.0
+        if median <= IDLE_MEDIAN and top <= IDLE_MAX and mean <= IDLE_MEDIAN and busy < 0.1:
+            break
     assert 0 <= median <= IDLE_MEDIAN and median <= top <= IDLE_MAX, (median, top)
-    assert by_loop(got, DELAY_MEAN)["MainThread"] <= IDLE_MEDIAN
-    if runner == "asyncio":
-        assert by_loop(got, UTILIZATION)["MainThread"] < 0.1
+    assert mean <= IDLE_MEDIAN
+    assert busy < 0.1
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
@@ -348,23 +354,24 @@ def test_a_failing_loop_read_drops_only_its_points_and_recovers(
 
 def _one_loop(inst: Callable[[], Any], reader: InMemoryMetricReader) -> dict[str, Any]:
     """A loop in a thread, started after ``inst()``: its timers, its selector, one collection."""
-    running, release = threading.Event(), threading.Event()
+    blocked, release = threading.Event(), threading.Event()
     holder: dict[str, Any] = {}
 
     async def app() -> None:
         loop = asyncio.get_running_loop()
-        running.set()
         await asyncio.sleep(0.2)
         holder["timers"] = probed(loop)
         holder["timed"] = selector_timed(loop)
         time.sleep(0.1)  # a block: a delay, and busy time
+        for _ in range(2):  # the probe has taken its delay: parked, at the next select;
+            await asyncio.sleep(0)  # else its late tick, in the iteration after
+        blocked.set()
         await loop.run_in_executor(None, release.wait, 10)
 
     inst()
     thread = in_thread("app-loop", lambda: asyncio.run(app()))
     try:
-        assert running.wait(10)
-        time.sleep(0.4)
+        assert blocked.wait(10)  # not a fixed sleep: a loaded host may stall the loop
         got = collect(reader)
     finally:
         release.set()
@@ -436,8 +443,15 @@ def test_a_loop_running_before_instrument_is_reported_once_watched(
         time.sleep(0.1)
         before = by_loop(collect(reader), DELAY_MAX)
         watch_loop(holder.pop("loop"))
-        time.sleep(0.2)
-        after = collect(reader)
+        # Its begin runs in its own thread, which a loaded host may stall: collect until
+        # it shows (it always does once begun), within a generous deadline.
+        deadline = time.monotonic() + 10
+        while True:
+            time.sleep(0.2)
+            after = collect(reader)
+            shown = "early" in by_loop(after, DELAY_MAX) and "early" in by_loop(after, UTILIZATION)
+            if shown or time.monotonic() > deadline:
+                break
     finally:
         release.set()
         thread.join(10)

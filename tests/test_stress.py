@@ -448,6 +448,9 @@ def test_concurrent_readers_see_one_whole_refresh_each(
     )
     assert not thread_errors, str(thread_errors)
     assert not problems, str(problems)
+    # Nothing here asserts speed: the SDK times a collection out after the export
+    # interval (its last one, at shutdown), which a stall of a loaded host can pass.
+    logged = [r for r in logged if not r.getMessage().startswith("Metric collection timed out")]
     assert not logged, describe(logged)
     assert export_checker.collections == exporter.exports >= 1
     assert all(c.collections >= 1 for c in checkers)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 
 
-def eventually(check: Callable[[], bool], timeout: float = 2.0, interval: float = 0.02) -> bool:
+def eventually(check: Callable[[], bool], timeout: float = 10.0, interval: float = 0.02) -> bool:
     """Whether ``check()`` became true within ``timeout`` seconds, tried every ``interval``."""
     deadline = time.monotonic() + timeout
     while not check():
