@@ -109,8 +109,16 @@ def _kill_and_respawn(
             if served == set(after):
                 break
         for pid in set(after) - served:  # uWSGI's accept is not fair: look at it
-            with open(f"/proc/{pid}/wchan") as f:
-                assert f.read() == "do_epoll_wait", f"worker {pid} is stuck"
+
+            def waits(pid: int = pid) -> bool:
+                # Woken for a connection another worker took, it may be on a CPU (or
+                # waiting for one) for a moment: a stuck worker never gets back here.
+                with open(f"/proc/{pid}/wchan") as f:
+                    where = f.read()
+                assert where == "do_epoll_wait", f"worker {pid} is stuck in {where!r}"
+                return True
+
+            wait_until(waits, 10, f"worker {pid} to wait for a connection", interval=0.01)
         first = after
 
 
