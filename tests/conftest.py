@@ -265,6 +265,18 @@ def opens() -> OpenRecorder:
     return _recorder
 
 
+def recorded(sdk: Sdk, opens: OpenRecorder) -> tuple[dict[str, Metric], list[str]]:
+    """One collection, and the files it opened."""
+    with opens.recording() as paths:
+        got = sdk.collect()
+    return got, paths
+
+
+def task_listing() -> list[str]:
+    """This process's thread ids, as the kernel lists them."""
+    return sorted(os.listdir("/proc/self/task"))
+
+
 # Under mutation testing, a test that spins forever on a mutant fails after
 # this much CPU time of its own, instead of running into mutmut's time limit:
 # the hang is what the test caught. The slowest test uses about 3 s.

@@ -20,6 +20,7 @@ from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetrics
 
 from .conftest import OpenRecorder, collect, points
 from .support.meminfo import read_meminfo
+from .support.waiting import while_still
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux readers")
 
@@ -84,12 +85,9 @@ def test_swap_totals_open_no_file(opens: OpenRecorder) -> None:
 def test_thread_ids_are_the_task_listing() -> None:
     # psutil read on either side, until no thread started or ended meanwhile (an earlier
     # test's thread may still be on its way out).
-    for _ in range(5):
-        before = sorted(t.id for t in psutil.Process().threads())
-        tids = procfs.thread_ids()
-        after = sorted(t.id for t in psutil.Process().threads())
-        if before == after:
-            break
+    tids, before, after = while_still(
+        lambda: sorted(t.id for t in psutil.Process().threads()), procfs.thread_ids
+    )
     assert sorted(tids) == before == after
     assert len(tids) == psutil.Process().num_threads()
 
@@ -203,12 +201,7 @@ T = TypeVar("T")
 def swap_free_between(read: Callable[[], T]) -> tuple[T, int, int]:
     """``read()``, and meminfo's SwapFree before and after it (sorted), in a round where
     SwapFree held still, or the last of five."""
-    for _ in range(5):
-        before = read_meminfo()["SwapFree"]
-        got = read()
-        after = read_meminfo()["SwapFree"]
-        if before == after:
-            break
+    got, before, after = while_still(lambda: read_meminfo()["SwapFree"], read)
     return got, min(before, after), max(before, after)
 
 

@@ -17,9 +17,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessInstrumentor, ProcessMetricsOptions
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
-from .conftest import OpenRecorder, Sdk, collect, on_by_default, points
+from .conftest import OpenRecorder, Sdk, collect, on_by_default, points, recorded, task_listing
 from .conftest import value as value_of
 from .support.internals import snapshot_cache
+from .support.waiting import while_still
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
 
@@ -345,13 +346,7 @@ def test_each_file_is_opened_once_per_collection(
         sdk.collect()
         # Listed on either side, until no thread started or ended meanwhile (an earlier
         # test's threads may still be on their way out).
-        for _ in range(5):
-            before = sorted(os.listdir("/proc/self/task"))
-            with opens.recording() as paths:
-                got = sdk.collect()
-            listed = sorted(os.listdir("/proc/self/task"))
-            if listed == before:
-                break
+        (got, paths), _, listed = while_still(task_listing, lambda: recorded(sdk, opens))
         threads = len(listed)
     finally:
         release.set()

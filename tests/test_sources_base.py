@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ from opentelemetry.instrumentation.process.sources.base import (
 from opentelemetry.instrumentation.process.sources.process import THREAD_COUNT
 
 from .conftest import LogLines
+from .support.waiting import while_still
 
 
 @pytest.fixture
@@ -169,12 +171,9 @@ def test_the_thread_count_comes_from_what_it_needs_when_they_were_read() -> None
     assert _num_threads({"process_signals": status}) == 10_002
     for readings in ({"process_signals": {"count": 0}}, {}):
         # psutil's count on either side, until no thread started or ended meanwhile.
-        for _ in range(5):
-            before = psutil.Process().num_threads()
-            got = _num_threads(readings)
-            after = psutil.Process().num_threads()
-            if before == after:
-                break
+        got, before, after = while_still(
+            psutil.Process().num_threads, functools.partial(_num_threads, readings)
+        )
         assert got == before == after, readings
 
 

@@ -26,9 +26,10 @@ from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources.base import psutil_has
 
-from .conftest import LogLines, OpenRecorder, Sdk, collect, points
+from .conftest import LogLines, OpenRecorder, Sdk, collect, points, recorded, task_listing
 from .support.forked import in_child
 from .support.threadjobs import Job, all_thread_times
+from .support.waiting import while_still
 
 THREAD_CPU = "process_metrics.thread.cpu.time"
 ON_LINUX = sys.platform.startswith("linux")
@@ -115,13 +116,7 @@ def test_the_thread_count_reuses_the_per_thread_listing(
     sdk.collect()
     # Listed on either side, until no thread started or ended meanwhile (an earlier test's
     # released threads may still be on their way out).
-    for _ in range(5):
-        before = sorted(os.listdir("/proc/self/task"))
-        with opens.recording() as paths:
-            got = sdk.collect()
-        listed = sorted(os.listdir("/proc/self/task"))
-        if listed == before:
-            break
+    (got, paths), _, listed = while_still(task_listing, lambda: recorded(sdk, opens))
     assert points(got["process.thread.count"]) == {frozenset(): len(listed)}
     # psutil would read the count from status: the listing made it needless.
     assert not [p for p in paths if p.endswith("/status")], paths
