@@ -1,60 +1,75 @@
-"""Garbage-collection pauses, measured with ``gc.callbacks``.
+"""Garbage-collection pauses: timed by the interpreter where it can, else by a gc callback.
 
-CPython calls every entry of ``gc.callbacks`` with ``("start", info)`` before a
-collection and ``("stop", info)`` after it, in the thread that collects. One
-callback of ours reads ``time.perf_counter()`` at both ends and adds the
-difference to running totals kept per generation: the seconds spent, the number
-of pauses, and the longest pause since the previous :meth:`GcPauses.read`.
+Two ways, chosen by what the interpreter offers, never by its version:
+
+The interpreter's own timing
+    Where ``gc.get_stats()`` reports a ``duration`` per generation (CPython
+    3.15, gh-140638), the totals are read from it and no callback runs unless
+    something needs each pause: the buckets (``histogram=True``) or the long
+    pauses (``long_pause``). A callback then reads the ``duration`` CPython
+    puts in its ``stop`` info (gh-141720) instead of the clock. Without a
+    callback, the longest pause of a generation is known only when it
+    collected at most once since the previous read; otherwise it is ``None``.
+
+A callback of ours
+    CPython calls every entry of ``gc.callbacks`` with ``("start", info)``
+    before a collection and ``("stop", info)`` after it, in the thread that
+    collects. Ours reads ``time.perf_counter()`` at both ends and adds the
+    difference to running totals per generation.
 
 The hot path
-    The callback runs for every collection of every generation, and
-    generation-0 collections can come thousands of times a second. It binds
-    everything it touches as default arguments (local loads), builds no tuple,
-    dict or closure, looks up no attribute, and keeps every total in a list
-    allocated once. Counts are kept as floats: a float comes from CPython's float
-    free list, where an int above 256 would be a fresh allocation each time. The
-    only objects it creates are floats (the clock's result, the difference, the
-    new sums), each replacing the one before it. ``benchmarks/gc_pauses.py``
-    measures about 0.25 µs per collection over an empty callback (0.35 µs on
-    3.10), on top of the 0.5 µs CPython spends calling any gc callback.
+    The callback runs for every collection of every generation, thousands of
+    times a second in an allocating program. It binds everything it touches as
+    default arguments (local loads), builds no tuple, dict or closure, looks up
+    no attribute and takes no lock. Counts are floats: they come from CPython's
+    float free list, where an int above 256 would be a fresh allocation.
+
+Signals
+    A signal handler runs at the next check of the eval breaker in the main
+    thread, and a gc callback is Python code: a Ctrl-C during a collection
+    raises ``KeyboardInterrupt`` in the callback (from 3.11 at its first
+    instruction, before any ``try``), and CPython then prints it as ignored
+    and drops it (gh-95959 for weakref callbacks). The program would not stop.
+    So whatever a handler raised in our callback is handed back to the thread
+    that collected, to be raised at its next bytecode, as if we had not been
+    there: the callback catches it, and a ``sys.unraisablehook`` of ours,
+    chained to the one before it while a callback runs, catches what escaped
+    before the ``try``. One raised as a collection starts is handed back when
+    it stops: finalizers run in between, and would drop it too.
 
 Re-entrancy
-    CPython runs one collection at a time per interpreter: a ``collecting``
-    flag makes ``gc.collect()`` return 0 during a collection (3.10 to 3.12
-    ``gc_collect_impl``, 3.13 ``_PyGC_Collect``), and allocations do not start
-    one meanwhile. 3.12 has a gap: a collection scheduled before another began
-    runs at the next eval-breaker check, which can be inside a gc callback, and
-    ``_Py_RunGC`` neither checks the flag nor restores it (it sets it to 0 when
-    done), so one collection can nest inside another (seen on 3.12.1). The
-    callback therefore keeps a small stack of start times indexed by depth,
-    reads the start time before calling the clock (the only call at which a
-    nested collection can run), and ignores a ``stop`` that has no ``start``
-    (a callback installed mid-collection).
+    CPython runs one collection at a time per interpreter, but 3.12 can nest a
+    collection scheduled earlier inside a gc callback (seen on 3.12.1). The
+    callback keeps a small stack of start times indexed by depth, reads the
+    start time before calling the clock (the only call at which a nested
+    collection can run), and ignores a ``stop`` that has no ``start`` (a
+    callback installed mid-collection).
 
-Without the GIL
-    On a free-threaded build the callback of one thread's collection runs while
-    other threads run, read() among them. CPython still runs one collection at a
-    time (its ``collecting`` flag is taken before the ``start`` callbacks and
-    released after the ``stop`` ones), so the callback's stores never race each
-    other; only read()'s take-and-zero of the maxima races the callback, where
-    a maximum stored between read()'s load and its zeroing would be lost. A new
-    maximum is therefore stored under a guard (an RLock) that read() holds for
-    its take-and-zero. The callback takes it only when a pause beats the
-    maximum so far, which is rare once an interval has begun: the common case
-    takes no lock.
+The longest pause, without a lock
+    Each generation's maximum is kept in one of two lists; a read flips which
+    one the callback writes, zeroes the other for the flip after, and takes
+    the one it flipped away from. A pause ending in the few instructions of a
+    flip can be lost from the maximum; it is never counted twice, and the
+    totals never lose it.
 
 The histogram
     OpenTelemetry has no asynchronous histogram, and the callback must never
     record into a synchronous one: a collection can start while the same
-    thread holds the SDK's aggregation lock (``_ExplicitBucketHistogramAggregation``
-    allocates inside ``with self._lock`` in ``collect()``), and recording from
-    the callback would then wait for that lock forever (``tests/test_gc_pauses``
-    shows it). Replaying the pauses into a synchronous histogram at collection
-    time is safe but costs one ``record()`` (about 6 µs here) per pause, so it
-    grows with the GC rate. With ``histogram=True`` the callback instead counts
-    pauses into fixed buckets (:data:`BOUNDS`), cumulative: a backend's
-    ``histogram_quantile`` over two readings gives a bounded quantile of the
-    pauses between them.
+    thread holds the SDK's aggregation lock, and recording from the callback
+    would then wait for that lock forever (``tests/test_gc_pauses`` shows
+    it). With ``histogram=True`` the callback counts pauses into fixed
+    buckets (:data:`BOUNDS`), cumulative.
+
+Long pauses
+    With ``long_pause`` set, a pause at least that long is kept with
+    ``capture()``'s result, called in the thread that collected (by default a
+    copy of its ``contextvars`` context: what was running, O(1)). At most
+    :data:`MAX_LONG` are kept between two reads.
+
+Forks
+    A forked child starts its own totals when its snapshot source calls
+    :meth:`GcPauses.reset` (with or without Python's at-fork hooks). Nothing
+    here holds a lock a fork could copy held.
 
 Nothing here knows about OpenTelemetry.
 """
@@ -62,8 +77,11 @@ Nothing here knows about OpenTelemetry.
 from __future__ import annotations
 
 import bisect
+import collections
+import contextvars
+import functools
 import gc
-import os
+import sys
 import threading
 import time
 import weakref
@@ -76,9 +94,15 @@ from ..excerpt import excerpt
 # per-generation stats, whose length is that of gc.get_stats().
 GENERATIONS = len(gc.get_stats())
 
+TIMED_BY_INTERPRETER = "duration" in gc.get_stats()[0]
+"""Whether this interpreter times its own collections (``gc.get_stats()`` has ``duration``)."""
+
 # Nesting depth with a start time of its own (3.12 can nest one collection in
 # another); deeper levels are still paired, but not timed.
 DEPTH = 4
+
+MAX_LONG = 16
+"""Long pauses kept between two reads; later ones are counted in the totals only."""
 
 # Upper bounds (seconds) of the pause buckets: the 1-2-5 series from 10 µs to
 # 1 s. A generation-0 pause of a small heap takes tens of µs and a full
@@ -93,78 +117,131 @@ BOUNDS: tuple[float, ...] = (
     1.0,
 )  # fmt: skip
 
-GcCallback = Callable[[str, dict[str, int]], None]
+GcCallback = Callable[[str, dict[str, Any]], None]
+
+
+class LongPause(NamedTuple):
+    """One pause of at least ``long_pause`` seconds."""
+
+    seconds: float
+    generation: int
+    captured: Any
+    """What ``capture()`` returned in the thread that collected."""
 
 
 class GcPauseReading(NamedTuple):
     """Totals since :meth:`GcPauses.start` (or the last reset), by generation.
 
     ``seconds`` and ``pauses`` are cumulative. ``longest`` is the longest pause
-    of each generation since the previous :meth:`GcPauses.read`, or ``None`` if
-    that generation did not collect since. ``buckets`` holds, per generation,
-    cumulative pause counts for each bucket of :data:`BOUNDS` plus one above the
-    last bound, or is ``None`` unless the recorder was made with
-    ``histogram=True``.
+    of each generation since the previous :meth:`GcPauses.read`: 0.0 if that
+    generation did not collect since, ``None`` if it is not known (timed by the
+    interpreter, no callback, more than one collection). ``buckets`` holds, per
+    generation, cumulative pause counts for each bucket of :data:`BOUNDS` plus
+    one above the last bound, or is ``None`` unless the recorder was made with
+    ``histogram=True``. ``long`` holds the long pauses since the previous read.
     """
 
     seconds: tuple[float, ...]
     pauses: tuple[int, ...]
     longest: tuple[float | None, ...]
     buckets: tuple[tuple[int, ...], ...] | None = None
+    long: tuple[LongPause, ...] = ()
+
+
+class _State:
+    """What the callback writes: lists made once, changed in place (the callback holds them)."""
+
+    __slots__ = (
+        "buckets", "count", "depth", "flip", "long", "peaks", "pending", "starts", "total",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.depth = [0]
+        """Collections started and not stopped (the callback saw their start)."""
+        self.pending: list[BaseException] = []
+        """Raised by a signal handler as a collection started: handed back when it stops."""
+        self.starts = [0.0] * DEPTH
+        self.total = [0.0] * GENERATIONS
+        self.count = [0.0] * GENERATIONS
+        self.peaks = ([0.0] * GENERATIONS, [0.0] * GENERATIONS)
+        self.flip = [0]
+        """Which of ``peaks`` the callback writes."""
+        self.buckets = [[0.0] * (len(BOUNDS) + 1) for _ in range(GENERATIONS)]
+        self.long: list[list[LongPause]] = [[]]
+        """The long pauses since the previous read (the inner list is replaced by a read)."""
 
 
 def _callback(
-    depth: list[int], starts: list[float], total: list[float], count: list[float],
-    peak: list[float], guard: list[Callable[[], Any]], buckets: list[list[float]] | None,
-) -> GcCallback:  # fmt: skip
-    """The ``gc.callbacks`` entry: times each collection; counts it in ``buckets`` if given.
+    state: _State, buckets: list[list[float]] | None, long_pause: float, capture: Callable[[], Any]
+) -> GcCallback:
+    """The ``gc.callbacks`` entry: times each collection; buckets and long pauses if asked.
 
     The state comes in as default arguments, read as fast locals on each call.
     """
 
     def on_gc(
         phase: str,
-        info: dict[str, int],
+        info: dict[str, Any],
         _clock: Callable[[], float] = time.perf_counter,
-        _depth: list[int] = depth,
-        _starts: list[float] = starts,
-        _total: list[float] = total,
-        _count: list[float] = count,
-        _peak: list[float] = peak,
-        _guard: list[Callable[[], Any]] = guard,
+        _own: bool = TIMED_BY_INTERPRETER,
+        _depth: list[int] = state.depth,
+        _starts: list[float] = state.starts,
+        _total: list[float] = state.total,
+        _count: list[float] = state.count,
+        _peaks: tuple[list[float], list[float]] = state.peaks,
+        _flip: list[int] = state.flip,
         _buckets: list[list[float]] | None = buckets,
         _find: Callable[[Sequence[float], float], int] = bisect.bisect_left,
         _bounds: tuple[float, ...] = BOUNDS,
         _slots: int = DEPTH,
+        _long_pause: float = long_pause,
+        _long: list[list[LongPause]] = state.long,
+        _capture: Callable[[], Any] = capture,
+        _pending: list[BaseException] = state.pending,
     ) -> None:
-        if phase == "start":
-            i = _depth[0]
-            _depth[0] = i + 1  # before the clock call: a nested collection takes i + 1
-            if i < _slots:
-                _starts[i] = _clock()
-            return
-        i = _depth[0] - 1
-        if i < 0:
-            return  # no start seen: installed mid-collection
-        _depth[0] = i
-        if i >= _slots:
-            return
-        began = _starts[i]  # before the clock call: a nested collection reuses slot i
-        elapsed = _clock() - began
-        g = info["generation"]
-        _total[g] += elapsed
-        _count[g] += 1.0
-        if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
-            # A new maximum (rare once an interval has begun): stored under the
-            # guard that read() holds to take and zero the maxima.
-            _guard[0]()
-            if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
-                _peak[g] = elapsed
-            _guard[1]()
-        if _buckets is not None:
-            # bisect_left: a pause equal to a bound counts in that bound's bucket,
-            # as OpenTelemetry's explicit buckets (upper bound inclusive) do.
-            _buckets[g][_find(_bounds, elapsed)] += 1.0
+        try:
+            if phase == "start":
+                i = _depth[0]
+                _depth[0] = i + 1  # before the clock call: a nested collection takes i + 1
+                if i < _slots and not _own:
+                    _starts[i] = _clock()
+                return
+            i = _depth[0] - 1
+            if i >= 0:  # else no start seen: installed mid-collection
+                _depth[0] = i
+                if i < _slots:
+                    if _own:  # the interpreter timed it
+                        elapsed = info["duration"]
+                    else:
+                        began = _starts[i]  # before the clock call: a nested one reuses slot i
+                        elapsed = _clock() - began
+                    g = info["generation"]
+                    _total[g] += elapsed
+                    _count[g] += 1.0
+                    peak = _peaks[_flip[0]]
+                    if elapsed > peak[g]:  # pragma: no mutate - ">=" stores the same value
+                        peak[g] = elapsed
+                    if _buckets is not None:
+                        # bisect_left: a pause equal to a bound counts in that bound's
+                        # bucket, as OpenTelemetry's explicit buckets (upper bound
+                        # inclusive) do.
+                        _buckets[g][_find(_bounds, elapsed)] += 1.0
+                    if elapsed >= _long_pause:
+                        kept = _long[0]
+                        if len(kept) < MAX_LONG:
+                            kept.append(LongPause(elapsed, g, _capture()))
+            if _pending:
+                armed = _armed(_pending.pop())
+                if armed is not None:
+                    armed[0]  # the last bytecode that can run a handler: see _armed
+        except BaseException as exc:  # a signal handler's: not ours to keep
+            if phase == "start":
+                _pending.append(exc)  # finalizers run before the stop, and would drop it
+                return
+            armed = _armed(exc)
+            if armed is None:
+                raise  # to the unraisable hooks, as without us
+            armed[0]
 
     return on_gc
 
@@ -172,154 +249,256 @@ def _callback(
 class GcPauses:
     """Running totals of garbage-collection pauses.
 
-    ``start()`` installs one callback in ``gc.callbacks``; ``stop()`` removes
-    it; ``read()`` returns the totals; ``reset()`` zeroes them. A forked child
-    starts from zero: at fork (``os.register_at_fork``), or, where a fork
-    bypasses Python's hooks (a C server), at its first call of any of these.
+    ``start()`` installs the callback where one is needed; ``stop()`` removes
+    it; ``read()`` returns the totals; ``reset()`` zeroes them.
+
+    ``long_pause``: seconds from which a pause is kept with ``capture()``'s
+    result (``None``: none kept). ``capture`` defaults to
+    ``contextvars.copy_context``.
     """
 
-    def __init__(self, *, histogram: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        histogram: bool = False,
+        long_pause: float | None = None,
+        capture: Callable[[], Any] = contextvars.copy_context,
+    ) -> None:
         if not isinstance(histogram, bool):
             raise ValueError(
                 f"histogram must be True or False, not {type(histogram).__name__} "
                 f"{excerpt(histogram, 40)}"
             )
+        if long_pause is not None and (
+            isinstance(long_pause, bool)
+            or not isinstance(long_pause, (int, float))
+            or not long_pause > 0
+        ):
+            raise ValueError(
+                "long_pause must be a number of seconds above 0, or None; "
+                f"got {excerpt(long_pause, 40)}"
+            )
         self.histogram = histogram
-        # start/stop/reset/read among themselves. Re-entrant: a collection
-        # triggered inside one of them can run a gc callback that calls another.
-        self._lock = threading.RLock()
-        self._pid = os.getpid()
-        self._depth = [0]
-        self._starts = [0.0] * DEPTH
-        self._total = [0.0] * GENERATIONS
-        self._count = [0.0] * GENERATIONS
-        self._peak = [0.0] * GENERATIONS
+        self.hooked = not TIMED_BY_INTERPRETER or histogram or long_pause is not None
+        """Whether a callback times the pauses (else ``gc.get_stats()`` alone is read)."""
+        self._state = _State()
         self._tops = [0.0] * GENERATIONS
-        self._guard: list[Callable[[], Any]] = []
-        self._new_guard()
-        self._buckets = [[0.0] * (len(BOUNDS) + 1) for _ in range(GENERATIONS)]
-        shared = (self._depth, self._starts, self._total, self._count, self._peak, self._guard)
-        self._callback = _callback(*shared, self._buckets if histogram else None)
+        self._base = _interpreter_totals()
+        """Interpreter-timed: ``gc.get_stats()``'s totals at the start, and at the last read."""
+        self._last = self._base
+        self._counted = (0,) * GENERATIONS
+        """Hooked: the callback's counts at the last read."""
+        self._callback = _callback(
+            self._state,
+            self._state.buckets if histogram else None,
+            float("inf") if long_pause is None else float(long_pause),
+            capture,
+        )
         self._finalizer: weakref.finalize[Any, Any] | None = None
-        _live.add(self)
 
     @staticmethod
     def available() -> bool:
-        """Whether this runtime has ``gc.callbacks``."""
-        return isinstance(getattr(gc, "callbacks", None), list)
+        """Whether this runtime has ``gc.callbacks``, or times its collections."""
+        return TIMED_BY_INTERPRETER or isinstance(getattr(gc, "callbacks", None), list)
 
     @property
     def running(self) -> bool:
         """Whether our callback is in ``gc.callbacks``."""
-        return self.available() and _holds(gc.callbacks, self._callback)
+        return _holds(self._callback)
 
     def start(self) -> bool:
-        """Install the callback; False (and nothing done) without ``gc.callbacks``."""
+        """Install the callback where one is needed; False (and nothing done) if it cannot run."""
         if not self.available():
             return False
-        with self._locked():
-            if _holds(gc.callbacks, self._callback):
-                return True
-            self._depth[0] = 0  # a start left behind by an earlier stop() mid-collection
-            gc.callbacks.append(self._callback)
-            if self._finalizer is None:
-                # A recorder dropped without stop() takes its callback with it.
-                self._finalizer = weakref.finalize(self, _uninstall, self._callback)
+        if not self.hooked or _holds(self._callback):
             return True
+        if not isinstance(getattr(gc, "callbacks", None), list):
+            return False
+        self._state.depth[0] = 0  # a start left behind by an earlier stop() mid-collection
+        _installed.append((self._callback, self._state))
+        _chain_unraisable()
+        gc.callbacks.append(self._callback)
+        if self._finalizer is None:
+            # A recorder dropped without stop() takes its callback with it.
+            self._finalizer = weakref.finalize(self, _uninstall, self._callback)
+        return True
 
     def stop(self) -> None:
         """Remove the callback, wherever it now is in ``gc.callbacks``; totals freeze."""
-        with self._locked():
-            if self.available():
-                _uninstall(self._callback)
+        _uninstall(self._callback)
 
     def reset(self) -> None:
-        """Zero every total, and forget a collection in flight."""
-        with self._locked():
-            self._zero()
+        """Zero every total, and forget a collection in flight (a forked child, say)."""
+        state = self._state
+        state.depth[0] = 0
+        for values in (state.total, state.count, *state.peaks, *state.buckets):
+            values[:] = [0.0] * len(values)  # in place: the callback holds the lists
+        state.long[0] = []
+        self._base = self._last = _interpreter_totals()
+        self._counted = (0,) * GENERATIONS
 
     def read(self) -> GcPauseReading:
         """The totals, and the longest pause per generation since the previous read."""
-        with self._locked():
-            peak, tops = self._peak, self._tops
-            acquire, release = self._guard
-            # Take and zero the maxima under the guard that a new maximum is
-            # stored under: without the GIL another thread's collection runs its
-            # callback in parallel. A collection of this thread can only start
-            # at a call or a loop's jump, never between a load and its zeroing.
-            acquire()
-            for g in range(GENERATIONS):
-                tops[g] = peak[g]
-                peak[g] = 0.0
-            release()
-            # 0.0 is "no pause since": a measured pause takes microseconds.
-            longest = [top if top > 0.0 else None for top in tops]
-            return GcPauseReading(
-                seconds=tuple(self._total),
-                pauses=tuple(int(x) for x in self._count),
-                longest=tuple(longest),
-                buckets=(
-                    tuple(tuple(int(x) for x in row) for row in self._buckets)
-                    if self.histogram
-                    else None
-                ),
+        state = self._state
+        long = state.long[0]
+        state.long[0] = []
+        if not self.hooked:
+            return self._read_interpreter()
+        # Flip the maxima: the callback writes the other list, zeroed at the
+        # flip before; this one is read once no pause can be ending in it.
+        side = state.flip[0]
+        other = state.peaks[1 - side]
+        other[:] = [0.0] * GENERATIONS
+        state.flip[0] = 1 - side
+        taken = state.peaks[side]
+        tops = self._tops
+        tops[:] = taken
+        counts = tuple(int(x) for x in state.count)
+        last, self._counted = self._counted, counts
+        return GcPauseReading(
+            seconds=tuple(state.total),
+            pauses=counts,
+            # A generation that collected since the last read paused for its
+            # maximum; one that did not, for 0.0.
+            longest=tuple(
+                top if n > was else 0.0 for top, n, was in zip(tops, counts, last, strict=True)
+            ),
+            buckets=(
+                tuple(tuple(int(x) for x in row) for row in state.buckets)
+                if self.histogram
+                else None
+            ),
+            long=tuple(long),
+        )
+
+    def _read_interpreter(self) -> GcPauseReading:
+        seconds, counts = _interpreter_totals()
+        base_s, base_n = self._base
+        last_s, last_n = self._last
+        self._last = (seconds, counts)
+        longest: list[float | None] = []
+        for g in range(GENERATIONS):
+            collected = counts[g] - last_n[g]
+            # One collection since the last read: its duration is the longest.
+            longest.append(
+                0.0 if collected == 0 else seconds[g] - last_s[g] if collected == 1 else None
             )
-
-    def _locked(self) -> threading.RLock:
-        """The lock, renewed (and the totals zeroed) in a child forked without hooks.
-
-        There the old lock may be held by a thread of the parent, which the
-        child does not have: it would never be released.
-        """
-        pid = os.getpid()
-        if pid != self._pid:
-            self._pid = pid
-            self._lock = threading.RLock()
-            self._new_guard()
-            self._zero()
-        return self._lock
-
-    def _new_guard(self) -> None:
-        # Re-entrant: a collection can start in a thread that holds it (in
-        # read(), between two of its loads). In place: the callback holds the list.
-        guard = threading.RLock()
-        self._guard[:] = [guard.acquire, guard.release]
-
-    def _zero(self) -> None:
-        # Slice assignment keeps the list objects the callback is bound to.
-        self._depth[0] = 0
-        self._total[:] = [0.0] * GENERATIONS
-        self._count[:] = [0.0] * GENERATIONS
-        self._peak[:] = [0.0] * GENERATIONS
-        for row in self._buckets:
-            row[:] = [0.0] * len(row)
+        return GcPauseReading(
+            seconds=tuple(s - b for s, b in zip(seconds, base_s, strict=True)),
+            pauses=tuple(n - b for n, b in zip(counts, base_n, strict=True)),
+            longest=tuple(longest),
+        )
 
 
-def _holds(callbacks: list[Any], callback: GcCallback) -> bool:
-    return any(x is callback for x in callbacks)
+def _interpreter_totals() -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """``gc.get_stats()``'s duration and collections per generation (durations 0.0 if not timed)."""
+    stats = gc.get_stats()
+    return (
+        tuple(float(s.get("duration", 0.0)) for s in stats),
+        tuple(int(s["collections"]) for s in stats),
+    )
+
+
+_installed: list[tuple[GcCallback, _State]] = []
+"""Our callbacks in ``gc.callbacks`` and their state: what escapes them is handed back."""
+
+_previous_hook: list[Callable[[Any], Any]] = []
+"""The ``sys.unraisablehook`` ours was chained to, while it is installed."""
+
+
+def _holds(callback: GcCallback) -> bool:
+    callbacks = getattr(gc, "callbacks", None)
+    return isinstance(callbacks, list) and any(x is callback for x in callbacks)
 
 
 def _uninstall(callback: GcCallback) -> None:
     # By identity, from wherever others have moved it; every copy.
     callbacks = getattr(gc, "callbacks", None)
-    if not isinstance(callbacks, list):
-        return
-    for i in range(len(callbacks) - 1, -1, -1):
-        if callbacks[i] is callback:
-            del callbacks[i]
+    if isinstance(callbacks, list):
+        for i in range(len(callbacks) - 1, -1, -1):
+            if callbacks[i] is callback:
+                del callbacks[i]
+    _installed[:] = [entry for entry in _installed if entry[0] is not callback]
+    if not _installed:
+        _unchain_unraisable()
 
 
-_live: weakref.WeakSet[GcPauses] = weakref.WeakSet()
+def _unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while a callback of ours runs: what a signal raised in it goes back.
+
+    Raised before our callback's first line: at a stop (its start was seen),
+    it goes back now; at a start, when that collection stops.
+    """
+    exc = unraisable.exc_value
+    for callback, state in _installed:
+        if callback is unraisable.object and exc is not None:
+            if state.depth[0] <= 0:
+                state.pending.append(exc)
+                return
+            state.depth[0] -= 1  # that stop was not seen: it is now
+            armed = _armed(exc)
+            if armed is not None:
+                armed[0]  # the last bytecode that can run a handler: see _armed
+                return
+    previous = _previous_hook[0] if _previous_hook else sys.__unraisablehook__
+    previous(unraisable)
 
 
-def _after_fork_in_child() -> None:
-    # A forked child starts its own totals. No lock: the child has one thread,
-    # and a lock held by a parent thread at fork time would never be released.
-    for recorder in list(_live):
-        recorder._locked()
+def _chain_unraisable() -> None:
+    if not _previous_hook:
+        _previous_hook.append(sys.unraisablehook)
+        sys.unraisablehook = _unraisable
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+def _unchain_unraisable() -> None:
+    if _previous_hook:
+        previous = _previous_hook.pop()
+        if sys.unraisablehook is _unraisable:  # replaced since: theirs stays
+            sys.unraisablehook = previous
 
-__all__ = ["BOUNDS", "GENERATIONS", "GcPauseReading", "GcPauses"]
+
+def _armed(exc: BaseException) -> Any:
+    """A mapping whose first lookup raises ``exc`` again in this thread at its next bytecode.
+
+    A signal handler (Ctrl-C's, or one calling ``sys.exit()``) raised ``exc``
+    in our gc callback, where CPython would print and drop it. It must be
+    raised once the collection is over, in the code that allocated, as if we
+    had not been there. Raising it, or asking for it to be raised, from
+    Python code of ours would raise it right there: the next call of ours
+    checks for pending work. So the request is made in C, by a lookup of a
+    missing key in a ``defaultdict`` (a subscript checks nothing afterwards),
+    whose factory asks CPython (``PyThreadState_SetAsyncExc``) to raise a
+    one-off subclass whose instantiation returns ``exc`` itself. The caller
+    does that lookup as its last statement. Without ctypes, a
+    ``KeyboardInterrupt`` comes back by simulating Ctrl-C again. ``None`` if
+    ``exc`` cannot be handed back.
+    """
+    trip: Callable[[], Any]
+    try:
+        import ctypes
+
+        # Before 3.12 the raised class, not the instance's, is what the top level
+        # compares with KeyboardInterrupt to exit by SIGINT: an exception
+        # without arguments (Ctrl-C's) goes back as its own class, made anew.
+        again: type[BaseException] = type(exc)
+        if exc.args or type(exc).__module__ != "builtins":
+            again = type(
+                again.__name__,
+                (again,),
+                {"__new__": lambda cls, *a, **k: exc, "__init__": lambda self, *a, **k: None},
+            )
+        trip = functools.partial(
+            ctypes.pythonapi.PyThreadState_SetAsyncExc,
+            ctypes.c_ulong(threading.get_ident()),
+            ctypes.py_object(again),
+        )
+    except Exception:  # noqa: BLE001 - no ctypes, or a class that cannot be subclassed
+        if not isinstance(exc, KeyboardInterrupt):
+            return None
+        import _thread
+
+        trip = _thread.interrupt_main
+    return collections.defaultdict(trip)
+
+
+__all__ = ["BOUNDS", "GENERATIONS", "GcPauseReading", "GcPauses", "LongPause"]

@@ -58,8 +58,10 @@ def _pauses(ctx: ReadContext) -> Reading:
     reading: dict[str, dict[Key, float | int]] = {
         "time": {_generation(gen): seconds for gen, seconds in enumerate(got.seconds)},
         # A generation that did not collect since the last refresh did not pause
-        # the program: that is known, so it is 0, and the series stays.
-        "max": {_generation(gen): top or 0.0 for gen, top in enumerate(got.longest)},
+        # the program: that is known, so it is 0, and the series stays. One
+        # whose longest pause is not known (timed by the interpreter, without
+        # a callback, more than one collection) is left out.
+        "max": {_generation(gen): top for gen, top in enumerate(got.longest) if top is not None},
     }
     if got.buckets is not None:
         # Cumulative counts per upper bound, all generations together.
@@ -137,16 +139,7 @@ def _open_utilization(ctx: ReadContext) -> bool:
 def _close_loops(ctx: ReadContext) -> None:
     monitor = ctx.drop(_LOOPS)
     if monitor is not None:
-        monitor.reset()  # in a forked child: the parent's loops are not ours to stop
-        monitor.stop()
-
-
-def _loops_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
-    # The parent's loops run in threads the child does not have. Python's
-    # at-fork hook forgets them already; a fork from C runs no hook.
-    monitor: LoopMonitor | None = ctx.state.get(_LOOPS.name)
-    if monitor is not None:
-        monitor.reset()  # idempotent: both loop sources call it
+        monitor.stop()  # in a forked child, the parent's loops are forgotten, not stopped
 
 
 _DELAY_FIELDS = ("max", "mean", "p50", "p99")
@@ -205,23 +198,19 @@ SOURCES: tuple[Source, ...] = (
         "asyncio_loops",
         _delays,
         dict.fromkeys(_DELAY_FIELDS, _LOOP),
-        "none at collection: a tick every 20 ms on each event loop while it works; none while "
-        "an asyncio loop sleeps (it is never woken for one); a uvloop loop is woken every 20 ms "
-        "(about 50 µs of CPU each)",
+        "none at collection: a hook on each asyncio loop's select reads the clock around "
+        "each call; nothing is put in the loop, and a sleeping loop is never woken",
         open=_open_delays,
         close=_close_loops,
         keeps=(_LOOPS,),
-        after_fork=_loops_after_fork,
     ),
     Source(
         "asyncio_select_timing",
         _utilization,
         {"utilization": _LOOP},
-        "none at collection: one Python call around each select of an asyncio loop, and two "
-        "clock reads around each that waits (about 0.05 µs per loop iteration)",
+        "none at collection: the event-loop delays' hook on select (the same clock reads)",
         open=_open_utilization,
         close=_close_loops,
         keeps=(_LOOPS,),
-        after_fork=_loops_after_fork,
     ),
 )
