@@ -86,6 +86,11 @@ class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return super().instrument(**kwargs)
 
     def _instrument(self, **kwargs: Any) -> None:
+        from . import interpreter
+
+        if not interpreter.is_main():
+            interpreter.log_not_main()
+            return
         from .environment import resolve
         from .instruments import ProcessMetrics
 

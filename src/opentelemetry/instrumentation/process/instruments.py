@@ -25,7 +25,7 @@ from opentelemetry.metrics import (
     get_meter_provider,
 )
 
-from . import sdk_fork_guard, service
+from . import interpreter, sdk_fork_guard, service
 from .catalog import supported
 from .group.keys import Group
 from .metrics import Kind, Metric
@@ -249,10 +249,12 @@ class ProcessMetrics:
         *,
         meter_provider: MeterProvider | None = None,
     ) -> None:
-        self._live: Instrumentation | None = start(
-            options or ProcessMetricsOptions(), meter_provider
-        )
-        self._options = self._live.options
+        self._options = options or ProcessMetricsOptions()
+        self._live: Instrumentation | None = None
+        if not interpreter.is_main():
+            interpreter.log_not_main()
+            return
+        self._live = start(self._options, meter_provider)
 
     @property
     def options(self) -> ProcessMetricsOptions:

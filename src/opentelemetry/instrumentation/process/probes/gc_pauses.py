@@ -30,12 +30,12 @@ Signals
     raises ``KeyboardInterrupt`` in the callback (from 3.11 at its first
     instruction, before any ``try``), and CPython then prints it as ignored
     and drops it (gh-95959 for weakref callbacks). The program would not stop.
-    So whatever a handler raised in our callback is handed back to the thread
-    that collected, to be raised at its next bytecode, as if we had not been
-    there: the callback catches it, and a ``sys.unraisablehook`` of ours,
-    chained to the one before it while a callback runs, catches what escaped
-    before the ``try``. One raised as a collection starts is handed back when
-    it stops: finalizers run in between, and would drop it too.
+    So whatever a handler raised in our callback is handed back, to be raised
+    at the program's next bytecode as if we had not been there (``_armed``):
+    the callback catches it, and a ``sys.unraisablehook`` of ours, chained to
+    the one before it while a callback runs, catches what escaped before the
+    ``try``. One raised as a collection starts is handed back when it stops:
+    finalizers run in between, and would drop it too.
 
 Re-entrancy
     CPython runs one collection at a time per interpreter, but 3.12 can nest a
@@ -76,11 +76,13 @@ Nothing here knows about OpenTelemetry.
 
 from __future__ import annotations
 
+import _thread
 import bisect
 import collections
 import contextvars
 import functools
 import gc
+import signal
 import sys
 import threading
 import time
@@ -463,42 +465,28 @@ def _armed(exc: BaseException) -> Any:
     A signal handler (Ctrl-C's, or one calling ``sys.exit()``) raised ``exc``
     in our gc callback, where CPython would print and drop it. It must be
     raised once the collection is over, in the code that allocated, as if we
-    had not been there. Raising it, or asking for it to be raised, from
-    Python code of ours would raise it right there: the next call of ours
-    checks for pending work. So the request is made in C, by a lookup of a
-    missing key in a ``defaultdict`` (a subscript checks nothing afterwards),
-    whose factory asks CPython (``PyThreadState_SetAsyncExc``) to raise a
-    one-off subclass whose instantiation returns ``exc`` itself. The caller
-    does that lookup as its last statement. Without ctypes, a
-    ``KeyboardInterrupt`` comes back by simulating Ctrl-C again. ``None`` if
-    ``exc`` cannot be handed back.
+    had not been there. Raising it, or asking for it, from Python code of
+    ours would raise it right there: the next call of ours runs pending
+    handlers. So the request is made in C, by a lookup of a missing key in a
+    ``defaultdict`` (a subscript runs no handler afterwards), which the caller
+    makes as its last statement: its factory simulates a SIGINT, whose
+    handler, borrowed until it runs once, raises ``exc`` itself. Handlers run
+    only in the main thread; anywhere else (an exception another thread sent
+    with ``PyThreadState_SetAsyncExc``) ``None``: it cannot be handed back.
     """
-    trip: Callable[[], Any]
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGINT)
+
+    def once(_signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        raise exc
+
     try:
-        import ctypes
-
-        # Before 3.12 the raised class, not the instance's, is what the top level
-        # compares with KeyboardInterrupt to exit by SIGINT: an exception
-        # without arguments (Ctrl-C's) goes back as its own class, made anew.
-        again: type[BaseException] = type(exc)
-        if exc.args or type(exc).__module__ != "builtins":
-            again = type(
-                again.__name__,
-                (again,),
-                {"__new__": lambda cls, *a, **k: exc, "__init__": lambda self, *a, **k: None},
-            )
-        trip = functools.partial(
-            ctypes.pythonapi.PyThreadState_SetAsyncExc,
-            ctypes.c_ulong(threading.get_ident()),
-            ctypes.py_object(again),
-        )
-    except Exception:  # noqa: BLE001 - no ctypes, or a class that cannot be subclassed
-        if not isinstance(exc, KeyboardInterrupt):
-            return None
-        import _thread
-
-        trip = _thread.interrupt_main
-    return collections.defaultdict(trip)
+        signal.signal(signal.SIGINT, once)
+    except ValueError:  # not the main interpreter
+        return None
+    return collections.defaultdict(functools.partial(_thread.interrupt_main, signal.SIGINT))
 
 
 __all__ = ["BOUNDS", "GENERATIONS", "GcPauseReading", "GcPauses", "LongPause"]

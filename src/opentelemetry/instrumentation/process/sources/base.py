@@ -270,6 +270,12 @@ class Source(NamedTuple):
     ``shared_metrics="once"`` only the group's elected process reads it."""
     available: Callable[[], bool] = _always
     """A run-time check on top of ``platforms`` (a psutil call that may be missing)."""
+    modules: tuple[str, ...] = ()
+    """Modules it reads with, imported when it opens (relative to the package: ``.linux.smaps``).
+
+    A module that only an option needs is imported then, at ``instrument()``,
+    never at a collection (the test of it derives from every source).
+    """
     open: Callable[[ReadContext], bool] | None = None
     """Called before the first read in each process: installs hooks, finds paths.
 

@@ -289,6 +289,7 @@ SOURCES: tuple[Source, ...] = (
         "one netlink sock_diag dump per transport (elsewhere: psutil walks the fds of every "
         "process on the host)",
         shared=True,
+        modules=(".linux.sock_diag",),
         direct=(
             DirectRead(
                 "connections",

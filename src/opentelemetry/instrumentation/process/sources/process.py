@@ -395,6 +395,7 @@ SOURCES: tuple[Source, ...] = (
         field_platforms={"pss": LINUX},
         in_process=True,
         available=psutil_has("Process.memory_full_info"),
+        modules=(".linux.smaps",),
         direct=(
             DirectRead(
                 "smaps",
@@ -410,6 +411,7 @@ SOURCES: tuple[Source, ...] = (
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
         "(elsewhere: psutil reads every thread)",
         in_process=True,
+        modules=(".linux.threads",),
         direct=(
             DirectRead(
                 "threads",
