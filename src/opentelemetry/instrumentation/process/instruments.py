@@ -11,19 +11,25 @@ same instruments: no duplicates, no duplicate-instrument warnings.
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.metrics import (
     CallbackOptions,
+    Histogram,
     Meter,
     MeterProvider,
     Observation,
     get_meter,
     get_meter_provider,
 )
+
+from opentelemetry import context as otel_context
 
 from . import interpreter, sdk_fork_guard, service
 from .catalog import supported
@@ -33,12 +39,16 @@ from .options import ProcessMetricsOptions
 from .selection import enabled_metrics
 from .snapshot import Snapshot, SnapshotCache
 from .sources import Key
+from .sources.base import Sample
 from .version import __version__
 
 _logger = logging.getLogger(__name__)
 
 SCOPE_NAME = "opentelemetry.instrumentation.process"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
+
+STALL_BOUNDS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Bucket bounds (seconds) advised for the stall histograms, whose events are 100 ms or more."""
 
 SERIES_WARNING_THRESHOLD = 2000
 """Distinct attribute sets of one metric past which a warning explains the SDK's limit.
@@ -81,6 +91,39 @@ class Instrumentation:
         # SDK's cardinality limit is passed (then a warning, and no more counting).
         self._series_seen: dict[str, set[int]] = {}
         self._series_warned: set[str] = set()
+        self.histograms: dict[Metric, Histogram] = {}
+        """The synchronous instruments of the event fields (stalls), set by :func:`start`."""
+        self._recorded = 0
+        """The generation of the last snapshot whose events were recorded."""
+        self._recording = threading.Lock()
+
+    def record(self, snap: Snapshot) -> None:
+        """Record the events of ``snap`` into the histograms, once per snapshot.
+
+        At a collection, so never from a gc callback: the SDK's aggregation
+        lock may be held by this thread when a collection starts
+        (probes/gc_pauses.py). Each event carries the context it ran under:
+        with a sampled span there, the SDK keeps it as the point's exemplar.
+        """
+        if snap.generation == self._recorded or not self.histograms:
+            return
+        with self._recording:
+            if snap.generation == self._recorded:
+                return
+            self._recorded = snap.generation
+        for metric, histogram in self.histograms.items():
+            reading = snap.readings.get(metric.source)
+            events: Any = None if reading is None else reading.get(metric.field)
+            for event in events or ():
+                histogram.record(
+                    event.value,
+                    self._event_attributes(event),
+                    context=_span_context(event.captured),
+                )
+
+    def _event_attributes(self, event: Sample) -> dict[str, Any]:
+        named = zip(event.key.names, event.key, strict=True)
+        return {**self._attributes, **{n: a for n, a in named if a is not None}}
 
     def observe(self, metric: Metric, snap: Snapshot) -> list[Observation]:
         """The points of ``metric`` in ``snap``, then its children's; none if a source failed."""
@@ -157,6 +200,7 @@ class _Observer:
         try:
             snap = live.cache.snapshot(self._seen)
             self._seen = snap.generation
+            live.record(snap)
             return live.observe(self.metric, snap)
         except Exception as exc:  # noqa: BLE001 - a callback never raises into the SDK
             live.cache.faults.warning(
@@ -176,6 +220,7 @@ class _Registry:
     def __init__(self, meter: Meter) -> None:
         self.meter = meter
         self.observers: dict[str, _Observer] = {}
+        self.histograms: dict[str, Histogram] = {}
 
     def observer(self, metric: Metric) -> _Observer:
         found = self.observers.get(metric.name)
@@ -191,6 +236,34 @@ class _Registry:
         self.observers[metric.name] = observer
         return observer
 
+    def histogram(self, metric: Metric) -> Histogram:
+        found = self.histograms.get(metric.name)
+        if found is None:
+            found = self.histograms[metric.name] = _histogram(self.meter, metric)
+        return found
+
+
+def _histogram(meter: Meter, metric: Metric) -> Histogram:
+    """A histogram with the stall buckets, where this API can advise them (1.29 and later)."""
+    kwargs: dict[str, Any] = {"unit": metric.unit, "description": metric.description}
+    if (
+        "explicit_bucket_boundaries_advisory"
+        in inspect.signature(meter.create_histogram).parameters
+    ):
+        kwargs["explicit_bucket_boundaries_advisory"] = STALL_BOUNDS
+    return meter.create_histogram(metric.name, **kwargs)
+
+
+def _span_context(captured: Any) -> Any:
+    """The OpenTelemetry context current in ``captured`` (a ``contextvars.Context``), or ``None``.
+
+    Read in a copy: the original may be entered by its thread right now, and
+    a context can be entered once at a time.
+    """
+    if not isinstance(captured, contextvars.Context):
+        return None
+    return captured.copy().run(otel_context.get_current)
+
 
 _registries: weakref.WeakKeyDictionary[Any, _Registry] = weakref.WeakKeyDictionary()
 
@@ -204,7 +277,10 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
         registry = _registries[provider] = _Registry(meter)
     live = Instrumentation(options, service.identity(provider))
     for metric in live.metrics:
-        registry.observer(metric).live = live
+        if metric.kind is Kind.HISTOGRAM:
+            live.histograms[metric] = registry.histogram(metric)
+        else:
+            registry.observer(metric).live = live
     live.provider = weakref.ref(provider)
     live.cache.on_unhooked_fork = _after_fork_without_hooks(live.provider)
     sdk_fork_guard.guard(provider)

@@ -19,11 +19,13 @@ EXTENSION_PREFIX = "process_metrics."
 
 
 class Kind(enum.Enum):
-    """Instrument kinds, all observable (asynchronous)."""
+    """Instrument kinds: observable (asynchronous), but for the histogram of events."""
 
     COUNTER = "Counter"
     UP_DOWN_COUNTER = "UpDownCounter"
     GAUGE = "Gauge"
+    HISTOGRAM = "Histogram"
+    """Synchronous: each event of the field (a stall) recorded at the collection that finds it."""
 
 
 class Metric(NamedTuple):
@@ -66,7 +68,7 @@ class Metric(NamedTuple):
         return PER_CHILD.get(self.name)
 
 
-C, U, G = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE
+C, U, G, H = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE, Kind.HISTOGRAM
 _PER_CPU = "cpu.logical_number only with per_cpu=True"
 _LOOP = (
     "thread.name: the thread running the loop, with the counter of default names "
@@ -80,6 +82,16 @@ _GIL = (
     "about 5 samples a second; time / samples is the mean wait of a thread that becomes "
     "ready, contended / samples the share of time another thread held the GIL "
     "(docs/stalls.md)"
+)
+_STALL_GC = (
+    "recorded at the collection of metrics after the pause; on interpreters that time their "
+    "own collections (3.15), without gc_pause_histogram, only a generation's lone collection "
+    "of an interval, with no span (docs/stalls.md)"
+)
+_STALL_LOOP = (
+    "code.function.name: module.qualname of the innermost Python frame of the loop's thread "
+    "during the stall, at most 50 names a process, later ones (other); left out if not seen "
+    "(a block in C holding the GIL, a free-threaded build)"
 )
 _PSI = (
     "stall_type is some or full; scope is cgroup (the files of a v2 cgroup) or host "
@@ -171,6 +183,12 @@ METRICS: tuple[Metric, ...] = (
            "metrics, by generation; 0 for a generation that did not collect (extension).",
            group="cpython", source="cpython_gc_pauses", field="max",
            default=True, value_type=float),
+    Metric("process_metrics.cpython.gc.stall.duration", H, "s",
+           "Garbage-collection pauses of 100 ms or more, by generation; each carries the span "
+           "the collecting thread ran under as an exemplar, where a trace was sampled "
+           "(extension).",
+           group="cpython", source="cpython_gc_pauses", field="stalls",
+           default=True, value_type=float, note=_STALL_GC),
     Metric("process_metrics.cpython.gc.pause.bucket", C, "{pause}",
            "Garbage-collection pauses no longer than each bucket bound, all generations "
            "(extension): a histogram as cumulative counters.",
@@ -218,6 +236,12 @@ METRICS: tuple[Metric, ...] = (
            "the previous collection, rounded up to a bucket bound (extension).",
            group="eventloop", source="asyncio_loops", field="p99",
            value_type=float, option="event_loop", note=_LOOP),
+    Metric("process_metrics.eventloop.stall.duration", H, "s",
+           "Stretches of 100 ms or more in which an asyncio event loop called no select (code "
+           "held it), by loop and the function that held it; each carries the span it ran "
+           "under as an exemplar, where a trace was sampled (extension).",
+           group="eventloop", source="asyncio_loop_stalls", field="stalls",
+           value_type=float, option="event_loop", note=_STALL_LOOP),
     Metric("process_metrics.eventloop.utilization", G, "1",
            "Share of its running time an asyncio event loop spent busy, not waiting for I/O, "
            "since the previous collection; not measured on uvloop (extension).",

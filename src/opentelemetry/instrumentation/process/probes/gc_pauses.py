@@ -174,7 +174,10 @@ class _State:
 
 
 def _callback(
-    state: _State, buckets: list[list[float]] | None, long_pause: float, capture: Callable[[], Any]
+    state: _State,
+    buckets: list[list[float]] | None,
+    long_pause: list[float],
+    capture: Callable[[], Any],
 ) -> GcCallback:
     """The ``gc.callbacks`` entry: times each collection; buckets and long pauses if asked.
 
@@ -196,7 +199,7 @@ def _callback(
         _find: Callable[[Sequence[float], float], int] = bisect.bisect_left,
         _bounds: tuple[float, ...] = BOUNDS,
         _slots: int = DEPTH,
-        _long_pause: float = long_pause,
+        _long_pause: list[float] = long_pause,
         _long: list[list[LongPause]] = state.long,
         _capture: Callable[[], Any] = capture,
         _pending: list[BaseException] = state.pending,
@@ -228,7 +231,7 @@ def _callback(
                         # bucket, as OpenTelemetry's explicit buckets (upper bound
                         # inclusive) do.
                         _buckets[g][_find(_bounds, elapsed)] += 1.0
-                    if elapsed >= _long_pause:
+                    if elapsed >= _long_pause[0]:
                         kept = _long[0]
                         if len(kept) < MAX_LONG:
                             kept.append(LongPause(elapsed, g, _capture()))
@@ -283,6 +286,7 @@ class GcPauses:
         self.histogram = histogram
         self.hooked = not TIMED_BY_INTERPRETER or histogram or long_pause is not None
         """Whether a callback times the pauses (else ``gc.get_stats()`` alone is read)."""
+        self._long_pause = [float("inf") if long_pause is None else float(long_pause)]
         self._state = _State()
         self._tops = [0.0] * GENERATIONS
         self._base = _interpreter_totals()
@@ -291,12 +295,18 @@ class GcPauses:
         self._counted = (0,) * GENERATIONS
         """Hooked: the callback's counts at the last read."""
         self._callback = _callback(
-            self._state,
-            self._state.buckets if histogram else None,
-            float("inf") if long_pause is None else float(long_pause),
-            capture,
+            self._state, self._state.buckets if histogram else None, self._long_pause, capture
         )
         self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    def keep_long(self, seconds: float) -> None:
+        """Keep the pauses of at least ``seconds`` from now (with what ``capture`` returns).
+
+        Timed by the interpreter without a callback, a pause is known alone only
+        when its generation collected once since the previous read; it is kept
+        then, with nothing captured.
+        """
+        self._long_pause[0] = float(seconds)
 
     @staticmethod
     def available() -> bool:
@@ -379,16 +389,19 @@ class GcPauses:
         last_s, last_n = self._last
         self._last = (seconds, counts)
         longest: list[float | None] = []
+        long: list[LongPause] = []
         for g in range(GENERATIONS):
             collected = counts[g] - last_n[g]
             # One collection since the last read: its duration is the longest.
-            longest.append(
-                0.0 if collected == 0 else seconds[g] - last_s[g] if collected == 1 else None
-            )
+            alone = seconds[g] - last_s[g] if collected == 1 else None
+            longest.append(0.0 if collected == 0 else alone)
+            if alone is not None and alone >= self._long_pause[0]:
+                long.append(LongPause(alone, g, None))
         return GcPauseReading(
             seconds=tuple(s - b for s, b in zip(seconds, base_s, strict=True)),
             pauses=tuple(n - b for n, b in zip(counts, base_n, strict=True)),
             longest=tuple(longest),
+            long=tuple(long),
         )
 
 

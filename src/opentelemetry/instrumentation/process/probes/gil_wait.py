@@ -28,7 +28,6 @@ about OpenTelemetry.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -80,7 +79,6 @@ class GilWait:
         "_contended",
         "_guard",
         "_longest",
-        "_pid",
         "_running",
         "_samples",
         "_since",
@@ -91,7 +89,6 @@ class GilWait:
 
     def __init__(self, period: float = PERIOD) -> None:
         self.period = period
-        self._pid = os.getpid()
         self._guard = threading.Lock()  # read()'s take-and-zero of the longest wait
         self._stop = threading.Event()
         self._running = False
@@ -125,8 +122,6 @@ class GilWait:
 
     def read(self) -> GilWaitReading:
         """The totals now; the longest wait starts again from here."""
-        if os.getpid() != self._pid:
-            self._forked()
         with self._guard:
             longest, self._longest = self._longest, 0
         samples = self._samples
@@ -135,10 +130,12 @@ class GilWait:
         seconds = self._total_ns / 1e9
         return GilWaitReading(samples, seconds, self._contended, longest / 1e9 if woke else None)
 
-    def _forked(self) -> None:
-        # The thread did not survive the fork, and the parent's lock may have
-        # been held then: start again, with a new lock and, if it ran, a thread.
-        self._pid = os.getpid()
+    def forked(self) -> None:
+        """In a forked child, before its first read: start again, and sample if the parent did.
+
+        The thread did not survive the fork, and the parent's lock may have
+        been held then: a new lock, zero totals and, if it ran, a new thread.
+        """
         self._guard = threading.Lock()
         self._samples = self._contended = self._total_ns = self._longest = self._since = 0
         self._stop = threading.Event()

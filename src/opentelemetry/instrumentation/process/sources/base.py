@@ -50,7 +50,17 @@ def numbers(*names: str) -> dict[str, type[Key] | None]:
     return dict.fromkeys(names)
 
 
-Value = int | float | Mapping[Key, int | float]
+class Sample(NamedTuple):
+    """One event of a field that holds events, not a total: a stall, say (a histogram's)."""
+
+    value: float
+    key: Key
+    """Its attributes, as a key of the field's key type."""
+    captured: Any
+    """What ran when it happened (a ``contextvars.Context``), or ``None``: the span's source."""
+
+
+Value = int | float | Mapping[Key, int | float] | tuple[Sample, ...]
 Reading = Mapping[str, Value]
 
 

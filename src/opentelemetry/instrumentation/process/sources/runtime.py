@@ -5,11 +5,11 @@ from __future__ import annotations
 import gc
 import sys
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..platforms import LINUX
 from ..probes.gc_pauses import BOUNDS, GcPauses
-from .base import Key, ReadContext, Reading, Source, State, attributes, numbers
+from .base import Key, ReadContext, Reading, Sample, Source, State, attributes, numbers
 
 if TYPE_CHECKING:  # imported when a loop or GIL source opens: most processes never use one
     from ..probes.gil_wait import GilWait
@@ -21,6 +21,10 @@ _BUCKET = attributes("le")
 _LE = tuple(_BUCKET((le,)) for le in (*(f"{bound:g}" for bound in BOUNDS), "+Inf"))
 """Bucket labels, as Prometheus writes them: a histogram_quantile() over them works."""
 _LOOP = attributes("thread.name")
+_LOOP_CODE = attributes("thread.name", "code.function.name")
+
+STALL_SECONDS = 0.1
+"""A garbage-collection pause, or a stretch of a loop without ``select``, this long is a stall."""
 
 
 def _gc(ctx: ReadContext) -> Reading:
@@ -39,7 +43,13 @@ def _is_cpython() -> bool:
     return sys.implementation.name == "cpython"
 
 
-_PAUSES = State("cpython_gc_pauses", lambda ctx: GcPauses(histogram=ctx.options.gc_pause_histogram))
+def _new_pauses(ctx: ReadContext) -> GcPauses:
+    recorder = GcPauses(histogram=ctx.options.gc_pause_histogram)
+    recorder.keep_long(STALL_SECONDS)  # free: one comparison per collection
+    return recorder
+
+
+_PAUSES = State("cpython_gc_pauses", _new_pauses)
 
 
 def _open_pauses(ctx: ReadContext) -> bool:
@@ -52,10 +62,18 @@ def _close_pauses(ctx: ReadContext) -> None:
         recorder.stop()
 
 
+def _pauses_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    # The pause totals' one fork mechanism: a child starts its own (with or
+    # without Python's at-fork hooks: this runs before the child's first read).
+    recorder: GcPauses | None = ctx.state.get(_PAUSES.name)
+    if recorder is not None:
+        recorder.reset()
+
+
 def _pauses(ctx: ReadContext) -> Reading:
     recorder = ctx.state_of(_PAUSES)
     got = recorder.read()  # once per refresh: it starts the next longest-pause window
-    reading: dict[str, dict[Key, float | int]] = {
+    reading: dict[str, Any] = {
         "time": {_generation(gen): seconds for gen, seconds in enumerate(got.seconds)},
         # A generation that did not collect since the last refresh did not pause
         # the program: that is known, so it is 0, and the series stays. One
@@ -63,6 +81,9 @@ def _pauses(ctx: ReadContext) -> Reading:
         # a callback, more than one collection) is left out.
         "max": {_generation(gen): top for gen, top in enumerate(got.longest) if top is not None},
     }
+    reading["stalls"] = tuple(
+        Sample(pause.seconds, _generation(pause.generation), pause.captured) for pause in got.long
+    )
     if got.buckets is not None:
         # Cumulative counts per upper bound, all generations together.
         per_bucket = [sum(column) for column in zip(*got.buckets, strict=True)]
@@ -89,8 +110,15 @@ def _close_gil_wait(ctx: ReadContext) -> None:
         probe.stop()
 
 
+def _gil_wait_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    # The probe's one fork mechanism: its thread did not survive the fork.
+    probe: GilWait | None = ctx.state.get(_GIL.name)
+    if probe is not None:
+        probe.forked()
+
+
 def _gil_wait(ctx: ReadContext) -> Reading:
-    got = ctx.state_of(_GIL).read()  # in a forked child, it starts its own thread
+    got = ctx.state_of(_GIL).read()
     reading: dict[str, float] = {
         "time": got.seconds,
         "samples": got.samples,
@@ -110,7 +138,7 @@ def _gil_wait_available() -> bool:
 def _new_monitor(_ctx: ReadContext) -> LoopMonitor:
     from ..probes.loops.monitor import LoopMonitor
 
-    return LoopMonitor(delays=False, utilization=False)
+    return LoopMonitor(delays=False, utilization=False, stall=STALL_SECONDS)
 
 
 # One monitor for both loop sources: whichever opens first makes it.
@@ -156,13 +184,33 @@ def _delays(ctx: ReadContext) -> Reading:
     return reading
 
 
+def _open_stalls(ctx: ReadContext) -> bool:
+    from ..probes.loops.monitor import STALLS
+
+    monitor = ctx.state_of(_LOOPS)
+    monitor.measure(STALLS)
+    monitor.start()
+    return True
+
+
+def _stalls(ctx: ReadContext) -> Reading:
+    found = ctx.state_of(_LOOPS).read_stalls()  # the stalls ended since the last refresh
+    return {
+        "stalls": tuple(
+            Sample(stall.seconds, _LOOP_CODE((label, stall.code)), stall.context)
+            for label, stalls in found.items()
+            for stall in stalls
+        )
+    }
+
+
 def _utilization(ctx: ReadContext) -> Reading:
     busy = ctx.state_of(_LOOPS).read_utilization()  # one window per loop since the last refresh
     # Not measured here (uvloop, or the loop did not run): left out, never 0.
     return {"utilization": {_LOOP((label,)): u for label, u in busy.items() if u is not None}}
 
 
-_PAUSE_FIELDS = {"time": _GENERATION, "max": _GENERATION, "buckets": _BUCKET}
+_PAUSE_FIELDS = {"time": _GENERATION, "max": _GENERATION, "buckets": _BUCKET, "stalls": _GENERATION}
 
 SOURCES: tuple[Source, ...] = (
     Source(
@@ -181,6 +229,7 @@ SOURCES: tuple[Source, ...] = (
         open=_open_pauses,
         close=_close_pauses,
         keeps=(_PAUSES,),
+        after_fork=_pauses_after_fork,
     ),
     Source(
         "cpython_gil_wait",
@@ -193,6 +242,7 @@ SOURCES: tuple[Source, ...] = (
         open=_open_gil_wait,
         close=_close_gil_wait,
         keeps=(_GIL,),
+        after_fork=_gil_wait_after_fork,
     ),
     Source(
         "asyncio_loops",
@@ -210,6 +260,17 @@ SOURCES: tuple[Source, ...] = (
         {"utilization": _LOOP},
         "none at collection: the event-loop delays' hook on select (the same clock reads)",
         open=_open_utilization,
+        close=_close_loops,
+        keeps=(_LOOPS,),
+    ),
+    Source(
+        "asyncio_loop_stalls",
+        _stalls,
+        {"stalls": _LOOP_CODE},
+        "none at collection: one thread wakes when a working loop would be stalled (at most "
+        "every 100 ms while a loop works, never while every loop sleeps) and reads that "
+        "loop's thread's frame once a stall is on",
+        open=_open_stalls,
         close=_close_loops,
         keeps=(_LOOPS,),
     ),

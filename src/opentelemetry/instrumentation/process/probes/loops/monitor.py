@@ -15,21 +15,27 @@ import time
 
 from ...excerpt import excerpt
 from .discovery import hooks
-from .probe import Probe
+from .probe import Probe, Stall
 from .select_timing import utilization
+from .stalls import Watch
 from .window import Delays, Window
 
 DEFAULT_INTERVAL = 0.02
 """Seconds between two virtual ticks of a probe: the delays' sampling (docs/runtime.md)."""
 
 DEFAULT_STALL = 0.1
-"""Seconds without a ``select`` from which a loop is stalled (docs/stalls.md)."""
+"""Seconds without a ``select`` from which a loop is stalled (docs/stalls.md).
+
+The snapshot source's ``STALL_SECONDS``, which GC pauses share.
+"""
 
 MAX_LOOPS = 32
 """Loops probed at once by one monitor; further loops are not probed (counted)."""
 
 DELAYS = "delays"
 UTILIZATION = "utilization"
+STALLS = "stalls"
+PARTS = (DELAYS, UTILIZATION, STALLS)
 
 _DEFAULT_THREAD_NAME = re.compile(r"^Thread-\d+")
 
@@ -50,6 +56,7 @@ class LoopMonitor:
         max_loops: int = MAX_LOOPS,
         delays: bool = True,
         utilization: bool = True,
+        stalls: bool = False,
     ) -> None:
         for name, value, low, high in (
             ("interval", interval, 0.001, 10.0),
@@ -67,9 +74,12 @@ class LoopMonitor:
         self.stall = float(stall)
         self.max_loops = max_loops
         self.parts = frozenset(
-            part for part, on in ((DELAYS, delays), (UTILIZATION, utilization)) if on
+            part
+            for part, on in ((DELAYS, delays), (UTILIZATION, utilization), (STALLS, stalls))
+            if on
         )
-        """What is measured: ``"delays"``, ``"utilization"``."""
+        """What is measured: ``"delays"``, ``"utilization"``, ``"stalls"`` (named by a thread)."""
+        self._watch = Watch(self._here)
         self._lock = threading.Lock()
         # Replaced, never changed in place: the hooks read it without the lock.
         self._probes: tuple[Probe, ...] = ()
@@ -85,6 +95,8 @@ class LoopMonitor:
         if self._started:
             return
         self._started = True
+        if STALLS in self.parts:
+            self._watch.start()
         hooks.add(self)
 
     def stop(self) -> None:
@@ -93,17 +105,20 @@ class LoopMonitor:
             return
         self._started = False
         hooks.discard(self)
+        self._watch.stop()
         probes, self._probes = self._here(), ()
         for probe in probes:
             probe.detach()
 
     def measure(self, part: str) -> None:
-        """Measure ``part`` (``"delays"`` or ``"utilization"``) too, on loops probed already."""
-        if part not in (DELAYS, UTILIZATION):
-            raise ValueError(f"part must be 'delays' or 'utilization'; got {excerpt(part, 40)}")
+        """Measure ``part`` (one of :data:`PARTS`) too, on loops probed already."""
+        if part not in PARTS:
+            raise ValueError(f"part must be one of {', '.join(PARTS)}; got {excerpt(part, 40)}")
         if part in self.parts:
             return
         self.parts = self.parts | {part}
+        if part == STALLS and self._started:
+            self._watch.start()
         for probe in self._here():
             loop = probe.loop_ref()
             # A loop that does not run now gets every part when it starts again.
@@ -125,6 +140,7 @@ class LoopMonitor:
             for probe in probes:
                 # Not paused: their loops belong to threads that do not exist here.
                 probe.forget()
+            self._watch.forked()
         return self._probes
 
     # --- reads, in any thread
@@ -155,6 +171,15 @@ class LoopMonitor:
             label: utilization(run, idle) if timed else None
             for label, (run, idle, timed) in totals.items()
         }
+
+    def read_stalls(self) -> dict[str, list[Stall]]:
+        """The stalls of each loop since the previous call, by label; drops closed loops."""
+        stalls: dict[str, list[Stall]] = {}
+        for probe, label in self._drain(STALLS):
+            taken = probe.take_stalls()
+            if taken:
+                stalls.setdefault(label, []).extend(taken)
+        return stalls
 
     def _drain(self, part: str) -> list[tuple[Probe, str]]:
         """The probes begun, with their labels, for a read of ``part``.
@@ -206,6 +231,8 @@ class LoopMonitor:
     def _begin(self, probe: Probe) -> None:
         parts = self.parts
         probe.begin(delays=DELAYS in parts, timed=UTILIZATION in parts)
+        if self._watch.parked:
+            self._watch.unpark()  # a loop that works before it ever sleeps
 
     def _find(self, loop: asyncio.AbstractEventLoop) -> Probe | None:
         for probe in self._here():
@@ -230,6 +257,7 @@ class LoopMonitor:
                 return None  # not weakly referenceable: cannot probe without keeping it alive
             if not probe.probed:
                 return None  # uvloop, a clock of its own, or a select that is not the selector's
+            probe.watch = self._watch
             self._probes = (*self._probes, probe)
             return probe
 

@@ -37,10 +37,13 @@ import asyncio
 import threading
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .select_timing import Busy, hookable
 from .window import Window
+
+if TYPE_CHECKING:
+    from .stalls import Watch
 
 MAX_STALLS = 16
 """Stalls kept per loop between two reads; the longest are kept."""
@@ -49,16 +52,17 @@ MAX_STALLS = 16
 class Stall:
     """One stretch of ``seconds`` in which the loop ran no ``select``, from ``began``.
 
-    ``task`` and ``context`` are what :mod:`.stalls` saw running in the loop's
-    thread meanwhile, or ``None``.
+    ``code`` and ``context`` are what :mod:`.stalls` saw running in the loop's
+    thread meanwhile (``module.qualname``; the handle's ``contextvars``
+    context), or ``None``.
     """
 
-    __slots__ = ("began", "context", "seconds", "task")
+    __slots__ = ("began", "code", "context", "seconds")
 
     def __init__(self, began: float, seconds: float) -> None:
         self.began = began
         self.seconds = seconds
-        self.task: str | None = None
+        self.code: str | None = None
         self.context: Any = None
 
 
@@ -86,6 +90,7 @@ class Probe:
         "stalls",
         "thread_id",
         "timed",
+        "watch",
         "window",
     )
 
@@ -105,6 +110,8 @@ class Probe:
         self.stalls: list[Stall] = []
         self.seen: Stall | None = None
         """The stall in progress that :mod:`.stalls` looked at, while it lasts."""
+        self.watch: Watch | None = None
+        """The thread that names stalls, woken by the hook when it parked."""
         self.dead = False
         self.drained: set[str] = set()
         """The readings that took this probe's last window since its loop closed."""
@@ -142,6 +149,8 @@ class Probe:
         now = time.monotonic()
         with self.lock:
             self.busy.started(now)
+            if not self.ran_at:
+                self.ran_at = now  # it works from now, until its first select
             if timed:
                 self.timed = self.busy.timed = True
             if delays and not self.delays:
@@ -230,7 +239,7 @@ class Probe:
         stall = Stall(began, seconds)
         seen = self.seen
         if seen is not None and seen.began == began:
-            stall.task, stall.context = seen.task, seen.context
+            stall.code, stall.context = seen.code, seen.context
         self.seen = None
         with self.lock:
             stalls = self.stalls
@@ -302,7 +311,10 @@ def _hook(probe: Probe, select: Any) -> Any:
         back = clock()
         busy.idle = (idle[0] + back - called, 0.0)
         probe.sleep = None
-        probe.ran_at = back
+        probe.ran_at = back  # before the watch's flag is read: see stalls.Watch._run
+        watch = probe.watch
+        if watch is not None and watch.parked:
+            watch.unpark()
         if back >= probe.due:
             probe.woke(called, timeout, back)
         return ready
