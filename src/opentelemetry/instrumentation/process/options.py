@@ -137,30 +137,43 @@ def _boolean_or_auto(raw: str) -> bool | None:
 
 
 def _words_or(
-    native: Callable[[object], bool], parse: Callable[[str], Any], expected: str
+    native: Callable[[object], bool],
+    parse: Callable[[str], Any],
+    values: str | None,
+    words: tuple[str, ...],
 ) -> Callable[[str, Any], Any]:
-    """The check from code: a ``native`` value as it is, text as its variable would be read."""
+    """The check from code: a ``native`` value as it is, text as its variable would be read.
+
+    Its message lists what code may pass: the Python ``values`` (``None``: words only),
+    and the ``words`` only when a string was given, quoted as the strings they are
+    (``event_loop=1`` is not told that ``1`` is allowed).
+    """
+    quoted = f"{', '.join(map(repr, words))} (any case)"
+    if values is None:
+        expected = expected_text = f"one of {quoted}"
+    else:
+        expected, expected_text = values, f"{values}, or one of the strings {quoted}"
 
     def check(name: str, value: object) -> Any:
         if isinstance(value, str):
             with contextlib.suppress(ValueError):
                 return parse(value)
-        elif native(value):
+            raise ValueError(f"{name}: expected {expected_text}, got {excerpt(value)}")
+        if native(value):
             return value
         raise ValueError(f"{name}: expected {expected}, got {excerpt(value)}")
 
     return check
 
 
-_IS_BOOL = _words_or(
-    lambda v: isinstance(v, bool), _boolean, f"True or False, or one of {_ALLOWED}"
-)
+_IS_BOOL = _words_or(lambda v: isinstance(v, bool), _boolean, "True or False", _BOOLEAN_WORDS)
 BOOLEAN = Form(_IS_BOOL, _boolean, _written(_BOOLEAN_WORDS), kind="bool")
 """``True`` or ``False``, or one of their words in any case."""
 _IS_TRISTATE = _words_or(
     lambda v: v is None or isinstance(v, bool),
     _boolean_or_auto,
-    f"True, False or None (auto), or one of {AUTO_WORD}, {_ALLOWED}",
+    "True, False or None (auto)",
+    (AUTO_WORD, *_BOOLEAN_WORDS),
 )
 BOOLEAN_OR_AUTO = Form(
     _IS_TRISTATE, _boolean_or_auto, _written((AUTO_WORD, *_BOOLEAN_WORDS)), kind="tristate"
@@ -198,8 +211,7 @@ def choice(values: tuple[str, ...]) -> Form:
             raise ValueError(f"expected one of {', '.join(values)} (any case)")
         return word
 
-    expected = f"one of {', '.join(map(repr, values))} (any case)"
-    check = _words_or(lambda _v: False, parse, expected)
+    check = _words_or(lambda _v: False, parse, None, values)
     return Form(check, parse, _written(values), "choice", values)
 
 
