@@ -182,7 +182,8 @@ def test_instrument_configured_by_environment() -> None:
     assert set(scopes) == {"opentelemetry.instrumentation.process"}, "the peer was not disabled"
     names = scopes["opentelemetry.instrumentation.process"]
     assert {"process.cpu.time", "process.memory.usage", "system.cpu.time"} <= names
-    assert not {n for n in names if n.startswith("cpython.gc.")}, "EXCLUDE was ignored"
+    # The example's 'cpython.gc.*' leaves no GC metric on, this package's own pauses included.
+    assert not {n for n in names if "cpython.gc." in n}, "EXCLUDE was ignored"
     if supported(METRICS_BY_NAME["process_metrics.unix.file_descriptor.limit"]):
         assert "process_metrics.unix.file_descriptor.limit" in names, "INCLUDE was ignored"
 

@@ -27,7 +27,6 @@ standard error and status :data:`WRITE_ERROR`, as ``cat`` says it.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import logging
 import os
@@ -44,7 +43,7 @@ from .excerpt import excerpt
 from .facts import Facts
 from .instruments import Instrumentation
 from .metrics import METRICS, Metric
-from .options import OPTION_NAMES, ProcessMetricsOptions, declared
+from .options import OPTION_NAMES, ProcessMetricsOptions, declared, matches
 from .printer import Point, footnotes, readable, table
 from .version import __version__
 
@@ -323,7 +322,7 @@ def off(live: Instrumentation) -> list[dict[str, Any]]:
 
 
 def _why_off(m: Metric, options: ProcessMetricsOptions, live: Instrumentation) -> tuple[str, str]:
-    if any(fnmatch.fnmatchcase(m.name, p) for p in options.exclude):
+    if any(matches(m.name, p) for p in options.exclude):
         return EXCLUDED, "left out by exclude"
     if m.option is not None and getattr(options, m.option) is False:
         return OPTION, f"{m.option}=False"

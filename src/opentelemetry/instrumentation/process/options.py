@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .excerpt import excerpt
-from .metrics import METRICS, METRICS_BY_NAME
+from .metrics import EXTENSION_PREFIX, METRICS, METRICS_BY_NAME
 
 DEFAULT_MAX_THREAD_SERIES = 200
 """100 threads, each with a ``user`` and a ``system`` series."""
@@ -383,6 +383,22 @@ def is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
+def matches(name: str, pattern: str) -> bool:
+    """Whether an ``include`` or ``exclude`` pattern matches the metric ``name``.
+
+    A name matches itself only. A glob matches the name, and an extension's
+    name after its prefix too: ``cpython.gc.*`` covers
+    ``process_metrics.cpython.gc.pause.time``, as one who writes it expects.
+    """
+    if not is_glob(pattern):
+        return name == pattern
+    if fnmatch.fnmatchcase(name, pattern):
+        return True
+    return name.startswith(EXTENSION_PREFIX) and fnmatch.fnmatchcase(
+        name[len(EXTENSION_PREFIX) :], pattern
+    )
+
+
 def _check_patterns(option: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
         hint = f" (write [{excerpt(value, 60)}])" if isinstance(value, str) else ""
@@ -408,7 +424,7 @@ def _check_patterns(option: str, value: object) -> tuple[str, ...]:
 
 def _check_pattern(option: str, pattern: str) -> None:
     if is_glob(pattern):
-        if not any(fnmatch.fnmatchcase(m.name, pattern) for m in METRICS):
+        if not any(matches(m.name, pattern) for m in METRICS):
             raise ValueError(
                 f"{option}: the glob {excerpt(pattern)} matches no metric; allowed: names or "
                 "globs over the names in the metric reference"
