@@ -518,6 +518,8 @@ def _paths(value: Any, path: str = "") -> Iterator[tuple[str, bool]]:
         for key, inner in value.items():
             yield from _paths(inner, f"{path}.{wildcard or key}" if path else key)
     elif isinstance(value, list) and not whole:
+        if not value:  # none here (found.shared.reporters): its items' keys cannot be seen
+            yield f"{path}[]", True
         for inner in value:
             yield from _paths(inner, f"{path}[]")
     else:

@@ -37,10 +37,13 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import psutil
+
 from .catalog import supported
 from .environment import ENV_VARS, from_environment, resolve
 from .excerpt import excerpt
 from .facts import Facts
+from .group.election import reporters
 from .instruments import Instrumentation
 from .metrics import METRICS, Metric
 from .options import OPTION_NAMES, ProcessMetricsOptions, declared, matches
@@ -226,6 +229,7 @@ class Snapshot:
             "memory": {"limit": facts.memory_limit, "cgroup_limit": facts.cgroup_memory_limit},
             "cgroup": _cgroup(facts),
             "pressure": self._pressure(),
+            "shared": shared(self.live.options.shared_metrics),
             "off": off(self.live),
         }
 
@@ -297,6 +301,23 @@ def _cgroup(facts: Facts) -> dict[str, Any] | None:
     }
 
 
+def shared(mode: str) -> dict[str, Any]:
+    """Who reports the shared metrics: this command (``this``), and each group's reporter.
+
+    ``reporters`` are the live processes of this user that hold a group's role,
+    as they wrote themselves in the runtime directory: a process that reports
+    none of them finds there which one does, and for which group.
+    """
+    found = []
+    for holder in reporters():
+        try:
+            name: str | None = psutil.Process(holder.pid).name()
+        except psutil.Error:
+            name = None
+        found.append({**holder._asdict(), "name": name})
+    return {"this": mode, "reporters": found}
+
+
 EXCLUDED, OPTION, OPT_IN, NOTHING_TO_READ = "exclude", "option", "opt-in", "nothing to read"
 """The reasons a metric of this platform is off (``found.off[].reason``)."""
 
@@ -342,6 +363,7 @@ def found_lines(found: Mapping[str, Any]) -> list[str]:
         ("memory available", _memory_text(found["memory"])),
         ("cgroup", _cgroup_text(found["cgroup"])),
         ("pressure stall files", _pressure_text(found["pressure"])),
+        ("shared metrics", _shared_text(found["shared"])),
     ]
     width = max(len(k) for k, _ in rows)
     out = ["Found here:"]
@@ -385,6 +407,19 @@ def _cgroup_text(cgroup: Mapping[str, Any] | None) -> str:
         if h is not None:
             seen.setdefault(h["path"], []).append(f"v{h['version']} {controller}")
     return "\n".join(f"{', '.join(names)}: {where}" for where, names in seen.items())
+
+
+def _shared_text(shared: Mapping[str, Any]) -> str:
+    """Who reads them here, then a line per group's reporter."""
+    lines = [f"this command reads them itself (shared_metrics={shared['this']!r})"]
+    if not shared["reporters"]:
+        lines.append("no process of this user reports them for a group now")
+    else:
+        lines.append("reported for their groups (docs: Pre-fork servers) by:")
+    for r in shared["reporters"]:
+        name = f" ({r['name']})" if r["name"] else ""
+        lines.append(f"pid {r['pid']}{name}: {r['group']}, cgroup {r['cgroup'] or '(none)'}")
+    return "\n".join(lines)
 
 
 def _pressure_text(pressure: Mapping[str, Any]) -> str:

@@ -331,10 +331,13 @@ class ProcessMetricsOptions:
     A group is the processes that export one service (its ``service.name``,
     ``service.namespace`` and ``deployment.environment.name``) as one user in
     one cgroup on one boot of one host: the workers of one server in one
-    container or systemd service. The shared metrics are the host ones
-    (``system.*``), the container and cgroup ones and the pressure stalls; the
-    group elects its reporter at a collection, by a lock the kernel frees when
-    the holder dies, and another process takes over at its next collection.
+    container or systemd service. A program that sets no ``service.name`` is
+    told apart by its command line, which a server's workers share. The shared
+    metrics are the host ones (``system.*``), the container and cgroup ones and
+    the pressure stalls; the group elects its reporter at a collection, by a
+    lock the kernel frees when the holder dies, and another process takes over
+    at its next collection. A process that does not report them says so once,
+    at INFO, with the process that does.
     """
 
     children: bool = option(False, BOOLEAN, gates=True)
