@@ -10,10 +10,13 @@ example file is run by no test.
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import io
+import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -182,9 +185,84 @@ def test_instrument_configured_by_environment() -> None:
     assert set(scopes) == {"opentelemetry.instrumentation.process"}, "the peer was not disabled"
     names = scopes["opentelemetry.instrumentation.process"]
     assert {"process.cpu.time", "process.memory.usage", "system.cpu.time"} <= names
-    assert not {n for n in names if n.startswith("cpython.gc.")}, "EXCLUDE was ignored"
+    # The example's 'cpython.gc.*' leaves no GC metric on, this package's own pauses included.
+    assert not {n for n in names if "cpython.gc." in n}, "EXCLUDE was ignored"
     if supported(METRICS_BY_NAME["process_metrics.unix.file_descriptor.limit"]):
         assert "process_metrics.unix.file_descriptor.limit" in names, "INCLUDE was ignored"
+
+
+PEER = "opentelemetry-instrumentation-system-metrics"
+PEER_SCOPE = "opentelemetry.instrumentation.system_metrics"
+KEEP_PEER_OUT = "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=system_metrics"
+AUTO_COMMAND = re.compile(r"opentelemetry-instrument\s+(python|gunicorn|uvicorn|celery)\b")
+
+
+def test_every_auto_instrumented_example_keeps_the_peer_out_of_the_venv_it_recommends() -> None:
+    """examples/README.md: the project's venv (``make setup``) holds the peer instrumentor
+    too, which ``opentelemetry-instrument`` would turn on beside this package: each command
+    of the examples run under it says how to keep the peer out, as the tests do."""
+    readme = (EXAMPLES / "README.md").read_text()
+    assert "(`make setup && . .venv/bin/activate`)" in readme
+    test_extra = [
+        r
+        for r in importlib.metadata.requires("opentelemetry-instrumentation-process") or []
+        if r.startswith(PEER) and "extra == 'test'" in r
+    ]
+    assert test_extra, "make setup no longer installs the peer: the variable is not needed"
+    assert importlib.metadata.entry_points(
+        group="opentelemetry_instrumentor", name="system_metrics"
+    )
+    found = 0
+    for path in sorted(p for p in EXAMPLES.rglob("*") if p.suffix in {".md", ".py"}):
+        # A paragraph, or a block of a docstring: the command and what it is run with.
+        for block in re.split(r"\n[ \t]*\n", path.read_text()):
+            if AUTO_COMMAND.search(block):
+                found += 1
+                assert KEEP_PEER_OUT in block, f"{path.relative_to(ROOT)}:\n{block}"
+    assert found >= 3  # the README's gunicorn, the instrument example, gunicorn.conf.py
+
+
+def _readme_auto_gunicorn() -> tuple[Path, dict[str, str], list[str]]:
+    """The README's auto-instrumented gunicorn command: its folder, variables and arguments."""
+    readme = (EXAMPLES / "README.md").read_text().replace("\\\n", " ")
+    found = re.search(r"cd (\S+) && ([^`()\n]*opentelemetry-instrument gunicorn [^`()\n]*)", readme)
+    assert found is not None, (
+        "examples/README.md has no cd ... && opentelemetry-instrument gunicorn"
+    )
+    words = shlex.split(found[2])
+    env = dict(w.split("=", 1) for w in itertools.takewhile(lambda w: "=" in w, words))
+    return ROOT / found[1], env, words[len(env) :]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="gunicorn needs fork")
+def test_the_readmes_auto_instrumented_gunicorn_prints_this_package_alone() -> None:
+    """Run as examples/README.md writes it, in this venv, where the peer is installed: each
+    worker reports itself, and no provider prints the peer's metrics."""
+    cwd, env, args = _readme_auto_gunicorn()
+    proc = start(
+        [str(BIN / args[0]), *args[1:]],
+        cwd=cwd,
+        stderr=subprocess.DEVNULL,
+        GUNICORN_BIND=f"127.0.0.1:{free_port()}",
+        **CONSOLE,
+        **env,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = Lines(proc.stdout)
+        by_pid = _reports(lines, 2, time.monotonic() + 60)
+        # The master's and the workers' own providers collect at the same interval: two more
+        # intervals of output before the end.
+        end = time.monotonic() + 1.0
+        while lines.next(end) is not None:
+            pass
+        workers = {c.pid for c in psutil.Process(proc.pid).children()}
+    finally:
+        code = stop(proc)
+    assert code == 0
+    _each_worker_reports_itself(by_pid, workers, "gunicorn-example")
+    printed = "".join(lines.seen)
+    assert PEER_SCOPE not in printed, "the peer's metrics are printed beside this package's"
 
 
 @pytest.mark.skipif(

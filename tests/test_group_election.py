@@ -245,3 +245,76 @@ def test_every_reports_in_each_process(rundir: Path, kids: list[Kid]) -> None:
     a, b = reporter(kids, "every"), reporter(kids, "every")
     assert a.result["shared"] == b.result["shared"] == sorted(SHARED)
     assert not (rundir / "groups").exists()  # no election, no file
+
+
+def _holder_pid() -> int | None:
+    """The pid of the group's reporter, as a process that does not report reads it."""
+    mine = Election(group_of(SERVICE))
+    try:
+        found = mine.holder()
+        return None if found is None else found.pid
+    finally:
+        mine.close()
+
+
+def test_the_leader_writes_who_it_is_until_it_closes_or_dies(rundir: Path, kids: list[Kid]) -> None:
+    """A process that does not report finds which one does; a gone one is never named."""
+    assert _holder_pid() is None  # nobody has led yet
+    a, b = voter(kids), voter(kids)
+    assert (a.result, b.result) == (True, False)
+    assert _holder_pid() == a.pid
+    [found] = [h for h in election.reporters() if h.pid == a.pid]
+    assert found.group == SERVICE and found.user == os.geteuid()
+    a.kill()
+    assert _holder_pid() is None  # its record stays, but it is gone
+    assert b.ask("leader") is True and _holder_pid() == b.pid
+
+    def lead_then_close() -> int | None:
+        mine = Election(group_of(SERVICE))
+        assert mine.leader()
+        mine.close()
+        return _holder_pid()
+
+    b.kill()
+    closing = Kid(lead_then_close)
+    kids.append(closing)
+    assert closing.result is None  # it closed: it reports no more
+
+
+def test_free_group_files_are_pruned_and_a_held_one_is_kept(rundir: Path, kids: list[Kid]) -> None:
+    held = voter(kids)
+    assert held.result is True
+    folder = rundir / "groups"
+    for n in range(election.KEPT_FILES + 10):
+        (folder / f"old{n:03}.lock").touch(mode=0o600)
+    before = set(os.listdir(folder))
+    mine = Election(group_of("service.name=another"))
+    try:
+        after = set(os.listdir(folder))
+        removed = before - after
+        assert 0 < len(removed) <= election.MAX_PRUNED
+        assert all(name.startswith("old") for name in removed)
+        assert f"{group_of(SERVICE).key}.lock" in after  # held: kept
+        assert held.ask("leader") is True
+    finally:
+        mine.close()
+
+
+def test_a_file_pruned_before_its_lock_is_taken_elects_from_the_new_one(
+    rundir: Path, kids: list[Kid]
+) -> None:
+    """A process opened the file, another removed it (free) before the lock was taken: the
+    lock of the removed file elects no one; the new file at the path does, once."""
+    mine = Election(group_of(SERVICE))
+    try:
+        path = rundir / "groups" / f"{group_of(SERVICE).key}.lock"
+        assert path.exists()
+        path.unlink()  # as prune() does, while nobody holds it
+        other = voter(kids)  # opens, and locks, a new file at the path
+        assert other.result is True
+        assert mine.leader() is False  # its file's lock is free, but that file is gone
+        other.kill()
+        assert mine.leader() is True
+        assert voter(kids).result is False  # its lock is on the file at the path
+    finally:
+        mine.close()

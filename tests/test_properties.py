@@ -112,12 +112,13 @@ def is_glob(pattern: str) -> bool:
 
 
 def valid_pattern(option: str, pattern: str) -> bool:
-    """A name in the table (include: not one turned on by a flag), or a glob matching one,
-    of at most 200 characters."""
+    """A name in the table (include: not one turned on by a flag), or a glob matching one
+    (an extension's also by its name after ``process_metrics.``), of at most 200 characters."""
     if len(pattern) > 200:
         return False
     if is_glob(pattern):
-        return any(fnmatch.fnmatchcase(name, pattern) for name in NAMES)
+        bare = [name.removeprefix("process_metrics.") for name in NAMES]
+        return any(fnmatch.fnmatchcase(name, pattern) for name in [*NAMES, *bare])
     metric = METRICS_BY_NAME.get(pattern)
     return metric is not None and (option == "exclude" or metric.option is None)
 
@@ -364,7 +365,7 @@ GLOB_LIST = [
     *["*", "?", "[", "]", "[]", "[!]", "[!x]*", "**", "*.*.*.*", "\\*", "[a-", "[z-a]*"],
     *["[[]", "[^p]*", "[ps]*", "nope.*", "*frequency*", "process.*", "system.*"],
     *["cpython.gc.*", "process_metrics.*", "*.count", "system.cpu.*", "system.network.*"],
-    *["process.cpu.tim?"],
+    *["process.cpu.tim?", "cpu.*", "memory.p?s"],  # extensions by their name after the prefix
 ]
 GLOBS = st.sampled_from(GLOB_LIST)
 ITEM = st.one_of(

@@ -37,6 +37,7 @@ from .conftest import HOST_MODES, collect, points
 from .support.forked import in_child
 from .support.meminfo import read_meminfo
 from .support.sockets import Scene, build_all_states
+from .support.waiting import while_still
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="namespaces and /proc are Linux-only"
@@ -375,6 +376,110 @@ def expected_swap(total: int, free: int) -> dict[str, Any]:
     usage = {("used",): total - free, ("free",): free}
     share = {("used",): (total - free) / total, ("free",): free / total} if total else {}
     return {"usage": usage, "utilization": share}
+
+
+_MEMINFO_STATES = ("MemTotal", "MemFree", "MemAvailable", "Buffers")
+
+
+def _memory_states() -> dict[str, int]:
+    """The fields of /proc/meminfo that the states of system.memory.usage come from."""
+    found = read_meminfo()
+    return {k: found[k] for k in _MEMINFO_STATES}
+
+
+def test_memory_states_add_up_to_the_total_in_meminfo() -> None:
+    """Semantic conventions: the states of system.memory.usage add up to system.memory.limit,
+    and ``used`` is MemTotal - MemAvailable; the test reads /proc/meminfo around the
+    collection. Before, used overlapped cached: the states came to over 100 %."""
+    names = ["system.memory.usage", "system.memory.utilization", "system.memory.limit"]
+    got, before, after = while_still(_memory_states, lambda: sdk_points(names))
+    total = before["MemTotal"]
+    assert after["MemTotal"] == total
+    [[_, limit]] = got["system.memory.limit"]
+    assert limit == total
+    usage = {attrs["system.memory.state"]: v for attrs, v in got["system.memory.usage"]}
+    share = {attrs["system.memory.state"]: v for attrs, v in got["system.memory.utilization"]}
+    assert set(usage) == set(share) == {"used", "free", "buffers", "cached"}
+    assert sum(usage.values()) == total, usage
+    assert sum(share.values()) == pytest.approx(1.0, abs=1e-9), share
+    for state, value in usage.items():
+        assert value >= 0, usage
+        assert share[state] == pytest.approx(value / total, rel=1e-12)
+
+    def between(value: int, of: Callable[[dict[str, int]], int]) -> None:
+        low, high = sorted((of(before), of(after)))
+        assert low <= value <= high, (value, before, after)
+
+    between(usage["used"], lambda m: m["MemTotal"] - m["MemAvailable"])
+    between(usage["free"], lambda m: min(m["MemFree"], m["MemAvailable"]))
+    # What is available beyond free: the buffers, then the rest of the reclaimable cache.
+    rest = usage["buffers"] + usage["cached"]
+    between(rest, lambda m: m["MemAvailable"] - min(m["MemFree"], m["MemAvailable"]))
+    between(
+        usage["buffers"],
+        lambda m: min(m["Buffers"], m["MemAvailable"] - min(m["MemFree"], m["MemAvailable"])),
+    )
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # psutil's shape on macOS: available is free plus inactive pages.
+        (
+            {
+                "total": 16,
+                "available": 10,
+                "percent": 37.5,
+                "used": 6,
+                "free": 2,
+                "active": 5,
+                "inactive": 8,
+                "wired": 1,
+            },
+            {"used": 6, "free": 2, "cached": 8},
+        ),
+        # On Windows: free is available; nothing is left for cached.
+        (
+            {"total": 16, "available": 10, "percent": 37.5, "used": 6, "free": 10},
+            {"used": 6, "free": 10},
+        ),
+        # Linux, when MemFree is above MemAvailable (the kernel's reserve): free is capped.
+        (
+            {
+                "total": 16,
+                "available": 3,
+                "percent": 81.25,
+                "used": 12,
+                "free": 4,
+                "active": 9,
+                "inactive": 2,
+                "buffers": 1,
+                "cached": 2,
+                "shared": 0,
+                "slab": 1,
+            },
+            {"used": 13, "free": 3, "buffers": 0, "cached": 0},
+        ),
+    ],
+    ids=["macos", "windows", "free-above-available"],
+)
+def test_memory_states_add_up_to_the_total_whatever_fields_psutil_has(
+    fields: dict[str, float], expected: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other platforms' psutil shapes, injected: this test runs on Linux."""
+    from collections import namedtuple
+
+    svmem = namedtuple("svmem", list(fields))
+    fake = svmem(**{k: (v * GIB if k != "percent" else v) for k, v in fields.items()})
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: fake)
+    got = host._system_memory(context(DEFAULT))
+    usage = {k[0]: v for k, v in got["usage"].items()}
+    assert usage == {k: v * GIB for k, v in expected.items()}
+    assert sum(usage.values()) == got["limit"] == 16 * GIB
+    assert sum(got["utilization"].values()) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("options", [DEFAULT, PORTABLE], ids=["sysinfo", "psutil"])

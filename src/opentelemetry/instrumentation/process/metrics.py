@@ -260,7 +260,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("system.cpu.physical.count", U, "{cpu}", "Physical CPU cores of the host.",
            group="system.cpu", source="system_static", field="physical_cpus", default=True),
     Metric("system.memory.usage", U, "By",
-           "Host memory by state; used is total minus available.",
+           "Host memory by state, which add up to the total: used is total minus available; "
+           "free, buffers and cached share out the available rest.",
            group="system.memory", source="system_memory", field="usage", default=True),
     Metric("system.memory.utilization", G, "1", "Host memory by state, as a share of total.",
            group="system.memory", source="system_memory", field="utilization", default=True,

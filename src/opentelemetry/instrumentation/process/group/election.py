@@ -7,17 +7,33 @@ One descriptor per group and process (``O_CLOEXEC``), shared by every
 :class:`Election` of that group in the process; a forked child never believes
 it leads. Without a safe runtime directory every process reports, after one
 warning. Details: docs/design.md, "Worker slots and the election".
+
+The leader writes who it is in the file (:class:`Holder`), so that a process
+that does not report can say which one does, and the snapshot command can
+list them (:func:`reporters`). A file whose lock is free may be removed
+(:func:`prune`, when the folder holds more than :data:`KEPT_FILES`): a
+process that took a lock checks that the path still names the file it
+locked, and opens it again if not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
+from typing import NamedTuple
 
 from .heldfile import HeldFile
-from .keys import Group
-from .rundir import open_private, private_dir, runtime_dir, warn_unusable
+from .keys import Group, start_time
+from .rundir import (
+    NOFOLLOW,
+    check_private,
+    open_private,
+    private_dir,
+    runtime_dir,
+    warn_unusable,
+)
 
 try:
     import fcntl
@@ -28,7 +44,7 @@ except ImportError:  # Windows: runtime_dir() is None there, so fcntl is never u
 class _Lock:
     """This process's lock file of one group (``file`` is ``None`` when unusable: it reports)."""
 
-    __slots__ = ("file", "leading", "path", "pid", "users")
+    __slots__ = ("file", "leading", "path", "pid", "started", "users")
 
     def __init__(self, pid: int, file: HeldFile | None, path: Path | None = None) -> None:
         self.pid = pid
@@ -36,6 +52,25 @@ class _Lock:
         self.path = path
         self.leading = False
         self.users = 0
+        self.started = ""
+        """This process's start time, read when the file is opened: its record, if it leads."""
+
+
+KEPT_FILES = 64
+"""Group files kept before the free ones are pruned: one per group that ever ran here."""
+MAX_PRUNED = 32
+"""Most files removed by one prune: a bounded cost."""
+_RECORD_SIZE = 4096
+
+
+class Holder(NamedTuple):
+    """The process that reports a group's shared metrics, as it wrote itself in the file."""
+
+    pid: int
+    group: str
+    """The group's service, as ``Group.service`` names it."""
+    user: int
+    cgroup: str
 
 
 _states: dict[str, _Lock] = {}
@@ -69,17 +104,34 @@ class Election:
                 return True  # no safe lock file: "every" (warned once)
             if state.leading:
                 return True
-            try:
-                fcntl.flock(state.file.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            except OSError as exc:  # a file system that has no flock (some network ones)
-                warn_unusable(state.path or Path(os.curdir), exc)
-                state.file.drop()
-                state.file = None
-                return True
-            state.leading = True
-            return True
+            for _ in range(2):  # again, once, if the file was pruned before the lock
+                try:
+                    fcntl.flock(state.file.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return False
+                except OSError as exc:  # a file system that has no flock (some network ones)
+                    warn_unusable(state.path or Path(os.curdir), exc)
+                    state.file.drop()
+                    state.file = None
+                    return True
+                if _still_named(state):
+                    state.leading = True
+                    _write_holder(state, self.group)
+                    return True
+                state.file.drop()  # a removed file: its lock elects no one
+                fresh = _open(self.group)
+                state.file, state.path = fresh.file, fresh.path
+                if state.file is None:
+                    return True  # warned: "every"
+            return False
+
+    def holder(self) -> Holder | None:
+        """The live process that reports this group, as it wrote itself; ``None`` if unknown."""
+        with _mutex:
+            state = _current(self.group)
+            if state.file is None:
+                return None
+            return _live(os.pread(state.file.fd, _RECORD_SIZE, 0))
 
     def close(self) -> None:
         """Stop taking part; the last election of the group to close frees its lock."""
@@ -95,6 +147,9 @@ class Election:
             if state.users <= 0:
                 del _states[self.group.key]
                 if state.file is not None:
+                    if state.leading and state.file.ours():
+                        with contextlib.suppress(OSError):  # it reports no more
+                            os.ftruncate(state.file.fd, 0)
                     state.file.drop()
 
 
@@ -127,11 +182,117 @@ def _open(group: Group) -> _Lock:
     path = base / "groups"
     try:
         private_dir(path)
+        prune(path, keep=f"{group.key}.lock")
         path = path / f"{group.key}.lock"
-        return _Lock(pid, HeldFile.of(open_private(path)), path)
+        lock = _Lock(pid, HeldFile.of(open_private(path)), path)
     except OSError as exc:
         warn_unusable(path, exc)
         return _Lock(pid, None, path)
+    with contextlib.suppress(Exception):  # without it, no record: who leads is untold
+        lock.started = start_time(pid)
+    return lock
+
+
+def _still_named(state: _Lock) -> bool:
+    """Whether the locked file is still the one its path names (not pruned meanwhile)."""
+    if state.path is None or state.file is None:
+        return True
+    try:
+        st = os.stat(state.path, follow_symlinks=False)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) == state.file.ident
+
+
+def _write_holder(state: _Lock, group: Group) -> None:
+    """Who leads, in the file: pid, start time, user, cgroup and service, a line each."""
+    if state.file is None or not state.started:
+        return
+    fields = (state.pid, state.started, group.user, group.cgroup, group.service)
+    text = "".join(str(f).replace("\n", " ") + "\n" for f in fields)
+    with contextlib.suppress(OSError):  # who leads is only told, never needed
+        os.ftruncate(state.file.fd, 0)
+        os.pwrite(state.file.fd, text.encode("utf-8", "replace")[:_RECORD_SIZE], 0)
+
+
+def _live(data: bytes) -> Holder | None:
+    """The holder that ``data`` records, if that process still runs; else ``None``."""
+    try:
+        pid, started, user, cgroup, service = data.decode("utf-8", "replace").split("\n")[:5]
+        if start_time(int(pid)) != started:
+            return None  # gone, and its pid perhaps reused
+        return Holder(int(pid), service, int(user), cgroup)
+    except Exception:  # noqa: BLE001 - no record, a partial one, or a process gone
+        return None
+
+
+def reporters() -> list[Holder]:
+    """The live processes that report a group's shared metrics, as their files say; by pid.
+
+    Reads at most twice :data:`KEPT_FILES` files of this user's runtime
+    directory, without locking them (a lock taken to look would stop a takeover).
+    """
+    base = runtime_dir()
+    if base is None:
+        return []
+    folder = base / "groups"
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".lock"))
+    except OSError:
+        return []
+    found = []
+    for name in names[: 2 * KEPT_FILES]:
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            check_private(os.fstat(fd), path, want_dir=False)
+            holder = _live(os.pread(fd, _RECORD_SIZE, 0))
+        except OSError:
+            holder = None
+        finally:
+            os.close(fd)
+        if holder is not None:
+            found.append(holder)
+    return sorted(found)
+
+
+def prune(folder: Path, keep: str) -> int:
+    """Remove group files whose lock is free, when ``folder`` holds more than :data:`KEPT_FILES`.
+
+    Each is removed while this process holds its lock, at most :data:`MAX_PRUNED`;
+    a process that locks it afterwards finds the path gone and opens a new one
+    (:func:`_still_named`). Returns how many were removed. Never raises.
+    """
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".lock") and n != keep]
+    except OSError:
+        return 0
+    if len(names) < KEPT_FILES:
+        return 0
+    removed = 0
+    for name in names[: MAX_PRUNED * 4]:
+        if removed >= MAX_PRUNED:
+            break
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDWR | NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            check_private(os.fstat(fd), path, want_dir=False)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            st = os.stat(path, follow_symlinks=False)
+            if (st.st_dev, st.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass  # held: a live group, or not ours
+        finally:
+            os.close(fd)
+    return removed
 
 
 def _forget_in_child() -> None:
