@@ -126,7 +126,11 @@ class Instrumentation:
         return {**self._attributes, **{n: a for n, a in named if a is not None}}
 
     def observe(self, metric: Metric, snap: Snapshot) -> list[Observation]:
-        """The points of ``metric`` in ``snap``, then its children's; none if a source failed."""
+        """The points of ``metric`` in ``snap``, then its children's; none if a source failed.
+
+        A histogram's are its events, one each (the snapshot command prints them;
+        the instrument records them: :meth:`record`).
+        """
         points = self._observe(metric, snap, self._attribute_sets)
         child = self._children.get(metric.name)
         if child is not None:
@@ -141,6 +145,8 @@ class Instrumentation:
         if value is None:
             return []
         cast = metric.value_type
+        if isinstance(value, tuple):  # events (a histogram's): one point each
+            return [Observation(cast(e.value), self._event_attributes(e)) for e in value]
         if not isinstance(value, Mapping):
             return [Observation(cast(value), self._attributes)]
         sets = cache.get(metric.name)

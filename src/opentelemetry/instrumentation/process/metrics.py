@@ -89,9 +89,9 @@ _STALL_GC = (
     "of an interval, with no span (docs/stalls.md)"
 )
 _STALL_LOOP = (
-    "code.function.name: module.qualname of the innermost Python frame of the loop's thread "
-    "during the stall, at most 50 names a process, later ones (other); left out if not seen "
-    "(a block in C holding the GIL, a free-threaded build)"
+    "code.function.name: module.qualname of the innermost Python frame of the thread of the "
+    "loop during the stall, at most 50 names a process, later ones (other); left out if not "
+    "seen (a block in C holding the GIL, a free-threaded build)"
 )
 _PSI = (
     "stall_type is some or full; scope is cgroup (the files of a v2 cgroup) or host "

@@ -248,8 +248,8 @@ SOURCES: tuple[Source, ...] = (
         "asyncio_loops",
         _delays,
         dict.fromkeys(_DELAY_FIELDS, _LOOP),
-        "none at collection: a hook on each asyncio loop's select reads the clock around "
-        "each call; nothing is put in the loop, and a sleeping loop is never woken",
+        "none at collection: a hook on the select of each asyncio loop reads the clock "
+        "around each call; nothing is put in the loop, and a sleeping loop is never woken",
         open=_open_delays,
         close=_close_loops,
         keeps=(_LOOPS,),
@@ -258,7 +258,7 @@ SOURCES: tuple[Source, ...] = (
         "asyncio_select_timing",
         _utilization,
         {"utilization": _LOOP},
-        "none at collection: the event-loop delays' hook on select (the same clock reads)",
+        "none at collection: the hook on select of the event-loop delays (the same clock reads)",
         open=_open_utilization,
         close=_close_loops,
         keeps=(_LOOPS,),
@@ -268,8 +268,8 @@ SOURCES: tuple[Source, ...] = (
         _stalls,
         {"stalls": _LOOP_CODE},
         "none at collection: one thread wakes when a working loop would be stalled (at most "
-        "every 100 ms while a loop works, never while every loop sleeps) and reads that "
-        "loop's thread's frame once a stall is on",
+        "every 100 ms while a loop works, never while every loop sleeps) and reads the frame "
+        "of the thread of that loop once a stall is on",
         open=_open_stalls,
         close=_close_loops,
         keeps=(_LOOPS,),
