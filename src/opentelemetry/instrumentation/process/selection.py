@@ -17,8 +17,12 @@ from .options import GATING_OPTIONS, ProcessMetricsOptions, is_glob, matches
 def enabled_metrics(
     options: ProcessMetricsOptions, platform: str | None = None
 ) -> tuple[Metric, ...]:
-    """The metrics ``options`` turn on, in table order, that ``platform`` supports."""
-    return tuple(m for m in METRICS if supported(m, platform) and is_enabled(m, options))
+    """The metrics ``options`` turn on, in table order, that ``platform`` supports.
+
+    Whether a source can run here is asked only of the metrics turned on: the
+    check of an opt-in probe imports its module.
+    """
+    return tuple(m for m in METRICS if is_enabled(m, options) and supported(m, platform))
 
 
 def is_enabled(metric: Metric, options: ProcessMetricsOptions) -> bool:
