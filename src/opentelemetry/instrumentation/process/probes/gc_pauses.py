@@ -234,7 +234,7 @@ def _callback(
                     if elapsed >= _long_pause[0]:
                         kept = _long[0]
                         if len(kept) < MAX_LONG:
-                            kept.append(LongPause(elapsed, g, _capture()))
+                            kept.append(LongPause(elapsed, g, _captured(_capture)))
             if _pending:
                 armed = _armed(_pending.pop())
                 if armed is not None:
@@ -249,6 +249,10 @@ def _callback(
             armed[0]
 
     return on_gc
+
+
+_CALLBACK_CODE = _callback(_State(), None, [0.0], contextvars.copy_context).__code__
+"""The code of every callback of ours (each a closure of the same function)."""
 
 
 class GcPauses:
@@ -438,6 +442,33 @@ def _uninstall(callback: GcCallback) -> None:
         _unchain_unraisable()
 
 
+def _captured(capture: Callable[[], Any]) -> Any:
+    """What ``capture()`` returns, or ``None`` if it fails: its fault is not the program's."""
+    try:
+        return capture()
+    except Exception:  # noqa: BLE001 - a capture's own fault; a signal's BaseException goes on
+        return None
+
+
+def _ours(unraisable: Any) -> _State | None:
+    """The state of our callback that ``unraisable`` escaped from, or ``None``.
+
+    Told by the object CPython names, or, from 3.14, where it names none
+    (``PyErr_FormatUnraisable``), by the callback's frame in the traceback.
+    """
+    for callback, state in _installed:
+        if callback is unraisable.object:
+            return state
+    tb = unraisable.exc_traceback
+    while tb is not None:
+        if tb.tb_frame.f_code is _CALLBACK_CODE:
+            for _callback_of_state, state in _installed:
+                if tb.tb_frame.f_locals.get("_depth") is state.depth:
+                    return state
+        tb = tb.tb_next
+    return None
+
+
 def _unraisable(unraisable: Any) -> None:
     """``sys.unraisablehook`` while a callback of ours runs: what a signal raised in it goes back.
 
@@ -445,16 +476,16 @@ def _unraisable(unraisable: Any) -> None:
     it goes back now; at a start, when that collection stops.
     """
     exc = unraisable.exc_value
-    for callback, state in _installed:
-        if callback is unraisable.object and exc is not None:
-            if state.depth[0] <= 0:
-                state.pending.append(exc)
-                return
-            state.depth[0] -= 1  # that stop was not seen: it is now
-            armed = _armed(exc)
-            if armed is not None:
-                armed[0]  # the last bytecode that can run a handler: see _armed
-                return
+    state = _ours(unraisable)
+    if state is not None and exc is not None:
+        if state.depth[0] <= 0:
+            state.pending.append(exc)
+            return
+        state.depth[0] -= 1  # that stop was not seen: it is now
+        armed = _armed(exc)
+        if armed is not None:
+            armed[0]  # the last bytecode that can run a handler: see _armed
+            return
     previous = _previous_hook[0] if _previous_hook else sys.__unraisablehook__
     previous(unraisable)
 

@@ -211,7 +211,7 @@ class LoopMonitor:
         probe = self._attach(loop)
         if probe is not None:
             self._label(probe, threading.current_thread())
-            self._begin(probe)
+            self._begin(probe, starting=True)
 
     def loop_stopped(self, loop: asyncio.AbstractEventLoop) -> None:
         """In the loop's thread: its probe waits until it runs again."""
@@ -228,9 +228,9 @@ class LoopMonitor:
 
     # --- probes
 
-    def _begin(self, probe: Probe) -> None:
+    def _begin(self, probe: Probe, *, starting: bool = False) -> None:
         parts = self.parts
-        probe.begin(delays=DELAYS in parts, timed=UTILIZATION in parts)
+        probe.begin(delays=DELAYS in parts, timed=UTILIZATION in parts, starting=starting)
         if self._watch.parked:
             self._watch.unpark()  # a loop that works before it ever sleeps
 

@@ -34,6 +34,7 @@ stretches between two ``select`` calls longer than ``stall`` seconds, which
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
 import weakref
@@ -81,6 +82,7 @@ class Probe:
         "label",
         "lock",
         "loop_ref",
+        "pid",
         "ran_at",
         "seen",
         "select",
@@ -89,6 +91,7 @@ class Probe:
         "stall",
         "stalls",
         "thread_id",
+        "threshold",
         "timed",
         "watch",
         "window",
@@ -97,8 +100,12 @@ class Probe:
     def __init__(self, loop: asyncio.AbstractEventLoop, interval: float, stall: float) -> None:
         self.loop_ref: weakref.ref[asyncio.AbstractEventLoop] = weakref.ref(loop)
         self.interval = interval
-        self.stall = stall
+        self.threshold = stall
         """Seconds between two ``select`` calls from which a stretch is a stall."""
+        self.stall = float("inf")
+        """The threshold while the loop runs; infinite while it is stopped (no stall runs)."""
+        self.pid = os.getpid()
+        """The probe's one fork mechanism: its slow paths check it (see :meth:`_here`)."""
         self.label: str | None = None
         """The loop's thread's name, set when it first begins."""
         self.thread_id: int | None = None
@@ -142,23 +149,31 @@ class Probe:
 
     # --- in any thread
 
-    def begin(self, *, delays: bool, timed: bool) -> None:
-        """The loop runs: measure what is asked (each part starts once), from now."""
+    def begin(self, *, delays: bool, timed: bool, starting: bool) -> None:
+        """The loop runs: measure what is asked (each part starts once).
+
+        ``starting``: called in the loop's thread as it starts, so it works
+        from now. Else, from another thread, the loop may sleep in a ``select``
+        of its own: measuring starts at its first hooked ``select``.
+        """
         if self.dead or self.hook is None:
             return
         now = time.monotonic()
         with self.lock:
+            if not self._put_hook():
+                self.detach()  # someone else's select is there: left alone
+                return
             self.busy.started(now)
-            if not self.ran_at:
+            self.stall = self.threshold
+            if starting and not self.ran_at:
                 self.ran_at = now  # it works from now, until its first select
             if timed:
                 self.timed = self.busy.timed = True
             if delays and not self.delays:
                 self.delays = True
-                self.due = now + self.interval
-            if not self._put_hook():
-                self.dead = True  # someone else's select now: left alone
-                self.due = float("inf")
+                # -inf: the first hooked select sets the first due time, and
+                # counts nothing before it (a sleep it began unhooked).
+                self.due = now + self.interval if starting else float("-inf")
 
     def pause(self) -> None:
         """The loop stops running: no tick falls due, no stall runs, until it runs again."""
@@ -166,6 +181,7 @@ class Probe:
         with self.lock:
             self.delays = False
             self.due = float("inf")
+            self.stall = float("inf")  # a loop stepped by hand meanwhile has no stalls
             self.sleep = None
             self.ran_at = 0.0
             self.busy.stopped(now)
@@ -198,62 +214,110 @@ class Probe:
             del selector.select
 
     def detach(self) -> None:
-        """Stop for good."""
+        """Stop for good; a wrapper of someone else's around the hook keeps calling a hook
+        that measures nothing from now (no tick falls due, no stall runs)."""
         self.dead = True
-        self.due = float("inf")
+        self.due = self.stall = float("inf")
+        self.watch = None
         self.unhook()
 
     def forget(self) -> None:
         """In a forked child: stop for good; the parent's threads, and their locks, are gone."""
         self.lock = threading.Lock()  # may have been held by a thread of the parent
+        self.pid = os.getpid()
+        self.detach()
+
+    def _here(self) -> bool:
+        """Whether this is the process the probe was made in; else it forgets itself.
+
+        A loop forked from one of its own callbacks goes on in the child with
+        the hook on its selector: its slow paths take the probe's lock, which a
+        thread of the parent (a reader, in :meth:`take`) may have held at the
+        fork. They check the pid first (a forked child only ever forgets).
+        """
+        if self.pid == os.getpid():
+            return True
+        self.forget()
+        return False
+
+    def _failed(self) -> None:
+        """A fault of the probe's own, in the loop's select: never raised into the loop."""
         self.detach()
 
     # --- in the loop's thread, from the hook (slow paths)
 
     def worked(self, called: float) -> None:
         """A ``select`` is called at ``called``: ticks due while the loop worked ran this late."""
-        with self.lock:
-            due, interval, window = self.due, self.interval, self.window
-            while due <= called:
-                window.add(called - due)
-                due += interval
-            self.due = due
+        if not self._here():
+            return
+        try:
+            with self.lock:
+                due, interval, window = self.due, self.interval, self.window
+                if due == float("-inf"):  # the first hooked select: measure from here
+                    self.due = called + interval
+                    return
+                while due <= called:
+                    window.add(called - due)
+                    due += interval
+                self.due = due
+        except Exception:  # noqa: BLE001 - never into the loop
+            self._failed()
 
     def woke(self, called: float, timeout: float | None, back: float) -> None:
         """A ``select`` called at ``called`` that could wait ``timeout`` came back at ``back``."""
-        with self.lock:
-            if timeout is None or back <= called + timeout:
-                self._ticks_until(back, 0.0)  # back early, woken by I/O
-                return
-            due_back = called + timeout
-            self._ticks_until(due_back, back - due_back)
-            self._ticks_until(back, None)
+        if not self._here():
+            return
+        try:
+            with self.lock:
+                if self.due == float("-inf"):  # the first hooked select: measure from here
+                    self.due = back + self.interval
+                elif timeout is None or back <= called + timeout:
+                    self._ticks_until(back, 0.0)  # back early, woken by I/O
+                else:
+                    due_back = called + timeout
+                    self._ticks_until(due_back, back - due_back)
+                    self._ticks_until(back, None)
+        except Exception:  # noqa: BLE001 - never into the loop
+            self._failed()
 
     def polled(self, back: float) -> None:
         """A ``select`` that could not wait came back at ``back``: ticks due ran then."""
-        with self.lock:
-            self._ticks_until(back, None)
+        if not self._here():
+            return
+        try:
+            with self.lock:
+                if self.due == float("-inf"):  # the first hooked select: measure from here
+                    self.due = back + self.interval
+                else:
+                    self._ticks_until(back, None)
+        except Exception:  # noqa: BLE001 - never into the loop
+            self._failed()
 
     def stalled(self, began: float, seconds: float) -> None:
         """The loop ran no ``select`` for ``seconds`` from ``began``: keep it as a stall."""
-        stall = Stall(began, seconds)
-        seen = self.seen
-        if seen is not None and seen.began == began:
-            stall.code, stall.context = seen.code, seen.context
-        self.seen = None
-        with self.lock:
-            stalls = self.stalls
-            stalls.append(stall)
-            if len(stalls) > MAX_STALLS:
-                stalls.remove(min(stalls, key=_seconds))
+        if not self._here():
+            return
+        try:
+            stall = Stall(began, seconds)
+            seen = self.seen
+            if seen is not None and seen.began == began:
+                stall.code, stall.context = seen.code, seen.context
+            self.seen = None
+            with self.lock:
+                stalls = self.stalls
+                stalls.append(stall)
+                if len(stalls) > MAX_STALLS:
+                    stalls.remove(min(stalls, key=_seconds))
+        except Exception:  # noqa: BLE001 - never into the loop
+            self._failed()
 
     # --- with the lock held
 
     def _ticks_until(self, until: float, delay: float | None) -> None:
         """Each tick due by ``until`` ran ``delay`` late, or at ``until`` if ``None``."""
         due = self.due
-        if due > until or not self.delays:
-            return
+        if due > until or not self.delays or due == float("-inf"):
+            return  # nothing due, not measuring, or not yet since the hook began
         interval = self.interval
         if delay is None:
             while due <= until:
@@ -314,7 +378,7 @@ def _hook(probe: Probe, select: Any) -> Any:
         probe.ran_at = back  # before the watch's flag is read: see stalls.Watch._run
         watch = probe.watch
         if watch is not None and watch.parked:
-            watch.unpark()
+            watch.unpark()  # an Event's set: nothing of ours that can fail
         if back >= probe.due:
             probe.woke(called, timeout, back)
         return ready
