@@ -26,7 +26,7 @@ from opentelemetry.metrics import (
 )
 
 from . import sdk_fork_guard, service
-from .catalog import supported
+from .catalog import PER_CHILD, supported
 from .group.keys import Group
 from .metrics import Kind, Metric
 from .options import ProcessMetricsOptions
@@ -62,11 +62,8 @@ class Instrumentation:
         self.provider: weakref.ref[Any] | None = None
         metrics = enabled_metrics(options)
         # Supervisor mode: the process metrics readable from outside get per-child rows.
-        self._children = {
-            m.name: child
-            for m in metrics
-            if options.children and (child := m.per_child) is not None and supported(child)
-        }
+        per_child = (PER_CHILD.get(m.name) for m in metrics) if options.children else ()
+        self._children = {c.name: c for c in per_child if c is not None and supported(c)}
         sources = {m.source for m in (*metrics, *self._children.values())}
         self.cache = SnapshotCache(options, sources, service)
         # A source with nothing to read here (no cgroup limit, say) gets no instruments.
