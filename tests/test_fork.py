@@ -152,7 +152,7 @@ def test_lock_held_at_fork_does_not_deadlock_the_child(sdk: Sdk) -> None:
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with live.cache._lock:
+        with live.cache._lock.get():
             held.set()
             release.wait(10)
 
@@ -254,7 +254,7 @@ def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:  # a refresh in flight in the parent: its lock is held at the fork
-        with cache._lock:
+        with cache._lock.get():
             held.set()
             release.wait(10)
 
@@ -286,7 +286,7 @@ def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_
             "rebinds": rebinds,
             "seen": sorted(set(seen)),
             "n": len(seen),
-            "locks": list(cache._locks),
+            "locks": list(cache._lock._locks),
             "pid": os.getpid(),
         }
 
@@ -682,19 +682,34 @@ def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
     assert ours == ["WARNING " + UNHOOKED_WARNING.format(pid=got["pid"])], got
 
 
+def test_a_child_of_os_fork_is_known_to_have_run_the_hooks(sdk: Sdk, logged: LogLines) -> None:
+    # The cache's at-fork hook is how a child knows: without it, every child would
+    # be taken for one forked from C, and told so.
+    sdk.instrument()
+    sdk.collect()
+
+    def child() -> dict[str, Any]:
+        logged.lines.clear()
+        sdk.collect()
+        return {"pid": os.getpid(), "log": list(logged.lines)}
+
+    got = _in_child(child)
+    assert got["pid"] != os.getpid() and got["log"] == [], got
+
+
 def _break_the_unhooked_clean_up(
     sdk: Sdk, monkeypatch: pytest.MonkeyPatch, error: Callable[[], type[Exception]]
 ) -> None:
-    """Instrument and collect; then the clean-up after a fork without hooks raises ``error()``."""
+    """Instrument and collect; then the clean-up after a fork raises ``error()``."""
     from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 
     sdk.instrument()
     sdk.collect()
 
-    def broken(_provider: Any) -> None:  # a fault injected: the SDK's internals moved
+    def broken(_provider: Any, _hooked: bool) -> None:  # a fault injected: the SDK moved
         raise error()("no such lock")
 
-    monkeypatch.setattr(forks, "after_fork_without_hooks", broken)
+    monkeypatch.setattr(forks, "after_fork", broken)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
@@ -721,7 +736,7 @@ def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
     assert got["pid"] != os.getpid() and got["again"], got
     assert _near_statm(got["rss"], *got["statm"]), got
     assert [line for line in got["log"] if FREE_THREADED_HAZARD not in line] == [
-        "WARNING process metrics: the clean-up after a fork without at-fork hooks failed "
+        "WARNING process metrics: the clean-up after a fork failed "
         "(RuntimeError: no such lock). [traceback]"
     ], got
 
@@ -754,7 +769,7 @@ def test_clean_ups_failing_otherwise_in_two_unhooked_forks_are_each_said(
 
     got = in_child(child, fork=forkapps.c_fork)
     assert got["log"] == [
-        "WARNING process metrics: the clean-up after a fork without at-fork hooks failed "
+        "WARNING process metrics: the clean-up after a fork failed "
         f"({error}: no such lock). [traceback]"  # this module's log keeps tracebacks
         for error in ("RuntimeError", "LookupError")
     ], got

@@ -301,7 +301,7 @@ def broken_open(_ctx: ReadContext) -> bool:  # a fault injected: the runtime ref
     raise RuntimeError("no hook")
 
 
-# --- the SDK's export lock after a fork without hooks
+# --- the SDK's export lock after a fork
 
 
 def test_a_held_export_lock_is_replaced_beside_readers_that_have_none(
@@ -320,7 +320,7 @@ def test_a_held_export_lock_is_replaced_beside_readers_that_have_none(
     held = periodic._export_lock
     held.acquire()  # as a thread of the parent would have left it
     try:
-        forks.after_fork_without_hooks(provider)
+        forks.after_fork(provider, hooked=True)
         fresh = periodic._export_lock
         assert fresh is not held and not fresh.locked()
     finally:

@@ -203,17 +203,17 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
     for metric in live.metrics:
         registry.observer(metric).live = live
     live.provider = weakref.ref(provider)
-    live.cache.on_unhooked_fork = _after_fork_without_hooks(live.provider)
+    live.cache.on_fork = _after_fork(live.provider)
     sdk_fork_guard.guard(provider)
     _logger.debug("process metrics: reporting %d metrics", len(live.metrics))
     return live
 
 
-def _after_fork_without_hooks(provider: weakref.ref[Any]) -> Callable[[], None]:
-    def repair() -> None:
+def _after_fork(provider: weakref.ref[Any]) -> Callable[[bool], None]:
+    def repair(hooked: bool) -> None:
         found = provider()
         if found is not None:
-            sdk_fork_guard.after_fork_without_hooks(found)
+            sdk_fork_guard.after_fork(found, hooked)
 
     return repair
 
