@@ -27,7 +27,6 @@ from .support import cgroups, forkapps
 from .support.exporters import Exporter
 from .support.forked import HoldUp, in_child
 from .support.internals import fork_wait_seconds
-from .support.waiting import eventually
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -326,74 +325,7 @@ def test_an_unhooked_childs_first_utilisation_is_its_own_since_it_started(sdk: S
 # -- the SDK fork guard, on whichever SDK is installed ------------------------------------
 
 
-# Forking while another thread holds a lock is the point of this test (Python 3.12+ warns).
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
-def test_sdk_collection_lock_held_at_fork_does_not_hang_the_child(sdk: Sdk) -> None:
-    from opentelemetry.instrumentation.process import sdk_fork_guard as forks
-
-    sdk.instrument()
-    found = forks.consumer_lock(sdk.provider)
-    if found is None:
-        pytest.skip("this SDK keeps no collection lock where the guard looks (see the next test)")
-    lock = found[1]
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            held.set()
-            release.wait(0.3)  # a collection in flight, let go while the fork waits
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(5)
-    try:
-        # Unguarded, the child would inherit the lock held and wait on it forever.
-        got = _in_child(lambda: {"pid": os.getpid(), "names": sorted(sdk.collect())}, timeout=5)
-    finally:
-        release.set()
-        holder.join()
-    assert got["pid"] != os.getpid()
-    assert "process.memory.usage" in got["names"]
-
-
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
-def test_the_export_threads_wait_held_at_fork_does_not_stop_the_childs_exports() -> None:
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
-    from opentelemetry.instrumentation.process import sdk_fork_guard as forks
-
-    exporter = Exporter()
-    periodic = PeriodicExportingMetricReader(exporter, export_interval_millis=20)
-    provider = MeterProvider(metric_readers=[periodic])
-    try:
-        ProcessInstrumentor().instrument(meter_provider=provider)
-        # SDK 1.28 to 1.45 keep it there: a guard that finds no lock would guard nothing.
-        locks = forks.wait_locks(provider)
-        assert locks == [periodic._shutdown_event._cond._lock]  # type: ignore[attr-defined]
-        held, release = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            # Where the export thread is for a moment each time it wakes.
-            with locks[0]:
-                held.set()
-                release.wait(0.3)  # let go while the fork waits
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        assert held.wait(5)
-        try:
-            # Unguarded, the SDK's new export thread in the child waits forever.
-            got = _in_child(
-                lambda: {"exported": eventually(lambda: os.getpid() in exporter.exports, 5)},
-                timeout=10,
-            )
-        finally:
-            release.set()
-            holder.join()
-        assert got == {"exported": True}
-    finally:
-        ProcessInstrumentor().uninstrument()
-        provider.shutdown()
+# The three SDK faults, on the SDK alone and guarded: tests/test_sdk_fork_guard.py.
 
 
 def test_fork_guard_is_a_no_op_with_one_debug_line_where_the_sdk_differs(

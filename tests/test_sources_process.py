@@ -6,8 +6,6 @@ lock, and the value excerpts of error messages.
 from __future__ import annotations
 
 import collections
-import io
-import math
 import os
 import sys
 from collections.abc import Callable
@@ -15,11 +13,9 @@ from typing import Any
 
 import psutil
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessMetricsOptions
-from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 from opentelemetry.instrumentation.process.excerpt import excerpt
 from opentelemetry.instrumentation.process.linux import threads as linux_threads
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
@@ -299,33 +295,6 @@ def test_a_reset_failing_otherwise_in_a_grandchild_is_said_again(
 
 def broken_open(_ctx: ReadContext) -> bool:  # a fault injected: the runtime refuses a hook
     raise RuntimeError("no hook")
-
-
-# --- the SDK's export lock after a fork
-
-
-def test_a_held_export_lock_is_replaced_beside_readers_that_have_none(
-    logged: LogLines,
-) -> None:
-    from opentelemetry.sdk.metrics.export import (
-        ConsoleMetricExporter,
-        PeriodicExportingMetricReader,
-    )
-
-    periodic = PeriodicExportingMetricReader(
-        ConsoleMetricExporter(out=io.StringIO()), export_interval_millis=math.inf
-    )
-    # The in-memory reader first: it has no export lock at all.
-    provider = MeterProvider(metric_readers=[InMemoryMetricReader(), periodic])
-    held = periodic._export_lock
-    held.acquire()  # as a thread of the parent would have left it
-    try:
-        forks.after_fork(provider, hooked=True)
-        fresh = periodic._export_lock
-        assert fresh is not held and not fresh.locked()
-    finally:
-        held.release()
-        provider.shutdown()
 
 
 # --- value excerpts in error messages

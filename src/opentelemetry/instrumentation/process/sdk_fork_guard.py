@@ -8,8 +8,8 @@ collection lock, and the lock of each periodic reader's wait (at most
 collection lock the fork did not wait out: nothing later can, since a
 collection waits for that lock before any callback runs. A held export lock
 is replaced by :func:`after_fork`, from the child's first collection, after a
-fork of either kind: no export can start before it. Why, and what stays out
-of reach: docs/design.md, "The SDK's locks across a fork".
+fork of either kind: no export can start before it. Why, what stays out
+of reach, and the report for upstream: docs/sdk-fork.md.
 """
 
 from __future__ import annotations
