@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opentelemetry.instrumentation.process.group import election, rundir, slots
+from opentelemetry.instrumentation.process.group import election, rundir
 from opentelemetry.instrumentation.process.group.election import Election
 from opentelemetry.instrumentation.process.group.keys import group_of
 from opentelemetry.instrumentation.process.shared_sources import SharedGate
@@ -20,6 +20,7 @@ from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .conftest import log_lines
 from .support.groupkids import Kid, claimed_slot
+from .support.internals import release_slot
 from .support.planted import planted_symlink
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
@@ -30,10 +31,10 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 @pytest.fixture(autouse=True)
 def _fresh(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     rundir.faults._faults.clear()
-    slots.release()
+    release_slot()
     caplog.set_level(logging.WARNING)
     yield
-    slots.release()
+    release_slot()
 
 
 def in_kid() -> dict[str, object]:

@@ -19,15 +19,16 @@ from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 from .support.forkapps import c_fork
 from .support.forked import in_child
 from .support.groupkids import Kid, claimed_slot
+from .support.internals import release_slot
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 
 @pytest.fixture(autouse=True)
 def _no_slot_here() -> Iterator[None]:
-    slots.release()
+    release_slot()
     yield
-    slots.release()
+    release_slot()
 
 
 def worker(kids: list[Kid], **kw: object) -> Kid:

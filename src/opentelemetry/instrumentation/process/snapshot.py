@@ -18,7 +18,6 @@ import itertools
 import logging
 import os
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -72,7 +71,6 @@ class SnapshotCache:
         self.sources: tuple[Source, ...] = tuple(s for s in SOURCES.values() if s.name in names)
         self.faults = FaultLog(logger=_logger)
         """Rate-limits the log lines of failing sources and facts."""
-        self.refreshes = 0
         self._failing: set[str] = set()
         self._closed = False
         self.on_fork: Callable[[bool], None] | None = None
@@ -99,7 +97,6 @@ class SnapshotCache:
         # Baselines, in every process (the role is taken at a collection, not
         # here): whoever reports first has a real utilisation at once.
         self._read(tuple(s for s in self.sources if s.stateful))
-        _live_caches.add(self)
 
     @property
     def group(self) -> Group | None:
@@ -146,7 +143,6 @@ class SnapshotCache:
                 "duration": time.perf_counter() - wall,
                 "cpu_time": time.thread_time() - cpu,
             }
-        self.refreshes += 1
         return Snapshot(next(_generations), self._pid, readings)
 
     def _read(self, sources: tuple[Source, ...]) -> dict[str, Reading]:
@@ -247,7 +243,6 @@ class SnapshotCache:
             self._close(source)
         self.sources = ()
         self._snapshot = None
-        _live_caches.discard(self)
 
     def _forked(self, hooked: bool) -> None:
         if FREE_THREADED and not hooked:
@@ -319,9 +314,6 @@ class SnapshotCache:
         self._snapshot = None
         return hooked
 
-
-_live_caches: weakref.WeakSet[SnapshotCache] = weakref.WeakSet()
-"""Every cache not yet closed or collected: what a leak check counts."""
 
 _fork_time: tuple[int, float] = (0, 0.0)
 """(pid, ``time.monotonic()``) of the last fork that ran Python's at-fork hooks."""

@@ -74,15 +74,6 @@ def claim() -> Claim | None:
         return _claim
 
 
-def release() -> None:
-    """Give the slot back (tests; a process normally holds it until it dies)."""
-    global _claim
-    with _lock.get():
-        found, _claim = _claim, None
-        if found is not None:
-            found.held.drop()
-
-
 def _take() -> Claim | None:
     base = runtime_dir()
     if base is None:
