@@ -147,7 +147,7 @@ def test_a_state_is_made_once_per_context_and_dropped_on_demand() -> None:
 def test_every_need_is_a_source_read_earlier_in_the_same_refresh() -> None:
     order = list(SOURCES)
     needy = [s for s in SOURCES.values() if s.needs]
-    assert [s.name for s in needy] == ["process_num_threads", "children_tree"]
+    assert needy, "no source needs another: nothing to check"
     for source in needy:
         for name in source.needs:
             needed = SOURCES[name]
