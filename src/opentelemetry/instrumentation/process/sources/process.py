@@ -322,8 +322,8 @@ def _threads_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
 
 
 def _signals_pending(ctx: ReadContext) -> Reading:
-    pending, threads_in_status = procfs.status_counts()
-    return {"count": pending, THREAD_COUNT: threads_in_status}
+    found = procfs.status()
+    return {"count": found.pending, THREAD_COUNT: found.threads}
 
 
 def _smaps(ctx: ReadContext) -> Reading:
