@@ -17,7 +17,7 @@ import psutil
 
 from ..linux import children as linux_children
 from ..options import TREE_PARENT
-from .base import ReadContext, Reading
+from .base import ReadContext
 from .child_reads import ChildReading, Gone, Row, identity, read_first, read_rest
 from .child_slots import Child, Pass, Tree
 from .child_state import KEPT, TREE, PerChild, wanted
@@ -166,7 +166,7 @@ def _run(
     if with_tree:
         out.times = (user + reaped_user, system + reaped_system)
         kind = "pss" if memory == "pss" else "rss"
-        own = _own_memory(ctx, kind, top, ctx.readings.get(mirrors[memory], {}))
+        own = _own_memory(ctx, kind, top, ctx.needed(mirrors[memory], kind))
         if own is not None:
             out.memory = (kind, own + sum(_memory(r, kind) for r in readings.values()))
 
@@ -190,16 +190,13 @@ def _memory(reading: ChildReading, kind: str) -> int:
     return int(getattr(read, kind, None) or 0)
 
 
-def _own_memory(ctx: ReadContext, kind: str, top: int, own: Reading) -> int | None:
+def _own_memory(ctx: ReadContext, kind: str, top: int, own: float | None) -> int | None:
     """The ``kind`` memory of the root ``top`` (this process, or its parent).
 
-    ``own`` is this process's reading of it in this refresh, where its source ran.
+    ``own`` is this process's, read in this refresh where its source ran.
     """
-    if top == os.getpid():
-        # Reading smaps again would cost a second walk of its mappings.
-        value = own.get(kind)
-        if isinstance(value, int):
-            return value
+    if top == os.getpid() and own is not None:
+        return int(own)  # reading smaps again would cost a second walk of its mappings
     try:
         process = ctx.process if top == os.getpid() else psutil.Process(top)
         if kind == "pss":

@@ -157,6 +157,7 @@ PER_CHILD: tuple[PerChild, ...] = (
 )
 """The per-child sources, one row each: what it reads of each child, and each field's points."""
 
+_OWN_MEMORY = tuple(p.mirrors for p in PER_CHILD if p.read in ("memory", "pss"))
 _TREE_MODE = attributes("cpu.mode")
 _TREE_USER, _TREE_SYSTEM = _TREE_MODE(("user",)), _TREE_MODE(("system",))
 _MEASURE = attributes("process_metrics.memory.measure")
@@ -244,6 +245,10 @@ def _source(
             ),
         ),
         keeps=(WANTED, KEPT),
+        # The pass, run by whichever children source reads first, takes this
+        # process's own RSS or PSS of the refresh for the tree: what the per-child
+        # memory reads mirror.
+        needs=_OWN_MEMORY,
     )
 
 
@@ -268,9 +273,5 @@ SOURCES: tuple[Source, ...] = (
         },
         "getrusage(2) twice, lists the children file of each task (elsewhere: psutil reads every "
         "process on the host), /proc/<pid>/stat and statm per child",
-    )._replace(
-        stateful=True,
-        # This process's own RSS or PSS: what the per-child memory reads mirror.
-        needs=tuple(p.mirrors for p in PER_CHILD if p.read in ("memory", "pss")),
-    ),
+    )._replace(stateful=True),
 )

@@ -119,7 +119,7 @@ def _num_threads(ctx: ReadContext) -> Reading:
     # Free where a source read earlier in this refresh counted them: the
     # per-thread read lists the threads, the signals read parses status.
     for name in _COUNTED_BY:
-        count = ctx.readings.get(name, {}).get(THREAD_COUNT)
+        count = ctx.needed(name, THREAD_COUNT)
         if count is not None:
             return {"count": count}
     return {"count": int(ctx.process.num_threads())}
