@@ -19,10 +19,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
-from opentelemetry.instrumentation.process.catalog import supported
+from opentelemetry.instrumentation.process.catalog import PER_CHILD, supported
 from opentelemetry.instrumentation.process.group import SLOT_ATTRIBUTE
 from opentelemetry.instrumentation.process.linux import children as linux_children
-from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME, PER_CHILD
+from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
 
 from .conftest import OpenRecorder, collect, points

@@ -20,7 +20,7 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from opentelemetry.instrumentation.process.metrics import PER_CHILD
+from opentelemetry.instrumentation.process.catalog import PER_CHILD
 
 from .support.examples import BIN, Lines, free_port, start
 

@@ -554,15 +554,13 @@ def test_the_process_worker_detector_is_registered_and_leaves_out_the_pid() -> N
     it sets ``service.instance.id`` (a UUIDv5) and ``process_metrics.worker.slot``, no pid."""
     import uuid
 
-    from opentelemetry.instrumentation.process.group import slots
-
     (entry,) = importlib.metadata.entry_points(
         group="opentelemetry_resource_detector", name="process_worker"
     )
     try:
         detected = entry.load()().detect().attributes
     finally:
-        slots.release()  # a worker holds its slot for life; this test process is none
+        internals.release_slot()
     assert set(detected) == {"service.instance.id", "process_metrics.worker.slot"}, detected
     assert uuid.UUID(str(detected["service.instance.id"])).version == 5
     assert isinstance(detected["process_metrics.worker.slot"], int)

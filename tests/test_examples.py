@@ -31,8 +31,8 @@ from typing import Any
 import psutil
 import pytest
 
-from opentelemetry.instrumentation.process.catalog import supported
-from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, PER_CHILD
+from opentelemetry.instrumentation.process.catalog import PER_CHILD, supported
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
 
 from .conftest import events_metrics, on_by_default
 from .support.examples import BIN, ROOT, Lines, clean_env, free_port, start

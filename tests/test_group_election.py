@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +16,12 @@ from opentelemetry.instrumentation.process.group import rundir as rundir_module
 from opentelemetry.instrumentation.process.group.election import Election
 from opentelemetry.instrumentation.process.group.keys import group_of
 from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
+from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
 from .conftest import log_lines
 from .support.forkapps import c_fork
+from .support.forked import in_child
 from .support.groupkids import Kid
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -105,6 +109,32 @@ def test_a_child_without_hooks_frees_the_inherited_lock_for_a_takeover(
         assert other.ask("leader") is True
     finally:
         os.kill(grandchild, 9)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
+@pytest.mark.skipif(
+    FREE_THREADED, reason="a fork from C beside running threads may hang on a free-threaded build"
+)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+def test_a_child_forked_from_c_while_a_thread_of_the_parent_is_in_the_election_takes_part(
+    rundir: Path,
+) -> None:
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # a thread of the parent in the middle of an election at the fork
+        with election._mutex.get():
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(5)
+    try:
+        got = in_child(lambda: {"leader": Election(group_of(SERVICE)).leader()}, fork=c_fork)
+    finally:
+        release.set()
+        holder.join(10)
+    assert got == {"leader": True}
 
 
 def test_another_user_can_neither_take_nor_suppress_the_role(rundir: Path, kids: list[Kid]) -> None:

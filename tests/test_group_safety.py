@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opentelemetry.instrumentation.process.group import election, rundir, slots
+from opentelemetry.instrumentation.process.group import election, rundir
 from opentelemetry.instrumentation.process.group.election import Election
 from opentelemetry.instrumentation.process.group.keys import group_of
 from opentelemetry.instrumentation.process.shared_sources import SharedGate
@@ -20,6 +20,7 @@ from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .conftest import log_lines
 from .support.groupkids import Kid, claimed_slot
+from .support.internals import release_slot
 from .support.planted import planted_symlink
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
@@ -30,10 +31,10 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 @pytest.fixture(autouse=True)
 def _fresh(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     rundir.faults._faults.clear()
-    slots.release()
+    release_slot()
     caplog.set_level(logging.WARNING)
     yield
-    slots.release()
+    release_slot()
 
 
 def in_kid() -> dict[str, object]:
@@ -51,6 +52,14 @@ def in_kid() -> dict[str, object]:
     return out
 
 
+def forget_the_elections() -> None:
+    """This process's election state as a new process has it: each lock file closed."""
+    for state in election._states.values():
+        if state.file is not None:
+            state.file.drop()
+    election._states.clear()
+
+
 def falls_back(caplog: pytest.LogCaptureFixture) -> None:
     kid = Kid(in_kid)
     try:
@@ -63,7 +72,7 @@ def falls_back(caplog: pytest.LogCaptureFixture) -> None:
     finally:
         kid.kill()
     # And here: warned once however often it is asked.
-    election._forget_in_child()  # this process's state, as a new process has it
+    forget_the_elections()
     for _ in range(3):
         assert Election(group_of(SERVICE)).leader() and claimed_slot() is None
     lines = [r for r in caplog.records if "cannot be used safely" in r.getMessage()]
@@ -93,7 +102,7 @@ def test_a_symlink_planted_as_the_lock_file(
     from opentelemetry.instrumentation.process.group.keys import parent_key
 
     monkeypatch.setenv(VAR, str(run))
-    election._forget_in_child()
+    forget_the_elections()
     assert Election(group_of(SERVICE)).leader()
     (run / "slots" / parent_key(os.getppid())).symlink_to(tmp_path)
     assert claimed_slot() is None

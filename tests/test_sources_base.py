@@ -147,7 +147,7 @@ def test_a_state_is_made_once_per_context_and_dropped_on_demand() -> None:
 def test_every_need_is_a_source_read_earlier_in_the_same_refresh() -> None:
     order = list(SOURCES)
     needy = [s for s in SOURCES.values() if s.needs]
-    assert [s.name for s in needy] == ["process_num_threads", "children_tree"]
+    assert needy, "no source needs another: nothing to check"
     for source in needy:
         for name in source.needs:
             needed = SOURCES[name]
@@ -228,6 +228,36 @@ def test_a_source_that_reads_directly_what_it_did_not_declare_fails_and_says_so(
     assert name not in readings and "process_memory" in readings
     (said,) = [line for line in logged.lines if name in line]
     assert "reads 'undeclared' directly: declare it" in said
+
+
+def test_a_source_that_reads_a_reading_it_does_not_need_fails_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, logged: LogLines
+) -> None:
+    def nosy(ctx: ReadContext) -> Reading:
+        return {"count": ctx.needed("process_memory", "rss") or 0}
+
+    name = "process_num_threads"
+    monkeypatch.setitem(SOURCES, name, SOURCES[name]._replace(read=nosy))  # type: ignore[index]
+    cache = SnapshotCache(ProcessMetricsOptions(), {name, "process_memory"})
+    try:
+        readings = cache.snapshot().readings
+    finally:
+        cache.close()
+    assert name not in readings and "process_memory" in readings
+    (said,) = [line for line in logged.lines if name in line]
+    assert "reads 'process_memory''s reading: declare it" in said
+
+
+def test_a_needed_reading_is_a_number_of_this_refresh_or_none() -> None:
+    ctx = _context(FaultLog())
+    ctx.source = SOURCES["process_num_threads"]  # it needs process_signals
+    ctx.readings = {"process_signals": {THREAD_COUNT: 7, "count": 0}}
+    assert ctx.needed("process_signals", THREAD_COUNT) == 7
+    assert ctx.needed("process_signals", "count") == 0  # a 0 is a value
+    assert ctx.needed("process_signals", "nope") is None
+    assert ctx.needed("process_threads", THREAD_COUNT) is None  # off, or failed
+    ctx.readings = {"process_signals": {THREAD_COUNT: {}}}  # points, not a number
+    assert ctx.needed("process_signals", THREAD_COUNT) is None
 
 
 INSTRUMENT_SIDE = {

@@ -13,6 +13,7 @@ import fcntl
 import logging
 import os
 import re
+import resource
 import socket
 import struct
 import sys
@@ -33,7 +34,7 @@ from opentelemetry.instrumentation.process.linux import procfs, sock_diag
 from opentelemetry.instrumentation.process.sources import host
 from opentelemetry.instrumentation.process.sources.base import Key, ReadContext
 
-from .conftest import HOST_MODES, collect, points
+from .conftest import HOST_MODES, Sdk, collect, points, value
 from .support.forked import in_child
 from .support.meminfo import read_meminfo
 from .support.sockets import Scene, build_all_states
@@ -402,9 +403,9 @@ def test_memory_states_add_up_to_the_total_in_meminfo() -> None:
     assert set(usage) == set(share) == {"used", "free", "buffers", "cached"}
     assert sum(usage.values()) == total, usage
     assert sum(share.values()) == pytest.approx(1.0, abs=1e-9), share
-    for state, value in usage.items():
-        assert value >= 0, usage
-        assert share[state] == pytest.approx(value / total, rel=1e-12)
+    for state, used in usage.items():
+        assert used >= 0, usage
+        assert share[state] == pytest.approx(used / total, rel=1e-12)
 
     def between(value: int, of: Callable[[dict[str, int]], int]) -> None:
         low, high = sorted((of(before), of(after)))
@@ -660,8 +661,65 @@ def test_cpu_time_by_mode_is_between_psutils_reads_around_it(per_cpu: bool) -> N
     got = host._system_cpu(context(ProcessMetricsOptions(per_cpu=per_cpu)))["time"]
     after = read()
     assert set(got) == set(before)
-    for key, value in got.items():
+    for key, seconds in got.items():
         if key[1] == "iowait":  # it may go down (proc(5)); a fresh context has no floor yet
-            assert min(before[key], after[key]) <= value <= max(before[key], after[key]), key
+            assert min(before[key], after[key]) <= seconds <= max(before[key], after[key]), key
         else:
-            assert before[key] <= value <= after[key], key
+            assert before[key] <= seconds <= after[key], key
+
+
+# --- host memory, CPUs and CPU utilisation against psutil's, read by the test
+
+
+def test_host_memory_and_logical_cpus_are_psutils(sdk: Sdk) -> None:
+    sdk.instrument()
+    m = sdk.collect()
+    vm = psutil.virtual_memory()
+    assert value(m["system.memory.limit"]) == vm.total
+    used = value(m["system.memory.usage"], **{"system.memory.state": "used"})
+    assert abs(used - (vm.total - vm.available)) / vm.total < 0.05
+    assert value(m["system.cpu.logical.count"]) == psutil.cpu_count()
+
+
+def _busy(seconds: float) -> None:
+    """Spin in user space for about ``seconds`` of this thread's CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        sum(range(2_000))  # mostly user time: the clock read itself is a syscall
+
+
+def _host_cpu() -> dict[str, float]:
+    times = psutil.cpu_times()._asdict()
+    return {
+        mode: sum(times[f] for f in fields if f in times)
+        for mode, fields in HOST_MODES.items()
+        if any(f in times for f in fields)
+    }
+
+
+def test_system_cpu_utilization_is_each_modes_share_since_the_last_collection(sdk: Sdk) -> None:
+    sdk.instrument()
+    a0 = _host_cpu()
+    sdk.collect()
+    a1 = _host_cpu()
+    user0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    _busy(0.5)
+    mine = resource.getrusage(resource.RUSAGE_SELF).ru_utime - user0
+    b0 = _host_cpu()
+    util = points(sdk.collect()["system.cpu.utilization"])
+    b1 = _host_cpu()
+    shares = {dict(k)["cpu.mode"]: v for k, v in util.items()}
+    assert set(shares) == set(a0)
+    # The window runs from the first collection (between a0 and a1) to the
+    # second (between b0 and b1), so each share lies between these bounds.
+    total_lo = sum(b0.values()) - sum(a1.values())
+    total_hi = sum(b1.values()) - sum(a0.values())
+    for mode, share in shares.items():
+        lo = max(0.0, b0[mode] - a1[mode]) / total_hi
+        hi = (b1[mode] - a0[mode]) / total_lo
+        assert lo - 1e-9 <= share <= hi + 1e-9, (mode, share, lo, hi)
+    # This process's busy loop is host user time too (the host counts in
+    # ticks), or nice time when the process runs niced.
+    mode = "nice" if hasattr(os, "nice") and os.nice(0) > 0 else "user"
+    assert shares[mode] >= (mine - 0.03) / total_hi, (mode, shares, mine, total_hi)
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-6)

@@ -30,7 +30,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-from .conftest import collect, points
+from .conftest import Sdk, collect, points, value
 from .support.forkapps import c_fork
 from .support.forked import in_child
 from .support.gc import (
@@ -572,3 +572,20 @@ def test_instrumenting_and_collecting_keep_the_gil_off() -> None:
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False"], (done.stdout, done.stderr[-2000:])
     assert "GIL" not in done.stderr, done.stderr[-2000:]
+
+
+# --- garbage collections against gc.collect()
+
+
+def test_gc_collections_follow_gc_collect(sdk: Sdk) -> None:
+    import gc
+
+    sdk.instrument()
+    key = {"cpython.gc.generation": 2}
+    gc.disable()  # no automatic collection in between: only the one below counts
+    try:
+        before = value(sdk.collect()["cpython.gc.collections"], **key)
+        gc.collect()
+        assert value(sdk.collect()["cpython.gc.collections"], **key) == before + 1
+    finally:
+        gc.enable()

@@ -46,7 +46,6 @@ from opentelemetry.instrumentation.process import (
     ProcessInstrumentor,
     ProcessMetricsOptions,
     instruments,
-    snapshot,
 )
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
@@ -57,6 +56,7 @@ from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources import process as process_sources
 
 from .conftest import Points, automatic_here, collect, ours, points
+from .support.internals import count_refreshes, live_caches
 from .support.stress import seconds, size
 
 # Concurrency: readers collecting at once for this long, per variant.
@@ -399,6 +399,7 @@ def test_concurrent_readers_see_one_whole_refresh_each(
 ) -> None:
     log = RefreshLog()
     log.install(monkeypatch)
+    counted = count_refreshes(monkeypatch)
     problems = Problems()
     expected = expected_names(options)
     memory_reader = InMemoryMetricReader()
@@ -433,7 +434,7 @@ def test_concurrent_readers_see_one_whole_refresh_each(
             # is counted, so refreshes are read only after it.
             provider.shutdown()
             shut_down = True
-            refreshes = live.cache.refreshes
+            refreshes = counted(live.cache)
         finally:
             uninstrument()
             if not shut_down:
@@ -678,11 +679,6 @@ def _async_instruments(provider: MeterProvider) -> int:
     return len(found)
 
 
-def _live_caches() -> int:
-    gc.collect()
-    return len(snapshot._live_caches)
-
-
 def test_instrument_cycles_do_not_grow(thread_errors: Problems) -> None:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
@@ -712,7 +708,7 @@ def test_instrument_cycles_do_not_grow(thread_errors: Problems) -> None:
                     sdk_instruments = _async_instruments(provider)
                     before = _start_tracing()
                 if cycle % 100 == 0 or last:
-                    max_caches = max(max_caches, _live_caches())
+                    max_caches = max(max_caches, live_caches())
             # The last instrument() reported every point (checked above).
             end_observers = len(instruments._registries[provider].observers)
             end_instruments = _async_instruments(provider)
@@ -762,7 +758,9 @@ def _gc_counts() -> tuple[int, ...]:
     return tuple(s["collections"] for s in gc.get_stats())
 
 
-def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Problems) -> None:
+def test_threads_collecting_beside_readers_keep_every_total(
+    thread_errors: Problems, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """8 threads allocate and collect while 2 readers collect metrics (no GIL: in parallel).
 
     No crash, no deadlock; the pauses counted equal CPython's collections, and
@@ -782,7 +780,7 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
     try:
         stats0 = _gc_counts()
         ProcessInstrumentor().instrument(meter_provider=provider, gc_pause_histogram=True)
-        refreshes0 = current_live().cache.refreshes
+        counted = count_refreshes(monkeypatch)
     finally:
         if was:
             gc.enable()
@@ -835,7 +833,7 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
             stats1 = _gc_counts()
             last = collect(readers[0])
             reads[0] += 1
-            refreshes = current_live().cache.refreshes - refreshes0
+            refreshes = counted(current_live().cache)
         finally:
             if was:
                 gc.enable()

@@ -65,6 +65,7 @@ EXPECTED: dict[str, str] = {
     r"^OpenTelemetry Collector unavailable \(": "server",
     r"^DOCS NOT CHECKED IN A BROWSER: ": "browser",
     r"^make is not installed$": "package",
+    r"^patch is not installed$": "package",
     r"^uwsgi not found: ": "package",
     r"^celery is not installed": "package",
     r"^uvloop is not installed$": "package",
@@ -83,8 +84,8 @@ EXPECTED: dict[str, str] = {
     r"^reading pyproject\.toml needs Python 3\.11\+$": "version",
     r"^the docs quote SDK 1\.45's memory per attribute set; this is ": "version",
     r"^the README quotes SDK 1\.45's default exporter timeout; this is ": "version",
-    r"^this SDK keeps no collection lock where the guard looks": "version",
     r"^this SDK's readers take no cardinality_limits": "version",
+    r"^the proposed fix is a diff against SDK \S+; this is ": "version",
     r"^the demo installs the latest releases; this cell has the lowest ones$": "version",
     # A race with the interpreter's own GC: rare, never in every cell.
     r"^a collection of its own came in between": "race",

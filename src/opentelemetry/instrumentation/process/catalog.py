@@ -6,8 +6,21 @@ resolves the join, and checks the table at import.
 
 from __future__ import annotations
 
-from .metrics import METRICS, PER_CHILD, Metric
-from .sources import SOURCES
+from .metrics import METRICS, Metric
+from .sources import SOURCES, children
+
+PER_CHILD: dict[str, Metric] = {
+    m.name: m._replace(source=c.name)
+    for m in METRICS
+    for c in children.PER_CHILD
+    if c.mirrors == m.source and m.field in c.fields
+}
+"""Supervisor mode: the rows of the process metrics that get a point per child, by name.
+
+Same name, kind, unit and field; the source is the children source that
+mirrors the metric's own (``sources/children.py``), and the attributes start
+with the child's slot (and ``process.pid``, opt-in).
+"""
 
 
 def attributes_of(metric: Metric) -> tuple[str, ...]:

@@ -32,7 +32,7 @@ from opentelemetry.metrics import (
 from opentelemetry import context as otel_context
 
 from . import interpreter, sdk_fork_guard, service
-from .catalog import supported
+from .catalog import PER_CHILD, supported
 from .group.keys import Group
 from .metrics import Kind, Metric
 from .options import ProcessMetricsOptions
@@ -72,11 +72,8 @@ class Instrumentation:
         self.provider: weakref.ref[Any] | None = None
         metrics = enabled_metrics(options)
         # Supervisor mode: the process metrics readable from outside get per-child rows.
-        self._children = {
-            m.name: child
-            for m in metrics
-            if options.children and (child := m.per_child) is not None and supported(child)
-        }
+        per_child = (PER_CHILD.get(m.name) for m in metrics) if options.children else ()
+        self._children = {c.name: c for c in per_child if c is not None and supported(c)}
         sources = {m.source for m in (*metrics, *self._children.values())}
         self.cache = SnapshotCache(options, sources, service)
         # A source with nothing to read here (no cgroup limit, say) gets no instruments.
@@ -288,17 +285,17 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
         else:
             registry.observer(metric).live = live
     live.provider = weakref.ref(provider)
-    live.cache.on_unhooked_fork = _after_fork_without_hooks(live.provider)
+    live.cache.on_fork = _after_fork(live.provider)
     sdk_fork_guard.guard(provider)
     _logger.debug("process metrics: reporting %d metrics", len(live.metrics))
     return live
 
 
-def _after_fork_without_hooks(provider: weakref.ref[Any]) -> Callable[[], None]:
-    def repair() -> None:
+def _after_fork(provider: weakref.ref[Any]) -> Callable[[bool], None]:
+    def repair(hooked: bool) -> None:
         found = provider()
         if found is not None:
-            sdk_fork_guard.after_fork_without_hooks(found)
+            sdk_fork_guard.after_fork(found, hooked)
 
     return repair
 

@@ -58,15 +58,6 @@ class Metric(NamedTuple):
         """True for this package's own metrics, outside the semantic conventions."""
         return self.name.startswith(EXTENSION_PREFIX)
 
-    @property
-    def per_child(self) -> Metric | None:
-        """The row of this metric's per-child points in supervisor mode, or ``None``.
-
-        Same name, kind and unit; its source is a children source, and its
-        attributes start with the child's slot (and ``process.pid``, opt-in).
-        """
-        return PER_CHILD.get(self.name)
-
 
 C, U, G, H = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE, Kind.HISTOGRAM
 _PER_CPU = "cpu.logical_number only with per_cpu=True"
@@ -412,36 +403,3 @@ METRICS: tuple[Metric, ...] = (
 )  # fmt: skip
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}
-
-
-# --- supervisor mode (children=True): per-child rows ----------------------------
-
-_CHILD_FIELDS = {
-    "process.cpu.time": ("children_cpu", "cpu_time"),
-    "process.cpu.utilization": ("children_cpu", "cpu_utilization"),
-    "process.memory.usage": ("children_memory", "rss"),
-    "process.memory.virtual": ("children_memory", "vms"),
-    "process_metrics.memory.pss": ("children_memory_full", "pss"),
-    "process_metrics.memory.uss": ("children_memory_full", "uss"),
-    "process.disk.io": ("children_io", "bytes"),
-    "process.disk.operations": ("children_io", "operations"),
-    "process.thread.count": ("children_num_threads", "count"),
-    "process.unix.file_descriptor.count": ("children_num_fds", "count"),
-    "process.context_switches": ("children_context_switches", "context_switches"),
-    "process.paging.faults": ("children_paging_faults", "paging_faults"),
-    "process.uptime": ("children_uptime", "uptime"),
-}
-"""The process metrics that can be read from outside a process: its per-child source and field.
-
-PSS and USS count only where their own rows exist in the table.
-"""
-
-PER_CHILD: dict[str, Metric] = {
-    name: METRICS_BY_NAME[name]._replace(
-        source=source,
-        field=field,
-    )
-    for name, (source, field) in _CHILD_FIELDS.items()
-    if name in METRICS_BY_NAME
-}
-"""Per-child rows, by the name of the process metric they add points to."""

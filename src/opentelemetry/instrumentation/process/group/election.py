@@ -5,8 +5,10 @@ The leader is the process that holds an exclusive ``flock`` on
 frees it when the leader dies, and another process takes it at its next try.
 One descriptor per group and process (``O_CLOEXEC``), shared by every
 :class:`Election` of that group in the process; a forked child never believes
-it leads. Without a safe runtime directory every process reports, after one
-warning. Details: docs/design.md, "Worker slots and the election".
+it leads: at its first use of the election (a pid check, which a fork from C
+passes too) it closes its copy of the parent's descriptor and opens its own.
+Without a safe runtime directory every process reports, after one warning.
+Details: docs/design.md, "Worker slots and the election".
 
 The leader writes who it is in the file (:class:`Holder`), so that a process
 that does not report can say which one does, and the snapshot command can
@@ -20,10 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from pathlib import Path
 from typing import NamedTuple
 
+from ..locks import ProcessLock
 from .heldfile import HeldFile
 from .keys import Group, start_time
 from .rundir import (
@@ -44,10 +46,9 @@ except ImportError:  # Windows: runtime_dir() is None there, so fcntl is never u
 class _Lock:
     """This process's lock file of one group (``file`` is ``None`` when unusable: it reports)."""
 
-    __slots__ = ("file", "leading", "path", "pid", "started", "users")
+    __slots__ = ("file", "leading", "path", "started", "users")
 
-    def __init__(self, pid: int, file: HeldFile | None, path: Path | None = None) -> None:
-        self.pid = pid
+    def __init__(self, file: HeldFile | None, path: Path | None = None) -> None:
         self.file = file
         self.path = path
         self.leading = False
@@ -76,8 +77,8 @@ class Holder(NamedTuple):
 _states: dict[str, _Lock] = {}
 """This process's lock of each group it takes part in, by group key."""
 _pid = os.getpid()
-"""The process ``_states`` belong to: a fork that skipped the at-fork hooks is seen by it."""
-_mutex = threading.Lock()
+"""The process ``_states`` belong to: a forked child sees that they are its parent's."""
+_mutex = ProcessLock()
 
 
 class Election:
@@ -85,7 +86,7 @@ class Election:
 
     def __init__(self, group: Group) -> None:
         self.group = group
-        with _mutex:
+        with _mutex.get():
             _current(group).users += 1
         self._closed = False
 
@@ -98,7 +99,7 @@ class Election:
         """
         if self._closed:
             return False
-        with _mutex:
+        with _mutex.get():
             state = _current(self.group)
             if state.file is None:
                 return True  # no safe lock file: "every" (warned once)
@@ -127,7 +128,7 @@ class Election:
 
     def holder(self) -> Holder | None:
         """The live process that reports this group, as it wrote itself; ``None`` if unknown."""
-        with _mutex:
+        with _mutex.get():
             state = _current(self.group)
             if state.file is None:
                 return None
@@ -138,7 +139,7 @@ class Election:
         if self._closed:
             return
         self._closed = True
-        with _mutex:
+        with _mutex.get():
             _forget_other_process()
             state = _states.get(self.group.key)
             if state is None:
@@ -154,7 +155,11 @@ class Election:
 
 
 def _forget_other_process() -> None:
-    """Drop a parent's states (a fork that skipped the at-fork hooks); under ``_mutex``."""
+    """In a forked child, drop its copies of the parent's lock files; under ``_mutex``.
+
+    The child's elections are copies of the parent's, so the count of each
+    group's users stays; each group's file is opened again, and tried anew.
+    """
     global _pid
     if _pid == os.getpid():
         return
@@ -162,7 +167,9 @@ def _forget_other_process() -> None:
     for state in _states.values():
         if state.file is not None:
             state.file.drop()  # a child's copy: the parent keeps its lock
-    _states.clear()
+        state.file = _open_file(state.path) if state.path is not None else None
+        state.leading = False
+        state.started = _started()
 
 
 def _current(group: Group) -> _Lock:
@@ -175,22 +182,37 @@ def _current(group: Group) -> _Lock:
 
 
 def _open(group: Group) -> _Lock:
-    pid = os.getpid()
     base = runtime_dir()
     if base is None:
-        return _Lock(pid, None)
-    path = base / "groups"
+        return _Lock(None)
+    folder = base / "groups"
     try:
-        private_dir(path)
-        prune(path, keep=f"{group.key}.lock")
-        path = path / f"{group.key}.lock"
-        lock = _Lock(pid, HeldFile.of(open_private(path)), path)
+        private_dir(folder)
+    except OSError as exc:
+        warn_unusable(folder, exc)
+        return _Lock(None)
+    prune(folder, keep=f"{group.key}.lock")
+    path = folder / f"{group.key}.lock"
+    lock = _Lock(_open_file(path), path)
+    lock.started = _started()
+    return lock
+
+
+def _open_file(path: Path) -> HeldFile | None:
+    """The group's lock file at ``path``; ``None`` (every process reports) where unusable."""
+    try:
+        return HeldFile.of(open_private(path))
     except OSError as exc:
         warn_unusable(path, exc)
-        return _Lock(pid, None, path)
-    with contextlib.suppress(Exception):  # without it, no record: who leads is untold
-        lock.started = start_time(pid)
-    return lock
+        return None
+
+
+def _started() -> str:
+    """This process's start time, for its record if it leads; "" (no record) if unknown."""
+    try:
+        return start_time(os.getpid())
+    except Exception:  # noqa: BLE001 - without it, no record: who leads is untold
+        return ""
 
 
 def _still_named(state: _Lock) -> bool:
@@ -208,7 +230,7 @@ def _write_holder(state: _Lock, group: Group) -> None:
     """Who leads, in the file: pid, start time, user, cgroup and service, a line each."""
     if state.file is None or not state.started:
         return
-    fields = (state.pid, state.started, group.user, group.cgroup, group.service)
+    fields = (os.getpid(), state.started, group.user, group.cgroup, group.service)
     text = "".join(str(f).replace("\n", " ") + "\n" for f in fields)
     with contextlib.suppress(OSError):  # who leads is only told, never needed
         os.ftruncate(state.file.fd, 0)
@@ -293,13 +315,3 @@ def prune(folder: Path, keep: str) -> int:
         finally:
             os.close(fd)
     return removed
-
-
-def _forget_in_child() -> None:
-    global _mutex
-    _mutex = threading.Lock()
-    _forget_other_process()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)

@@ -1,7 +1,9 @@
 """Snapshot sources: each one reads one thing from the OS or the runtime.
 
-Sources are grouped by what they read: this process (``process.py``), the
-host (``host.py``) and the Python runtime (``runtime.py``). Direct reads of
+Sources are grouped by what they read, one module each, which declares them in
+its ``SOURCES``; ``SOURCES`` here joins those of every such module of this
+package (``tests/test_layout.py`` checks that none is left out), in the order
+of their ``needs``. What every source shares is in ``base.py``; direct reads of
 Linux kernel interfaces live in the ``linux`` package. Nothing here knows
 about OpenTelemetry.
 """

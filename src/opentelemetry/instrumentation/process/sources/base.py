@@ -151,7 +151,7 @@ class ReadContext:
         self.state: dict[str, Any] = {}
         """Each source's :class:`State`, by its name: read it with :meth:`state_of`."""
         self.readings: Mapping[str, Reading] = {}
-        """The readings of this refresh so far: a source reads only those it ``needs``."""
+        """The readings of this refresh so far: a source reads those it ``needs``, by ``needed``."""
         self.direct_failed: set[str] = set()
         self.source: Source | None = None
         """The source being read: the direct reads it declares are those it may make."""
@@ -190,6 +190,19 @@ class ReadContext:
             values = {k: v if v >= floor.get(k, v) else floor[k] for k, v in values.items()}
         self.floors[name] = values
         return values
+
+    def needed(self, source: str, field: str) -> int | float | None:
+        """The number ``field`` of ``source``'s reading in this refresh; ``None`` if it has none.
+
+        ``source`` is one that the source being read declares in ``needs`` (read
+        earlier in the refresh): another fails it. ``None`` when that source is
+        off, failed, or gave no such field: read the value some other way then.
+        """
+        reader = self.source
+        if reader is not None and source not in reader.needs:
+            raise RuntimeError(f"source {reader.name!r} reads {source!r}'s reading: declare it")
+        found = self.readings.get(source, {}).get(field)
+        return found if isinstance(found, (int, float)) else None
 
     def direct_read(self, name: str, read: Callable[[], _T]) -> _T | None:
         """``read()``, the direct read ``name``; ``None`` when it is off or given up.

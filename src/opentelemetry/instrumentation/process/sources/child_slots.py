@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 import psutil
 
-from .base import Delta
+from .base import Delta, Key
 
 RECORDED_SLOT_WINDOW = 60.0
 """Seconds after its first sight during which a child's own recorded slot is looked for.
@@ -28,7 +28,7 @@ master first sees it; a child with no record after this is not a detector's.
 class Child:
     """One descendant, as the master sees it."""
 
-    __slots__ = ("first_seen", "parent", "pid", "process", "recorded", "slot", "started", "util")
+    __slots__ = ("first_seen", "parent", "pid", "process", "rates", "recorded", "slot", "started")
 
     def __init__(
         self,
@@ -53,13 +53,32 @@ class Child:
         self.slot = -1
         self.recorded = False
         """Whether ``slot`` is the child's own, from the resource detector."""
-        self.util = Delta()
+        self.rates: dict[str, Delta] = {}
+        """The baseline of each per-child source's rates, by source."""
+
+
+class Pass:
+    """What one refresh found: the per-child sources' points and the tree's totals."""
+
+    __slots__ = ("alive", "failed", "fields", "memory", "now", "times")
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.fields: dict[str, dict[str, dict[Key, float]]] = {}
+        """Each per-child source's fields, by source."""
+        self.failed: Exception | None = None
+        self.alive = 0
+        """The live descendants listed."""
+        self.times: tuple[float, float] | None = None
+        """User and system seconds of the tree, what was reaped included (tree only)."""
+        self.memory: tuple[str, int] | None = None
+        """``("pss" or "rss", bytes)`` of the tree (tree only)."""
 
 
 class Tree:
     """The children of this process between refreshes."""
 
-    __slots__ = ("cap_warned", "exits", "live", "restarts", "used_slots", "zombies")
+    __slots__ = ("cap_warned", "exits", "latest", "live", "restarts", "used_slots", "zombies")
 
     def __init__(self) -> None:
         self.live: dict[int, Child] = {}
@@ -70,6 +89,8 @@ class Tree:
         self.exits = 0
         self.restarts = 0
         self.cap_warned = False
+        self.latest: Pass | None = None
+        """The pass of the latest refresh: every children source of it reads that one."""
 
     def known(self, pid: int, started: float) -> Child | None:
         """The child seen at ``pid`` before, if it is still the one that started at ``started``."""
