@@ -32,13 +32,22 @@ class Key(tuple[str | int | None, ...]):
     names: ClassVar[tuple[str, ...]] = ()
 
 
+_KEY_TYPES: dict[tuple[str, ...], type[Key]] = {}
+
+
 def attributes(*names: str) -> type[Key]:
     """The key type of a field whose points have the attributes ``names``.
 
     Build a key with a tuple of values, in the order of ``names``:
-    ``MODE = attributes("cpu.mode")``, then ``MODE(("user",))``.
+    ``MODE = attributes("cpu.mode")``, then ``MODE(("user",))``. Fields with the
+    same attributes share one type (a class is a few objects that every full
+    garbage collection walks).
     """
-    return cast("type[Key]", type("Key", (Key,), {"__slots__": (), "names": names}))
+    found = _KEY_TYPES.get(names)
+    if found is None:
+        made = type("Key", (Key,), {"__slots__": (), "names": names})
+        found = _KEY_TYPES[names] = cast("type[Key]", made)
+    return found
 
 
 Fields = Mapping[str, "type[Key] | None"]
