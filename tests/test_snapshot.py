@@ -378,7 +378,17 @@ def test_each_file_is_opened_once_per_collection(
 
 # -- a reader is imported only by a source that is enabled ------------------------------
 
-_READERS = ("probes.loops", "linux.sock_diag", "linux.threads", "linux.smaps")
+# Each imported only by the option that needs it (the defaults' own objects: tests/test_objects.py).
+_READERS = (
+    "probes.loops",
+    "probes.gil_wait",
+    "linux.sock_diag",
+    "linux.threads",
+    "linux.smaps",
+    "sources.children",  # supervisor mode's sources, their state and their pass
+    "sources.child_state",
+    "sources.child_pass",
+)
 _PACKAGE = "opentelemetry.instrumentation.process"
 _LOADED = """
 import json, sys
@@ -430,5 +440,7 @@ def test_the_import_loads_no_source_and_the_defaults_load_no_optional_reader() -
 @linux_only
 def test_each_optional_reader_is_loaded_by_the_option_that_needs_it() -> None:
     wanted = ["system.network.connection.count", "process_metrics.memory.pss"]
-    got = _loaded(event_loop=True, per_thread=True, include=wanted)["collected"]
+    got = _loaded(
+        event_loop=True, gil_wait=True, per_thread=True, children=True, include=wanted
+    )["collected"]
     assert set(_READERS) <= set(got), got

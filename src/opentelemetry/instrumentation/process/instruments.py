@@ -31,8 +31,8 @@ from opentelemetry.metrics import (
 
 from opentelemetry import context as otel_context
 
-from . import interpreter, sdk_fork_guard, service
-from .catalog import PER_CHILD, supported
+from . import catalog, interpreter, sdk_fork_guard, service
+from .catalog import supported
 from .group.keys import Group
 from .metrics import Kind, Metric
 from .options import ProcessMetricsOptions
@@ -72,7 +72,7 @@ class Instrumentation:
         self.provider: weakref.ref[Any] | None = None
         metrics = enabled_metrics(options)
         # Supervisor mode: the process metrics readable from outside get per-child rows.
-        per_child = (PER_CHILD.get(m.name) for m in metrics) if options.children else ()
+        per_child = (catalog.PER_CHILD.get(m.name) for m in metrics) if options.children else ()
         self._children = {c.name: c for c in per_child if c is not None and supported(c)}
         sources = {m.source for m in (*metrics, *self._children.values())}
         self.cache = SnapshotCache(options, sources, service)

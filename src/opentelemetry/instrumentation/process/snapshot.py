@@ -69,7 +69,7 @@ class SnapshotCache:
         """
         names = set(source_names)
         self.options = options
-        self.sources: tuple[Source, ...] = tuple(s for s in SOURCES.values() if s.name in names)
+        self.sources: tuple[Source, ...] = SOURCES.among(names)
         self.faults = FaultLog(logger=_logger)
         """Rate-limits the log lines of failing sources and facts."""
         self._failing: set[str] = set()
