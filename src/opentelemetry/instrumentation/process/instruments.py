@@ -142,10 +142,12 @@ class Instrumentation:
         if value is None:
             return []
         cast = metric.value_type
+        # A number first: checked against the Mapping ABC, int and float would join the
+        # negative caches of every mapping class, objects that every full collection walks.
+        if isinstance(value, (int, float)):
+            return [Observation(cast(value), self._attributes)]
         if isinstance(value, tuple):  # events (a histogram's): one point each
             return [Observation(cast(e.value), self._event_attributes(e)) for e in value]
-        if not isinstance(value, Mapping):
-            return [Observation(cast(value), self._attributes)]
         sets = cache.get(metric.name)
         if sets is None or sets.keys() != value.keys():
             sets = cache[metric.name] = self._renew(metric, value, sets or {})
