@@ -30,9 +30,16 @@ if TYPE_CHECKING:
 def __getattr__(name: str) -> Any:
     if name != "PER_CHILD":
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return _per_child()
+
+
+def _per_child() -> dict[str, Metric]:
+    global PER_CHILD
+    found: dict[str, Metric] | None = globals().get("PER_CHILD")
+    if found is not None:
+        return found
     from .sources import children
 
-    global PER_CHILD
     rows = {
         m.name: m._replace(source=c.name)
         for m in METRICS
@@ -76,7 +83,7 @@ def check_table(metrics: tuple[Metric, ...] = METRICS, *, supervisor: bool = Tru
     if len({m.name for m in metrics}) != len(metrics):
         raise RuntimeError("metric table: a name is declared twice")
     if supervisor:
-        _check_rows((*metrics, *PER_CHILD.values()))
+        _check_rows((*metrics, *_per_child().values()))
     else:
         _check_rows(tuple(m for m in metrics if m.option != SUPERVISOR_OPTION))
 

@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from .facts import Facts, after_fork, read_facts, started_monotonic, this_process
 from .faultlog import FaultLog
@@ -41,12 +41,15 @@ _logger = logging.getLogger(__name__)
 _generations = itertools.count(1)
 
 
-class Snapshot(NamedTuple):
+class Snapshot:
     """Readings of one refresh, in process ``pid``. A failed source is absent."""
 
-    generation: int
-    pid: int
-    readings: Mapping[str, Reading]
+    __slots__ = ("generation", "pid", "readings")
+
+    def __init__(self, generation: int, pid: int, readings: Mapping[str, Reading]) -> None:
+        self.generation = generation
+        self.pid = pid
+        self.readings = readings
 
 
 class SnapshotCache:

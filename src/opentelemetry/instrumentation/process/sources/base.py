@@ -59,14 +59,17 @@ def numbers(*names: str) -> dict[str, type[Key] | None]:
     return dict.fromkeys(names)
 
 
-class Sample(NamedTuple):
+class Sample:
     """One event of a field that holds events, not a total: a stall, say (a histogram's)."""
 
-    value: float
-    key: Key
-    """Its attributes, as a key of the field's key type."""
-    captured: Any
-    """What ran when it happened (a ``contextvars.Context``), or ``None``: the span's source."""
+    __slots__ = ("captured", "key", "value")
+
+    def __init__(self, value: float, key: Key, captured: Any) -> None:
+        self.value = value
+        self.key = key
+        """Its attributes, as a key of the field's key type."""
+        self.captured = captured
+        """What ran when it happened (a ``contextvars.Context``), or ``None``: the span's source."""
 
 
 Value = int | float | Mapping[Key, int | float] | tuple[Sample, ...]
@@ -268,15 +271,18 @@ def psutil_has(name: str) -> Callable[[], bool]:
     return check
 
 
-class DirectRead(NamedTuple):
+class DirectRead:
     """A Linux read a source makes instead of a psutil call, which stays its fallback."""
 
-    name: str
-    """Its name in ``ctx.direct_read(name, ...)`` and in the one warning when it fails."""
-    reads: str
-    """What it reads, in words, for the docs."""
-    instead_of: str
-    """The psutil call it replaces, and what that call costs that this read does not."""
+    __slots__ = ("instead_of", "name", "reads")
+
+    def __init__(self, name: str, reads: str, instead_of: str) -> None:
+        self.name = name
+        """Its name in ``ctx.direct_read(name, ...)`` and in the one warning when it fails."""
+        self.reads = reads
+        """What it reads, in words, for the docs."""
+        self.instead_of = instead_of
+        """The psutil call it replaces, and what that call costs that this read does not."""
 
 
 class Source(NamedTuple):
