@@ -317,7 +317,12 @@ class ProcessMetricsOptions:
     One daemon thread wakes about 5 times a second (``process_metrics.cpython.gil.wait.*``).
     """
     event_loop: bool = option(False, BOOLEAN, gates=True)
-    """Measure how late each asyncio event loop runs a timer (``process_metrics.eventloop.*``)."""
+    """Measure how late each asyncio event loop runs, its busy share and its stalls, with the
+    span and function of each (``process_metrics.eventloop.*``).
+
+    A hook on each loop's ``select``: nothing is put in a loop. uvloop and loops
+    with a clock of their own are not probed (docs/runtime.md).
+    """
     direct_reads: bool = option(True, BOOLEAN)
     """On Linux, read a few values directly where psutil costs more per item or rereads a
     file (each source declares its direct reads; the design page lists them).

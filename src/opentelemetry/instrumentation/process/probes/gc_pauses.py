@@ -6,8 +6,8 @@ The interpreter's own timing
     Where ``gc.get_stats()`` reports a ``duration`` per generation (CPython
     3.15, gh-140638), the totals are read from it and no callback runs unless
     something needs each pause: the buckets (``histogram=True``) or the long
-    pauses (``long_pause``). A callback then reads the ``duration`` CPython
-    puts in its ``stop`` info (gh-141720) instead of the clock. Without a
+    pauses with what ran (``long_pause``); that callback times the pauses as
+    on other interpreters (one callback, one cost, everywhere). Without a
     callback, the longest pause of a generation is known only when it
     collected at most once since the previous read; otherwise it is ``None``.
 
@@ -46,11 +46,12 @@ Re-entrancy
     callback installed mid-collection).
 
 The longest pause, without a lock
-    Each generation's maximum is kept in one of two lists; a read flips which
-    one the callback writes, zeroes the other for the flip after, and takes
-    the one it flipped away from. A pause ending in the few instructions of a
-    flip can be lost from the maximum; it is never counted twice, and the
-    totals never lose it.
+    A read takes and zeroes each generation's maximum with no call or jump
+    between the load and the store, where a thread could switch: with a GIL,
+    no collection ends in between. Without one (a free-threaded build), a
+    pause of another thread ending in those two instructions is lost from the
+    maximum (never from the totals), a race no lock is worth: a lock there is
+    one a fork can copy held.
 
 The histogram
     OpenTelemetry has no asynchronous histogram, and the callback must never
@@ -120,6 +121,12 @@ BOUNDS: tuple[float, ...] = (
 )  # fmt: skip
 
 GcCallback = Callable[[str, dict[str, Any]], None]
+_Histogram = tuple[list[list[float]], Callable[[Sequence[float], float], int], tuple[float, ...]]
+_Rare = tuple[list[list["LongPause"]], Callable[[], Any], list[BaseException]]
+
+PENDING = -(1 << 30)
+"""The depth that marks a signal's exception raised as a collection started: its stop hands it
+back (the stop finds no start, as when installed mid-collection)."""
 
 
 class LongPause(NamedTuple):
@@ -145,6 +152,7 @@ class GcPauseReading(NamedTuple):
 
     seconds: tuple[float, ...]
     pauses: tuple[int, ...]
+    """Collections of each generation since the start, as ``gc.get_stats()`` counts them."""
     longest: tuple[float | None, ...]
     buckets: tuple[tuple[int, ...], ...] | None = None
     long: tuple[LongPause, ...] = ()
@@ -153,9 +161,7 @@ class GcPauseReading(NamedTuple):
 class _State:
     """What the callback writes: lists made once, changed in place (the callback holds them)."""
 
-    __slots__ = (
-        "buckets", "count", "depth", "flip", "long", "peaks", "pending", "starts", "total",
-    )  # fmt: skip
+    __slots__ = ("buckets", "depth", "long", "peak", "pending", "starts", "total")
 
     def __init__(self) -> None:
         self.depth = [0]
@@ -164,10 +170,7 @@ class _State:
         """Raised by a signal handler as a collection started: handed back when it stops."""
         self.starts = [0.0] * DEPTH
         self.total = [0.0] * GENERATIONS
-        self.count = [0.0] * GENERATIONS
-        self.peaks = ([0.0] * GENERATIONS, [0.0] * GENERATIONS)
-        self.flip = [0]
-        """Which of ``peaks`` the callback writes."""
+        self.peak = [0.0] * GENERATIONS
         self.buckets = [[0.0] * (len(BOUNDS) + 1) for _ in range(GENERATIONS)]
         self.long: list[list[LongPause]] = [[]]
         """The long pauses since the previous read (the inner list is replaced by a read)."""
@@ -176,72 +179,67 @@ class _State:
 def _callback(
     state: _State,
     buckets: list[list[float]] | None,
-    long_pause: list[float],
+    long_pause: float,
     capture: Callable[[], Any],
 ) -> GcCallback:
     """The ``gc.callbacks`` entry: times each collection; buckets and long pauses if asked.
 
-    The state comes in as default arguments, read as fast locals on each call.
+    The state comes in as default arguments, read as fast locals on each call;
+    what only a rare branch reads comes in one tuple (each default costs a
+    little at every call).
     """
+    hist = None if buckets is None else (buckets, bisect.bisect_left, BOUNDS)
 
     def on_gc(
         phase: str,
         info: dict[str, Any],
         _clock: Callable[[], float] = time.perf_counter,
-        _own: bool = TIMED_BY_INTERPRETER,
         _depth: list[int] = state.depth,
         _starts: list[float] = state.starts,
         _total: list[float] = state.total,
-        _count: list[float] = state.count,
-        _peaks: tuple[list[float], list[float]] = state.peaks,
-        _flip: list[int] = state.flip,
-        _buckets: list[list[float]] | None = buckets,
-        _find: Callable[[Sequence[float], float], int] = bisect.bisect_left,
-        _bounds: tuple[float, ...] = BOUNDS,
+        _peak: list[float] = state.peak,
+        _hist: _Histogram | None = hist,
         _slots: int = DEPTH,
-        _long_pause: list[float] = long_pause,
-        _long: list[list[LongPause]] = state.long,
-        _capture: Callable[[], Any] = capture,
-        _pending: list[BaseException] = state.pending,
+        _long_pause: float = long_pause,
+        _rare: _Rare = (state.long, capture, state.pending),
     ) -> None:
         try:
             if phase == "start":
                 i = _depth[0]
                 _depth[0] = i + 1  # before the clock call: a nested collection takes i + 1
-                if i < _slots and not _own:
+                if i < _slots:
                     _starts[i] = _clock()
                 return
             i = _depth[0] - 1
-            if i >= 0:  # else no start seen: installed mid-collection
-                _depth[0] = i
-                if i < _slots:
-                    if _own:  # the interpreter timed it
-                        elapsed = info["duration"]
-                    else:
-                        began = _starts[i]  # before the clock call: a nested one reuses slot i
-                        elapsed = _clock() - began
-                    g = info["generation"]
-                    _total[g] += elapsed
-                    _count[g] += 1.0
-                    peak = _peaks[_flip[0]]
-                    if elapsed > peak[g]:  # pragma: no mutate - ">=" stores the same value
-                        peak[g] = elapsed
-                    if _buckets is not None:
-                        # bisect_left: a pause equal to a bound counts in that bound's
-                        # bucket, as OpenTelemetry's explicit buckets (upper bound
-                        # inclusive) do.
-                        _buckets[g][_find(_bounds, elapsed)] += 1.0
-                    if elapsed >= _long_pause[0]:
-                        kept = _long[0]
-                        if len(kept) < MAX_LONG:
-                            kept.append(LongPause(elapsed, g, _captured(_capture)))
-            if _pending:
-                armed = _armed(_pending.pop())
-                if armed is not None:
-                    armed[0]  # the last bytecode that can run a handler: see _armed
+            if i < 0:  # no start seen: installed mid-collection, or a signal at the start
+                _depth[0] = 0
+                pending = _rare[2]
+                if pending:
+                    armed = _armed(pending.pop())
+                    if armed is not None:
+                        armed[0]  # the last bytecode that can run a handler: see _armed
+                return
+            _depth[0] = i
+            if i >= _slots:
+                return
+            began = _starts[i]  # before the clock call: a nested collection reuses slot i
+            elapsed = _clock() - began
+            g = info["generation"]
+            _total[g] += elapsed  # counted by CPython itself (gc.get_stats())
+            if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
+                _peak[g] = elapsed
+            if _hist is not None:
+                # bisect_left: a pause equal to a bound counts in that bound's bucket,
+                # as OpenTelemetry's explicit buckets (upper bound inclusive) do.
+                _hist[0][g][_hist[1](_hist[2], elapsed)] += 1.0
+            if elapsed >= _long_pause:
+                kept = _rare[0][0]
+                if len(kept) < MAX_LONG:
+                    kept.append(LongPause(elapsed, g, _captured(_rare[1])))
         except BaseException as exc:  # a signal handler's: not ours to keep
             if phase == "start":
-                _pending.append(exc)  # finalizers run before the stop, and would drop it
+                _rare[2].append(exc)  # finalizers run before the stop, and would drop it
+                _depth[0] = PENDING
                 return
             armed = _armed(exc)
             if armed is None:
@@ -251,7 +249,7 @@ def _callback(
     return on_gc
 
 
-_CALLBACK_CODE = _callback(_State(), None, [0.0], contextvars.copy_context).__code__
+_CALLBACK_CODE = _callback(_State(), None, 0.0, contextvars.copy_context).__code__
 """The code of every callback of ours (each a closure of the same function)."""
 
 
@@ -290,27 +288,35 @@ class GcPauses:
         self.histogram = histogram
         self.hooked = not TIMED_BY_INTERPRETER or histogram or long_pause is not None
         """Whether a callback times the pauses (else ``gc.get_stats()`` alone is read)."""
-        self._long_pause = [float("inf") if long_pause is None else float(long_pause)]
+        self._long_pause = float("inf") if long_pause is None else float(long_pause)
+        self._capture = capture
         self._state = _State()
         self._tops = [0.0] * GENERATIONS
         self._base = _interpreter_totals()
         """Interpreter-timed: ``gc.get_stats()``'s totals at the start, and at the last read."""
         self._last = self._base
-        self._counted = (0,) * GENERATIONS
-        """Hooked: the callback's counts at the last read."""
-        self._callback = _callback(
-            self._state, self._state.buckets if histogram else None, self._long_pause, capture
-        )
+        self._callback = self._made()
         self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    def _made(self) -> GcCallback:
+        buckets = self._state.buckets if self.histogram else None
+        return _callback(self._state, buckets, self._long_pause, self._capture)
 
     def keep_long(self, seconds: float) -> None:
         """Keep the pauses of at least ``seconds`` from now (with what ``capture`` returns).
 
         Timed by the interpreter without a callback, a pause is known alone only
         when its generation collected once since the previous read; it is kept
-        then, with nothing captured.
+        then, with nothing captured. The threshold is bound into the callback
+        (a fast local): a running one is replaced.
         """
-        self._long_pause[0] = float(seconds)
+        self._long_pause = float(seconds)
+        running = self.running
+        if running:
+            self.stop()
+        self._callback = self._made()
+        if running:
+            self.start()
 
     @staticmethod
     def available() -> bool:
@@ -347,11 +353,10 @@ class GcPauses:
         """Zero every total, and forget a collection in flight (a forked child, say)."""
         state = self._state
         state.depth[0] = 0
-        for values in (state.total, state.count, *state.peaks, *state.buckets):
+        for values in (state.total, state.peak, *state.buckets):
             values[:] = [0.0] * len(values)  # in place: the callback holds the lists
         state.long[0] = []
         self._base = self._last = _interpreter_totals()
-        self._counted = (0,) * GENERATIONS
 
     def read(self) -> GcPauseReading:
         """The totals, and the longest pause per generation since the previous read."""
@@ -360,20 +365,19 @@ class GcPauses:
         state.long[0] = []
         if not self.hooked:
             return self._read_interpreter()
-        # Flip the maxima: the callback writes the other list, zeroed at the
-        # flip before; this one is read once no pause can be ending in it.
-        side = state.flip[0]
-        other = state.peaks[1 - side]
-        other[:] = [0.0] * GENERATIONS
-        state.flip[0] = 1 - side
-        taken = state.peaks[side]
-        tops = self._tops
-        tops[:] = taken
-        counts = tuple(int(x) for x in state.count)
-        last, self._counted = self._counted, counts
+        # Take and zero each maximum: no call or jump between the load and the
+        # store, so with a GIL no collection of any thread ends in between.
+        peak, tops = state.peak, self._tops
+        for g in range(GENERATIONS):
+            tops[g] = peak[g]
+            peak[g] = 0.0
+        # The pauses are CPython's own count of collections since the start.
+        _, counts = _interpreter_totals()
+        base, last = self._base[1], self._last[1]
+        self._last = (self._last[0], counts)
         return GcPauseReading(
             seconds=tuple(state.total),
-            pauses=counts,
+            pauses=tuple(n - b for n, b in zip(counts, base, strict=True)),
             # A generation that collected since the last read paused for its
             # maximum; one that did not, for 0.0.
             longest=tuple(
@@ -399,7 +403,7 @@ class GcPauses:
             # One collection since the last read: its duration is the longest.
             alone = seconds[g] - last_s[g] if collected == 1 else None
             longest.append(0.0 if collected == 0 else alone)
-            if alone is not None and alone >= self._long_pause[0]:
+            if alone is not None and alone >= self._long_pause:
                 long.append(LongPause(alone, g, None))
         return GcPauseReading(
             seconds=tuple(s - b for s, b in zip(seconds, base_s, strict=True)),
@@ -480,6 +484,7 @@ def _unraisable(unraisable: Any) -> None:
     if state is not None and exc is not None:
         if state.depth[0] <= 0:
             state.pending.append(exc)
+            state.depth[0] = PENDING  # its stop finds no start, and hands it back
             return
         state.depth[0] -= 1  # that stop was not seen: it is now
         armed = _armed(exc)

@@ -15,9 +15,9 @@ import time
 
 from ...excerpt import excerpt
 from .discovery import hooks
-from .probe import Probe, Stall
+from .probe import Probe
 from .select_timing import utilization
-from .stalls import Watch
+from .stalls import Stall, Watch
 from .window import Delays, Window
 
 DEFAULT_INTERVAL = 0.02

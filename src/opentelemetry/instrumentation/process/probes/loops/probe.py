@@ -38,33 +38,14 @@ import os
 import threading
 import time
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .select_timing import Busy, hookable
+from .stalls import Stall, Watch
 from .window import Window
-
-if TYPE_CHECKING:
-    from .stalls import Watch
 
 MAX_STALLS = 16
 """Stalls kept per loop between two reads; the longest are kept."""
-
-
-class Stall:
-    """One stretch of ``seconds`` in which the loop ran no ``select``, from ``began``.
-
-    ``code`` and ``context`` are what :mod:`.stalls` saw running in the loop's
-    thread meanwhile (``module.qualname``; the handle's ``contextvars``
-    context), or ``None``.
-    """
-
-    __slots__ = ("began", "code", "context", "seconds")
-
-    def __init__(self, began: float, seconds: float) -> None:
-        self.began = began
-        self.seconds = seconds
-        self.code: str | None = None
-        self.context: Any = None
 
 
 class Probe:

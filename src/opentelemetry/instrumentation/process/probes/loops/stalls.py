@@ -29,10 +29,35 @@ import threading
 import time
 from collections.abc import Callable
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from .probe import Probe
+
+class Watched(Protocol):
+    """What the watch reads of a probe (:class:`.probe.Probe`)."""
+
+    ran_at: float
+    stall: float
+    dead: bool
+    seen: Stall | None
+    thread_id: int | None
+
+
+class Stall:
+    """One stretch of ``seconds`` in which the loop ran no ``select``, from ``began``.
+
+    ``code`` and ``context`` are what :mod:`.stalls` saw running in the loop's
+    thread meanwhile (``module.qualname``; the handle's ``contextvars``
+    context), or ``None``.
+    """
+
+    __slots__ = ("began", "code", "context", "seconds")
+
+    def __init__(self, began: float, seconds: float) -> None:
+        self.began = began
+        self.seconds = seconds
+        self.code: str | None = None
+        self.context: Any = None
+
 
 THREAD_NAME = "process-metrics-loop-stalls"
 MAX_NAMES = 50
@@ -45,7 +70,7 @@ class Watch:
 
     __slots__ = ("_names", "_probes", "_thread", "_wake", "parked", "running")
 
-    def __init__(self, probes: Callable[[], tuple[Probe, ...]]) -> None:
+    def __init__(self, probes: Callable[[], tuple[Watched, ...]]) -> None:
         self._probes = probes
         """The probes to watch, read afresh at each wake."""
         self._wake = threading.Event()
@@ -114,9 +139,7 @@ class Watch:
             due = later if due is None else min(due, later)
         return due
 
-    def _name(self, probe: Probe, ran: float) -> None:
-        from .probe import Stall
-
+    def _name(self, probe: Watched, ran: float) -> None:
         if not getattr(sys, "_is_gil_enabled", lambda: True)():
             return  # another thread's frames run meanwhile: not read without the GIL
         frame = sys._current_frames().get(probe.thread_id or -1)
