@@ -89,7 +89,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..excerpt import excerpt
 
@@ -129,16 +129,19 @@ PENDING = -(1 << 30)
 back (the stop finds no start, as when installed mid-collection)."""
 
 
-class LongPause(NamedTuple):
+class LongPause:
     """One pause of at least ``long_pause`` seconds."""
 
-    seconds: float
-    generation: int
-    captured: Any
-    """What ``capture()`` returned in the thread that collected."""
+    __slots__ = ("captured", "generation", "seconds")
+
+    def __init__(self, seconds: float, generation: int, captured: Any) -> None:
+        self.seconds = seconds
+        self.generation = generation
+        self.captured = captured
+        """What ``capture()`` returned in the thread that collected."""
 
 
-class GcPauseReading(NamedTuple):
+class GcPauseReading:
     """Totals since :meth:`GcPauses.start` (or the last reset), by generation.
 
     ``seconds`` and ``pauses`` are cumulative. ``longest`` is the longest pause
@@ -150,12 +153,22 @@ class GcPauseReading(NamedTuple):
     ``histogram=True``. ``long`` holds the long pauses since the previous read.
     """
 
-    seconds: tuple[float, ...]
-    pauses: tuple[int, ...]
-    """Collections of each generation since the start, as ``gc.get_stats()`` counts them."""
-    longest: tuple[float | None, ...]
-    buckets: tuple[tuple[int, ...], ...] | None = None
-    long: tuple[LongPause, ...] = ()
+    __slots__ = ("buckets", "long", "longest", "pauses", "seconds")
+
+    def __init__(
+        self,
+        seconds: tuple[float, ...],
+        pauses: tuple[int, ...],
+        longest: tuple[float | None, ...],
+        buckets: tuple[tuple[int, ...], ...] | None = None,
+        long: tuple[LongPause, ...] = (),
+    ) -> None:
+        self.seconds = seconds
+        self.pauses = pauses
+        """Collections of each generation since the start, as ``gc.get_stats()`` counts them."""
+        self.longest = longest
+        self.buckets = buckets
+        self.long = long
 
 
 class _State:
