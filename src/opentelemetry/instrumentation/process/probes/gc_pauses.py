@@ -89,7 +89,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from ..excerpt import excerpt
 
@@ -120,9 +120,12 @@ BOUNDS: tuple[float, ...] = (
     1.0,
 )  # fmt: skip
 
-GcCallback = Callable[[str, dict[str, Any]], None]
-_Histogram = tuple[list[list[float]], Callable[[Sequence[float], float], int], tuple[float, ...]]
-_Rare = tuple[list[list["LongPause"]], Callable[[], Any], list[BaseException]]
+# Aliases as strings: no alias object made at import (linux/files.py says why).
+GcCallback: TypeAlias = "Callable[[str, dict[str, Any]], None]"
+_Histogram: TypeAlias = (
+    "tuple[list[list[float]], Callable[[Sequence[float], float], int], tuple[float, ...]]"
+)
+_Rare: TypeAlias = "tuple[list[list[LongPause]], Callable[[], Any], list[BaseException]]"
 
 PENDING = -(1 << 30)
 """The depth that marks a signal's exception raised as a collection started: its stop hands it

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar, cast
+from typing import Any, ClassVar, Generic, NamedTuple, TypeAlias, TypeVar, cast
 
 import psutil
 
@@ -50,7 +50,7 @@ def attributes(*names: str) -> type[Key]:
     return found
 
 
-Fields = Mapping[str, "type[Key] | None"]
+Fields: TypeAlias = "Mapping[str, type[Key] | None]"
 """A source's fields: the key type of each field that has points, ``None`` for a number."""
 
 
@@ -72,8 +72,9 @@ class Sample:
         """What ran when it happened (a ``contextvars.Context``), or ``None``: the span's source."""
 
 
-Value = int | float | Mapping[Key, int | float] | tuple[Sample, ...]
-Reading = Mapping[str, Value]
+# Aliases as strings: no alias object made at import (linux/files.py says why).
+Value: TypeAlias = "int | float | Mapping[Key, int | float] | tuple[Sample, ...]"
+Reading: TypeAlias = "Mapping[str, Value]"
 
 
 def known(**facts: int | float | None) -> Reading:
