@@ -235,12 +235,10 @@ def test_a_process_that_never_collected_does_not_hold_the_role(
 def test_a_group_that_cannot_be_worked_out_reports_as_every_with_one_warning(
     rundir: Path, monkeypatch: pytest.MonkeyPatch, logged: LogLines
 ) -> None:
-    from opentelemetry.instrumentation.process import shared_sources
-
     def unreadable(_service: str) -> Any:
         raise LookupError("unknown encoding: utf-8")  # the standard library after setuid
 
-    monkeypatch.setattr(shared_sources, "group_of", unreadable)
+    monkeypatch.setattr(keys, "group_of", unreadable)
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     made = [ProcessMetrics(meter_provider=provider) for _ in range(2)]

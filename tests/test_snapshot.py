@@ -437,6 +437,13 @@ def test_the_import_loads_no_source_and_the_defaults_load_no_optional_reader() -
     assert not set(_READERS) & set(got["collected"]), got
 
 
+def test_with_shared_metrics_every_the_group_code_is_not_loaded() -> None:
+    got = _loaded(shared_metrics="every")["collected"]
+    assert "snapshot" in got, got
+    assert not [m for m in got if m.startswith("group")], got
+    assert "group.election" in _loaded()["collected"]  # the defaults ("once") elect
+
+
 @linux_only
 def test_each_optional_reader_is_loaded_by_the_option_that_needs_it() -> None:
     wanted = ["system.network.connection.count", "process_metrics.memory.pss"]

@@ -17,7 +17,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import (
     CallbackOptions,
@@ -33,14 +33,16 @@ from opentelemetry import context as otel_context
 
 from . import catalog, interpreter, sdk_fork_guard, service
 from .catalog import supported
-from .group.keys import Group
 from .metrics import Kind, Metric
-from .options import ProcessMetricsOptions
+from .options import SHARED_ONCE, ProcessMetricsOptions
 from .selection import enabled_metrics
 from .snapshot import Snapshot, SnapshotCache
 from .sources import Key
 from .sources.base import Sample
 from .version import __version__
+
+if TYPE_CHECKING:
+    from .group.keys import Group
 
 _logger = logging.getLogger(__name__)
 
@@ -280,7 +282,10 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
     if registry is None:
         meter = get_meter(SCOPE_NAME, __version__, provider, schema_url=SCHEMA_URL)
         registry = _registries[provider] = _Registry(meter)
-    live = Instrumentation(options, service.identity(provider))
+    # Only a group needs the service's identity (``"once"``): with ``"every"`` the group
+    # code is never imported.
+    identity = service.identity(provider) if options.shared_metrics == SHARED_ONCE else ""
+    live = Instrumentation(options, identity)
     for metric in live.metrics:
         if metric.kind is Kind.HISTOGRAM:
             live.histograms[metric] = registry.histogram(metric)

@@ -23,8 +23,6 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .group.keys import program
-
 IDENTITY = ("service.namespace", "service.name", "deployment.environment.name")
 """The resource attributes that name one deployed service, as a backend tells services apart.
 
@@ -56,6 +54,8 @@ def identity(provider: Any) -> str:
     found = " ".join(f"{k}={attributes[k]}" for k in IDENTITY if attributes.get(k))
     if name and not name.startswith(UNKNOWN):
         return found
+    from .group.keys import program  # the group code, only for a group (shared_metrics="once")
+
     return f"{found} program={program()}"
 
 

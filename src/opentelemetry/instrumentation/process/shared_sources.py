@@ -30,14 +30,16 @@ import contextlib
 import logging
 import os
 import weakref
+from typing import TYPE_CHECKING
 
 import psutil
 
-from .group.election import Election, Holder
-from .group.keys import Group, group_of
-from .group.rundir import faults
 from .options import SHARED_ONCE
 from .sources.base import Source
+
+if TYPE_CHECKING:  # the group code loads when a group is joined: never with "every"
+    from .group.election import Election, Holder
+    from .group.keys import Group
 
 _logger = logging.getLogger(__name__)
 
@@ -70,6 +72,9 @@ class SharedGate:
             self._join(self._service)
 
     def _join(self, service: str) -> None:
+        from .group.election import Election
+        from .group.keys import group_of
+
         self.group = self._election = None
         try:
             group = group_of(service)
@@ -190,6 +195,8 @@ def _kin(pid: int) -> bool:
 
 
 def _fall_back(exc: BaseException) -> None:
+    from .group.rundir import faults
+
     faults.warning(
         ("group", type(exc).__name__),  # pragma: no mutate - a fault key
         "process metrics: the group of this process cannot be worked out (%s: %s); it "

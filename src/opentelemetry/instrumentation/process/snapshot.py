@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING
 
 from .facts import Facts, after_fork, read_facts, started_monotonic, this_process
 from .faultlog import FaultLog
-from .group.keys import Group
 from .locks import ProcessLock
 from .platforms import FREE_THREADED, ON_LINUX
 from .shared_sources import SharedGate
@@ -32,6 +31,7 @@ from .sources import SOURCES, ReadContext, Reading, Source
 from .sources.process import REFRESH
 
 if TYPE_CHECKING:
+    from .group.keys import Group
     from .options import ProcessMetricsOptions
 
 _logger = logging.getLogger(__name__)
