@@ -18,8 +18,11 @@ if TYPE_CHECKING:  # imported when a loop or GIL source opens: most processes ne
 _GENERATION = attributes("cpython.gc.generation")
 _GENERATIONS = tuple(_GENERATION((gen,)) for gen in range(3))
 _BUCKET = attributes("le")
-_LE = tuple(_BUCKET((le,)) for le in (*(f"{bound:g}" for bound in BOUNDS), "+Inf"))
-"""Bucket labels, as Prometheus writes them: a histogram_quantile() over them works."""
+_LE = (*(f"{bound:g}" for bound in BOUNDS), "+Inf")
+"""Bucket labels, as Prometheus writes them: a histogram_quantile() over them works.
+
+Their keys are made at each read of the histogram (an opt-in): kept, they would be
+objects that every full garbage collection walks in every process."""
 _LOOP = attributes("thread.name")
 _LOOP_CODE = attributes("thread.name", "code.function.name")
 
@@ -87,7 +90,8 @@ def _pauses(ctx: ReadContext) -> Reading:
     if got.buckets is not None:
         # Cumulative counts per upper bound, all generations together.
         per_bucket = [sum(column) for column in zip(*got.buckets, strict=True)]
-        reading["buckets"] = dict(zip(_LE, accumulate(per_bucket), strict=True))
+        counts = zip(_LE, accumulate(per_bucket), strict=True)
+        reading["buckets"] = {_BUCKET((le,)): count for le, count in counts}
     return reading
 
 
