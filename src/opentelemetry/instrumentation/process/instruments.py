@@ -86,9 +86,12 @@ class Instrumentation:
         # kept, so exited threads do not pile up here.
         self._attribute_sets: dict[str, dict[Key, dict[str, Any]]] = {}
         self._child_sets: dict[str, dict[Key, dict[str, Any]]] = {}
-        # Hashes of the attribute sets reported so far, per metric, until the
-        # SDK's cardinality limit is passed (then a warning, and no more counting).
-        self._series_seen: dict[str, set[int]] = {}
+        # (metric, hash) of the attribute sets reported so far, and their number per
+        # metric, until the SDK's cardinality limit is passed (then a warning, and no
+        # more counting). One set for all metrics: a set is always walked by the
+        # collector, a tuple of a str and an int is not.
+        self._series_seen: set[tuple[str, int]] = set()
+        self._series_counts: dict[str, int] = {}
         self._series_warned: set[str] = set()
         self.histograms: dict[Metric, Histogram] = {}
         """The synchronous instruments of the event fields (stalls), set by :func:`start`."""
@@ -173,11 +176,14 @@ class Instrumentation:
     def _count_series(self, name: str, key: Key) -> None:
         if name in self._series_warned:
             return
-        seen = self._series_seen.setdefault(name, set())
-        seen.add(hash(key))
-        if len(seen) > SERIES_WARNING_THRESHOLD:
+        seen = (name, hash(key))
+        if seen in self._series_seen:
+            return
+        self._series_seen.add(seen)
+        count = self._series_counts[name] = self._series_counts.get(name, 0) + 1
+        if count > SERIES_WARNING_THRESHOLD:
             self._series_warned.add(name)
-            del self._series_seen[name]
+            self._series_seen = {s for s in self._series_seen if s[0] != name}
             _logger.warning(
                 "process metrics: %s has reported more than %d distinct attribute sets "
                 "since instrument() (threads, devices or CPUs that came and went). The "
