@@ -60,9 +60,11 @@ EXPECTED: dict[str, str] = {
     r"^no private namespace here": "host",
     r"^the host has too little memory for a limit well below it$": "host",
     # Servers, browsers and packages that the cell does not have.
-    r"^(victoria-metrics|otelcol) not found: set ": "server",
-    r"^(VICTORIA_METRICS_BIN|OTELCOL_BIN)=.* is not an executable file$": "server",
+    r"^(victoria-metrics|otelcol|prometheus) not found: set ": "server",
+    r"^(VICTORIA_METRICS_BIN|OTELCOL_BIN|PROMETHEUS_BIN)=.* is not an executable file$": "server",
     r"^OpenTelemetry Collector unavailable \(": "server",
+    # A collector built before scripts/otelcol/remotewrite.go: get-servers.sh rebuilds it.
+    r"^the collector at \S+ has no remotewrite exporter": "server",
     r"^DOCS NOT CHECKED IN A BROWSER: ": "browser",
     r"^make is not installed$": "package",
     r"^uwsgi not found: ": "package",
