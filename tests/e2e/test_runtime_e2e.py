@@ -413,8 +413,12 @@ def test_the_stalls_row_of_the_dashboard_shows_these_servers(
         for m in METRICS
         if SOURCES[m.source].auto and not automatic_here(m)
     }
-    checked = [q for q in row if not any(name in q.expr for name in absent_here)]
-    assert len(checked) >= 6, (checked, absent_here)
+    # GC pauses of 100 ms or more are not sure to happen here: test_exemplars_e2e.py
+    # runs the panel of stalls against an app that makes one, and a loop stall.
+    elsewhere = {_prometheus_name("process_metrics.cpython.gc.stall.duration")}
+    checked = [q for q in row if not any(name in q.expr for name in absent_here | elsewhere)]
+    assert len(checked) >= 7, (checked, absent_here)
+    assert any("process_metrics_eventloop_stall_duration" in q.expr for q in checked)
     empty = [q.source for q in checked if not vm_prom.query(q.expr)]
     assert not empty, f"queries without data: {empty}"
     by_query = {q.source: vm_prom.query(q.expr) for q in checked}
