@@ -39,6 +39,8 @@ from typing import Any
 
 import pytest
 
+from opentelemetry.instrumentation.process.probes.gc_pauses import TIMED_BY_INTERPRETER
+
 from .checks import dashboard_queries
 from .launch import APPS, App
 from .servers import (
@@ -66,6 +68,13 @@ DEADLINE = 90
 """Seconds to wait for what a step sends to reach a backend, on a loaded machine."""
 SLACK = 1.0
 """Seconds a stall may last beyond the block it holds, on a loaded machine."""
+GC_SPANS = not TIMED_BY_INTERPRETER
+"""Whether a long GC pause carries its span: not where the interpreter times its own
+collections (3.15) and no callback runs (docs/runtime.md); the app runs on this Python."""
+NO_GC_SPANS = (
+    "this interpreter times its own collections: without gc_pause_histogram, "
+    "a long pause carries no span (docs/runtime.md)"
+)
 
 
 @dataclass(frozen=True)
@@ -215,28 +224,29 @@ def run(
 
             assert wait_until(up, DEADLINE, "the FastAPI app to answer") == "ok"
             loop_stalls = f'{LOOP_STALL}_bucket{{service_name="{service}"}}'
+            gc_stalls = f'{GC_STALL}_bucket{{service_name="{service}"}}'
+
+            def arrived(selector: str, request: Traced, spans: bool = True) -> bool:
+                if not spans:
+                    return bool(prometheus.query(selector))
+                found = _exemplars(prometheus, selector, started)
+                return any(e["trace_id"] == request.trace_id for e in found)
+
             slow: list[Traced] = []
-            for _ in range(SLOWS):
+            for n in range(1, SLOWS + 1):
                 slow.append(_traced(_get(port, "/slow")))
                 # One at a time: the SDK keeps one exemplar per bucket and collection.
                 wait_until(
-                    lambda: any(
-                        e["trace_id"] == slow[-1].trace_id
-                        for e in _exemplars(prometheus, loop_stalls, started)
-                    ),
+                    lambda: arrived(loop_stalls, slow[-1]),
                     DEADLINE,
-                    f"the exemplar of /slow #{len(slow)} in Prometheus",
+                    f"the exemplar of /slow #{n} in Prometheus",
                     interval=0.25,
                 )
             collected = _traced(_get(port, "/gc"))
-            gc_stalls = f'{GC_STALL}_bucket{{service_name="{service}"}}'
             wait_until(
-                lambda: any(
-                    e["trace_id"] == collected.trace_id
-                    for e in _exemplars(prometheus, gc_stalls, started)
-                ),
+                lambda: arrived(gc_stalls, collected, GC_SPANS),
                 DEADLINE,
-                "the exemplar of /gc in Prometheus",
+                "the stall of /gc in Prometheus",
                 interval=0.25,
             )
             # By its pid: uvicorn runs the lifespan's shutdown (a last export), then exits.
@@ -274,6 +284,8 @@ def test_each_slow_request_is_found_from_the_loop_stall_exemplar(run: Run) -> No
 
 def test_the_collection_is_found_from_the_gc_stall_exemplar(run: Run) -> None:
     assert run.gc.seconds >= 0.1, run.gc  # else the app could not make a long enough pause
+    if not GC_SPANS:
+        pytest.skip(NO_GC_SPANS)
     selector = f'{GC_STALL}_bucket{{service_name="{run.app.service}"}}'
     found = _exemplars(run.prometheus, selector, run.started)
     mine = [e for e in found if e["trace_id"] == run.gc.trace_id]
@@ -289,7 +301,7 @@ def test_the_collection_is_found_from_the_gc_stall_exemplar(run: Run) -> None:
 def test_the_exemplars_link_to_traces_the_collector_received(run: Run) -> None:
     """The debug exporter logs each span it got: a trace backend behind it would have them."""
     text = run.collector.child.output() if run.collector.child else ""
-    for request in [*run.slow, run.gc]:
+    for request in [*run.slow, run.gc] if GC_SPANS else run.slow:
         assert re.search(rf"Trace ID\s*: {request.trace_id}\b", text), request
         assert re.search(rf"ID\s*: {request.span_id}\b", text), request
 
@@ -326,4 +338,4 @@ def test_the_dashboard_panel_finds_the_traces(run: Run) -> None:
     loop_ids = {e["trace_id"] for e in _exemplars(run.prometheus, loop.expr, run.started)}
     assert {r.trace_id for r in run.slow} <= loop_ids, loop_ids
     gc_ids = {e["trace_id"] for e in _exemplars(run.prometheus, collection.expr, run.started)}
-    assert run.gc.trace_id in gc_ids, gc_ids
+    assert run.gc.trace_id in gc_ids or not GC_SPANS, gc_ids

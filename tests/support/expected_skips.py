@@ -78,6 +78,7 @@ EXPECTED: dict[str, str] = {
     # Versions of the cell: the lowest allowed SDK and conventions; the build of Python.
     r"^needs a free-threaded build$": "version",
     r"^needs a build with a GIL$": "version",
+    r"^this interpreter times its own collections: without gc_pause_histogram, ": "version",
     r"^the host kept the GIL's holder off a CPU: ": "host",
     r"^a fork from C beside running threads may hang on a free-threaded build$": "version",
     r"^the free-threaded allocator returns freed memory in the background": "version",
