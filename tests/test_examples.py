@@ -265,6 +265,16 @@ def test_the_readmes_auto_instrumented_gunicorn_prints_this_package_alone() -> N
     assert PEER_SCOPE not in printed, "the peer's metrics are printed beside this package's"
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """Whether ``pid`` has a SIGTERM handler (SigCgt of /proc/<pid>/status); True where unknown."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    found = re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)
+    return found is None or bool(int(found[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
 @pytest.mark.skipif(
     sys.platform == "win32", reason="stops the example with SIGTERM, which Windows cannot send"
 )
@@ -282,10 +292,14 @@ def test_instrument_with_the_prometheus_exporter() -> None:
         EXAMPLE_SECONDS="30",
     )
     try:
-        # The endpoint may answer before the instrumentors have run: poll.
+        # The endpoint may answer before the instrumentors have run: poll. The
+        # other instrumentors may still be loading then (FastAPI's imports FastAPI):
+        # SIGTERM only once the app has its handler.
         deadline = time.monotonic() + 20
         body = ""
-        while "process_uptime_seconds" not in body and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (
+            "process_uptime_seconds" in body and _catches_sigterm(proc.pid)
+        ):
             body = _http_get(f"http://127.0.0.1:{port}/metrics", deadline)
             time.sleep(0.1)
     finally:
