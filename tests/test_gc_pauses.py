@@ -32,7 +32,6 @@ import textwrap
 import threading
 import time
 import tracemalloc
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -54,7 +53,8 @@ from opentelemetry.instrumentation.process.probes.gc_pauses import (
     LongPause,
 )
 
-from .support.forked import c_fork, in_child
+from .support.bugs import src_bug
+from .support.forked import FORKS, in_child
 from .support.gc import (
     FREE_THREADED,
     GRAPH,
@@ -275,16 +275,6 @@ def test_reset_zeroes_every_total(how: str) -> None:
         assert got.pauses == minus(collections(), stats0)
         assert len(got.long) == (1 if how == "long pauses" else 0)
         rec.stop()
-
-
-def _fork_quietly() -> int:
-    """os.fork(), without its warning of a fork beside running threads (3.12+)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return os.fork()
-
-
-FORKS = {"os.fork": _fork_quietly, "C fork, no Python hooks": c_fork}
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -1120,11 +1110,10 @@ def test_at_most_max_long_pauses_are_kept_between_reads_and_all_are_counted() ->
     assert len(r2.long) == 1  # a new list at each read
 
 
-@pytest.mark.xfail(
-    reason="src bug: gc_pauses' callback hands back to the program whatever it caught, "
-    "not only what a signal handler raised: an exception of capture() (or of the callback "
-    "itself) is raised in the program at its next bytecode after the collection",
-    strict=True,
+@src_bug(
+    "gc_pauses' callback hands back to the program whatever it caught, not only what a "
+    "signal handler raised: an exception of capture() (or of the callback itself) is raised "
+    "in the program at its next bytecode after the collection"
 )
 def test_a_capture_that_fails_never_reaches_the_program() -> None:
     def capture() -> Any:
@@ -1248,23 +1237,22 @@ def _landed(case: str, without: str, with_probe: str) -> bool:
 
 
 _UNNAMED = (
-    "src bug: from 3.14 CPython reports a gc callback's exception with "
+    "from 3.14 CPython reports a gc callback's exception with "
     "PyErr_FormatUnraisable('Exception ignored while calling GC callback %R'): "
     "unraisable.object is None and the callback is only named in err_msg, so "
     "gc_pauses._unraisable() does not know it as its own and passes it on: printed as "
     "ignored and dropped, as before the fix (Ctrl-C during a collection lost)"
 )
 _UNNORMALIZED = (
-    "src bug: gc_pauses._armed() hands a SystemExit back through "
+    "gc_pauses._armed() hands a SystemExit back through "
     "PyThreadState_SetAsyncExc, which raises it by type only; before 3.12 nothing makes "
     "the instance on its way to the top level when no try is in between, and CPython then "
     "reads no `code` from it: sys.exit(7) in a signal handler during a collection exits 0"
 )
-_LOST = pytest.mark.xfail(sys.version_info >= (3, 14), reason=_UNNAMED, strict=True)
-_EXIT = pytest.mark.xfail(
-    sys.version_info < (3, 12) or sys.version_info >= (3, 14),
-    reason=_UNNORMALIZED if sys.version_info < (3, 12) else _UNNAMED,
-    strict=True,
+_LOST = src_bug(_UNNAMED, where=sys.version_info >= (3, 14))
+_EXIT = src_bug(
+    _UNNORMALIZED if sys.version_info < (3, 12) else _UNNAMED,
+    where=sys.version_info < (3, 12) or sys.version_info >= (3, 14),
 )
 
 

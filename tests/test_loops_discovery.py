@@ -27,19 +27,23 @@ from opentelemetry.instrumentation.process.probes.loops import discovery
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor, watch_loop
 
 from .support import loopapps
+from .support.bugs import src_bug
 from .support.gc import collector_paused, gc_off  # noqa: F401 - autouse
 from .support.loopapps import (
     WATCH,
     WitnessLoop,
     asleep,
+    blocked_loop,
     blocking_app,
     hooked,
     hooks_installed,
+    in_loop,
     in_thread,
     package_handles,
     probe_of,
     read_lag,
     uvloop,
+    waiting_loop,
     watched,
 )
 from .support.waiting import eventually
@@ -293,30 +297,15 @@ def test_stop_from_another_thread_leaves_no_hook_anywhere() -> None:
         asyncio.get_event_loop_policy(),
     )
     monitor = LoopMonitor(interval=INTERVAL)
-    running = threading.Event()
-    holder: dict[str, Any] = {}
-
-    async def app() -> None:
-        loop = asyncio.get_running_loop()
-        holder["loop"] = loop
-        holder["release"] = release = loop.create_future()  # no timer of the app's own
-        running.set()
-        await release
-        await asyncio.sleep(0.01)
-        holder["after"] = (hooked(loop), package_handles(loop))
-
     monitor.start()
     assert asyncio.events._set_running_loop is not originals[0]
-    thread = in_thread("loop", lambda: asyncio.run(app()))
-    assert running.wait(10)
-    loop = holder["loop"]
-    assert eventually(lambda: asleep(monitor, loop))
-    during = (hooked(loop), package_handles(loop))
-    monitor.stop()  # from another thread than the loop's
-    after_stop = hooked(loop)
-    loop.call_soon_threadsafe(holder["release"].set_result, None)
-    thread.join(10)
-    assert (during, after_stop, holder["after"]) == ((True, []), False, (False, []))
+    with waiting_loop("loop") as loop:  # no timer of the app's own
+        assert eventually(lambda: asleep(monitor, loop))
+        during = (hooked(loop), package_handles(loop))
+        monitor.stop()  # from another thread than the loop's
+        after_stop = hooked(loop)
+        after = in_loop(loop, lambda: (hooked(loop), package_handles(loop)), after=0.01)
+    assert (during, after_stop, after) == ((True, []), False, (False, []))
     assert asyncio.events._set_running_loop is originals[0]
     assert asyncio._set_running_loop is originals[1]  # type: ignore[attr-defined]
     assert asyncio.get_event_loop_policy() is originals[2]
@@ -508,12 +497,11 @@ def test_watch_loop_probes_loops_running_in_other_threads(order: str) -> None:
     assert got["a"].utilization is not None
 
 
-@pytest.mark.xfail(
-    reason="src bug: a loop handed over by watch_loop() while it sleeps in its own select "
-    "(not yet the hook) reads the rest of that sleep as delay: begin() from another thread "
-    "sets due = now + interval, and the loop's first hooked select counts every tick due "
-    "since as worked (called - due); an idle loop asleep for 2 s read max 1.9 s, mean 0.9 s",
-    strict=True,
+@src_bug(
+    "a loop handed over by watch_loop() while it sleeps in its own select (not yet the "
+    "hook) reads the rest of that sleep as delay: begin() from another thread sets due = "
+    "now + interval, and the loop's first hooked select counts every tick due since as "
+    "worked (called - due); an idle loop asleep for 2 s read max 1.9 s, mean 0.9 s"
 )
 def test_a_loop_watched_while_it_sleeps_reads_no_delay_for_that_sleep() -> None:
     monitor = LoopMonitor(interval=INTERVAL)
@@ -588,70 +576,45 @@ def test_a_watched_loop_is_held_weakly() -> None:
 def test_a_watched_loop_is_begun_at_once_without_the_watchers_context() -> None:
     """Even while it blocks: nothing of the probe's waits in its queue for it to run."""
     var: contextvars.ContextVar[loopapps.Payload] = contextvars.ContextVar("var")
-    running, release = threading.Event(), threading.Event()
-    holder: dict[str, Any] = {}
-
-    async def app() -> None:
-        loop = holder["loop"] = asyncio.get_running_loop()
-        running.set()
-        release.wait(10)  # blocks the loop while it is watched
-        holder["hooked"] = hooked(loop)
-        await asyncio.sleep(0.1)
-        # Read while this run goes on: the loop's later runs begin from the hook.
-        await loop.run_in_executor(None, lambda: holder.setdefault("got", read_lag(found)))
-
     found = LoopMonitor(interval=INTERVAL)
-    thread = in_thread("elsewhere", lambda: asyncio.run(app()))
-    assert running.wait(10)
     payload = loopapps.Payload()
     ref = weakref.ref(payload)
     token = var.set(payload)
     try:
-        found.start()
-        loop = holder.pop("loop")
-        watch_loop(loop)
-        on, ours = hooked(loop), package_handles(loop)
-        del loop
-        var.reset(token)
-        del payload
-        gc.collect()
-        kept = ref() is not None
-        release.set()
-        thread.join(10)
+        with blocked_loop("elsewhere") as (loop, release):
+            found.start()
+            watch_loop(loop)
+            on, ours = hooked(loop), package_handles(loop)
+            var.reset(token)
+            del payload
+            gc.collect()
+            kept = ref() is not None
+            time.sleep(0.05)  # ticks fall due while it blocks: read at its next select
+            release.set()
+            after = in_loop(loop, lambda: hooked(loop), after=0.05)
+            got = read_lag(found)
     finally:
-        release.set()
         found.stop()
-    assert (kept, on, ours, holder["hooked"]) == (False, True, [], True)
-    lag = holder["got"]["elsewhere"]
-    assert lag.max is not None
+    assert (kept, on, ours, after) == (False, True, [], True)
+    lag = got["elsewhere"]
+    assert lag.max is not None and lag.max >= 0.05 - INTERVAL  # it did block
     # A selector loop: its select is timed, as for a loop that starts later.
     assert lag.utilization is not None and 0.0 <= lag.utilization <= 1.0
 
 
 def test_watched_and_stopped_while_it_blocks_a_loop_keeps_nothing_of_the_probes() -> None:
-    running, release = threading.Event(), threading.Event()
-    holder: dict[str, Any] = {}
-
-    async def app() -> None:
-        loop = asyncio.get_running_loop()
-        holder["loop"] = loop
-        running.set()
-        release.wait(10)  # blocks the loop: watched, then stopped, meanwhile
-        await asyncio.sleep(0.05)
-        holder["after"] = (hooked(loop), package_handles(loop))
-
-    thread = in_thread("blocked", lambda: asyncio.run(app()))
-    assert running.wait(10)
     monitor = LoopMonitor(interval=INTERVAL)
     try:
-        monitor.start()
-        watch_loop(holder["loop"])
-        during = hooked(holder["loop"])
-        monitor.stop()
+        with blocked_loop("blocked") as (loop, release):
+            monitor.start()
+            watch_loop(loop)
+            during = hooked(loop)
+            monitor.stop()
+            release.set()
+            after = in_loop(loop, lambda: (hooked(loop), package_handles(loop)), after=0.05)
     finally:
-        release.set()
-        thread.join(10)
-    assert (during, holder["after"]) == (True, (False, []))
+        monitor.stop()
+    assert (during, after) == (True, (False, []))
 
 
 def test_watch_loop_puts_nothing_in_the_watched_loops_queues() -> None:

@@ -37,17 +37,20 @@ from opentelemetry.instrumentation.process.probes.loops.monitor import (
 from opentelemetry.instrumentation.process.probes.loops.window import Window
 
 from .conftest import Records
-from .support.forked import c_fork, in_child
+from .support.bugs import src_bug
+from .support.forked import FORKS, fork_quietly, in_child
 from .support.gc import collector_paused  # noqa: F401 - autouse
 from .support.loopapps import (
     WATCH,
     LoopLag,
     Payload,
+    blocked_loop,
     blocking_app,
     hooked,
     hooks_installed,
     idle_loop,
     in_thread,
+    loops_blocking,
     monitor_and_loop,
     monitor_fixture,
     package_handles,
@@ -151,32 +154,12 @@ def test_one_entry_per_loop_in_several_threads(monitor: LoopMonitor) -> None:
     share 2 cores with other jobs, and a loop thread can wait long for a core.
     """
     lengths = {"alpha": 0.05, "beta": 0.3, "gamma": 0.6}
-    blocks: dict[str, list[float]] = {name: [] for name in lengths}
-    stalls: dict[str, list[float]] = {name: [] for name in lengths}
-    ready = {name: threading.Event() for name in lengths}
-    release = threading.Event()
-
-    def body(name: str) -> None:
-        async def app() -> None:
-            await blocking_app(blocks[name], count=2, block=lengths[name])()
-            await asyncio.sleep(0.05)  # the block's ticks are read at the next select
-            ready[name].set()
-            while not release.is_set():
-                await asyncio.sleep(0.02)
-
-        asyncio.run(watched(app, stalls[name])())
-
-    threads = [in_thread(name, lambda n=name: body(n)) for name in lengths]  # type: ignore[misc]
-    assert all(event.wait(20) for event in ready.values())
-    counts = {name: samples(monitor, name) for name in lengths}
-    got = read_lag(monitor)  # from this thread, while the loops run
-    release.set()
-    for thread in threads:
-        thread.join(10)
-    seen = {name: list(stalls[name]) for name in lengths}  # a timer late in a block ran by now
+    with loops_blocking(lengths) as seen:
+        counts = {name: samples(monitor, name) for name in lengths}
+        got = read_lag(monitor)  # from this thread, while the loops run
     assert sorted(got) == sorted(lengths)
     for name in lengths:
-        assert_blocked(got[name], blocks[name], seen[name], counts[name])
+        assert_blocked(got[name], seen.blocks[name], seen.stalls[name], counts[name])
 
 
 def test_loops_in_threads_of_the_same_name_get_distinct_labels(monitor: LoopMonitor) -> None:
@@ -331,12 +314,11 @@ def test_stop_inside_the_loop_takes_the_hook_off_at_once() -> None:
     assert asyncio.run(app()) == (True, False)
 
 
-@pytest.mark.xfail(
-    reason="src bug: probe.py's hook (probed_select) calls the probe's slow paths "
-    "(worked/woke/polled/stalled) unguarded: an exception there leaves the app's select "
-    "and ends the app's loop (before 6aa7de0, a failing tick was caught and the probe stopped)",
+@src_bug(
+    "probe.py's hook (probed_select) calls the probe's slow paths (worked/woke/polled/"
+    "stalled) unguarded: an exception there leaves the app's select and ends the app's "
+    "loop (before 6aa7de0, a failing tick was caught and the probe stopped)",
     raises=RuntimeError,
-    strict=True,
 )
 def test_a_failing_probe_never_raises_into_the_loop(
     monitor: LoopMonitor, monkeypatch: pytest.MonkeyPatch
@@ -407,34 +389,16 @@ def test_labels_stay_unique_among_live_loops_and_a_closed_one_gives_way() -> Non
     """A watched loop blocked since before (no select yet: unknown, not 0), a closed one
     of another name, a live one of the same name."""
     monitor = LoopMonitor(interval=INTERVAL)
-    busy, release, live_running = threading.Event(), threading.Event(), threading.Event()
-
-    holder: dict[str, asyncio.AbstractEventLoop] = {}
-
-    async def blocked() -> None:
-        holder["loop"] = asyncio.get_running_loop()
-        busy.set()
-        release.wait(10)  # blocks its loop: no select, so no delay read yet
-
-    async def live() -> None:
-        await asyncio.sleep(0.05)  # its first ticks are read: it has samples
-        live_running.set()
-        await asyncio.get_running_loop().run_in_executor(None, release.wait, 10)
-
-    threads = [in_thread("blocked", lambda: asyncio.run(blocked()))]
     try:
-        assert busy.wait(10)
-        monitor.start()
-        watch_loop(holder.pop("loop"))  # begun now, from this thread, named after its own
-        in_thread("x", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)  # closed, unread
-        threads.append(in_thread("w", lambda: asyncio.run(live())))
-        assert live_running.wait(10)
-        in_thread("w", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)
-        got = read_lag(monitor)
+        with blocked_loop("blocked") as (loop, _):
+            monitor.start()
+            watch_loop(loop)  # begun now, from this thread, named after its own
+            in_thread("x", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)  # closed, unread
+            with idle_loop("w"):
+                in_thread("w", lambda: asyncio.run(asyncio.sleep(0.05))).join(10)
+                time.sleep(2 * INTERVAL)  # the first "w" has ticks due too
+                got = read_lag(monitor)
     finally:
-        release.set()
-        for thread in threads:
-            thread.join(10)
         monitor.stop()
     # The second "w" loop ran while the first still did: a label of its own.
     assert sorted(got) == ["blocked", "w", "w#2", "x"]
@@ -578,16 +542,6 @@ def test_measure_delays_later_begins_the_ticks_of_a_loop_probed_already() -> Non
 # --- fork
 
 
-def _fork_quietly() -> int:
-    """os.fork(), without its warning of a fork beside running threads (3.12+)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return os.fork()
-
-
-FORKS = {"os.fork": _fork_quietly, "C fork, no Python hooks": c_fork}
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("fork", list(FORKS))
 def test_fork_forgets_the_parents_loops(monitor: LoopMonitor, fork: str) -> None:
@@ -705,7 +659,7 @@ def _fork_from_the_loop(monitor: LoopMonitor, *, hold_probe_lock: bool) -> dict[
 
         holder = in_thread("reader", hold) if hold_probe_lock else None
         assert holder is None or held.wait(10)
-        pid = _fork_quietly()
+        pid = fork_quietly()
         if pid:
             release.set()
             if holder is not None:
@@ -760,13 +714,12 @@ def test_a_loop_forked_from_its_own_callback_runs_on_in_the_child_and_is_forgott
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.xfail(
-    reason="src bug: a loop forked from its own callback while another thread holds its "
-    "probe's lock (the exporter in Probe.take()) hangs in the child: the hook's slow paths "
-    "(Probe.worked/woke/polled) take probe.lock before anything renews it (only the "
-    "monitor's entry points check the pid, and discovery's at-fork hook, which renewed it "
-    "through monitor.reset(), is gone)",
-    strict=True,
+@src_bug(
+    "a loop forked from its own callback while another thread holds its probe's lock "
+    "(the exporter in Probe.take()) hangs in the child: the hook's slow paths (Probe.worked/"
+    "woke/polled) take probe.lock before anything renews it (only the monitor's entry "
+    "points check the pid; discovery's at-fork hook, which renewed it through "
+    "monitor.reset(), is gone)"
 )
 def test_a_probe_lock_held_by_another_thread_at_the_fork_does_not_hang_the_forked_loop(
     monitor: LoopMonitor,

@@ -32,6 +32,7 @@ from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonit
 from opentelemetry.instrumentation.process.probes.loops.probe import MAX_STALLS, Probe
 from opentelemetry.instrumentation.process.probes.loops.window import Window
 
+from .support.bugs import src_bug
 from .support.forked import in_child
 from .support.gc import (
     FREE_THREADED,
@@ -42,14 +43,16 @@ from .support.loopapps import (
     SlottedSelector,
     WitnessLoop,
     asleep,
+    blocking_app,
     hooked,
     hooks_installed,
+    in_loop,
     in_thread,
     monitor_fixture,
     package_handles,
     probe_of,
     read_lag,
-    uvloop,
+    waiting_loop,
     watched,
 )
 from .support.waiting import eventually
@@ -144,15 +147,7 @@ def test_a_200_ms_block_reads_about_200_ms(monitor: LoopMonitor) -> None:
     """
     blocks: list[float] = []
     stalls: list[float] = []
-
-    async def app() -> None:
-        await asyncio.sleep(0.1)
-        t0 = time.monotonic()
-        time.sleep(0.2)
-        blocks.append(time.monotonic() - t0)
-        await asyncio.sleep(0.05)
-
-    asyncio.run(watched(app, stalls)())
+    asyncio.run(watched(blocking_app(blocks, count=1, block=0.2, idle=0.1, tail=0.05), stalls)())
     lag = read_lag(monitor)["MainThread"]
     assert lag.max is not None and lag.p99 is not None and lag.mean is not None
     assert blocks[0] - INTERVAL <= lag.max <= max(stalls) + WATCH, (lag, blocks, max(stalls))
@@ -215,20 +210,7 @@ def test_a_read_while_the_loop_sleeps_counts_each_tick_due_so_far_as_on_time(
 
     And a p50 of 0, not the first bucket's bound (issue 35).
     """
-    running = threading.Event()
-    holder: dict[str, Any] = {}
-
-    async def app() -> None:
-        loop = asyncio.get_running_loop()
-        holder["loop"] = loop
-        holder["done"] = done = loop.create_future()
-        running.set()
-        await done
-
-    thread = in_thread("sleeper", lambda: asyncio.run(app()))
-    try:
-        assert running.wait(10)
-        loop = holder["loop"]
+    with waiting_loop("sleeper") as loop:
         assert eventually(lambda: asleep(monitor, loop))
         probe = probe_of(monitor, loop)
         assert probe is not None
@@ -237,11 +219,8 @@ def test_a_read_while_the_loop_sleeps_counts_each_tick_due_so_far_as_on_time(
         time.sleep(0.3)
         window = probe.take()
         t1 = time.monotonic()
-        lag = window.summary()
         state = (hooked(loop), package_handles(loop))
-    finally:
-        holder["loop"].call_soon_threadsafe(holder["done"].set_result, None)
-        thread.join(10)
+    lag = window.summary()
     assert state == (True, [])
     assert (lag.max, lag.mean, lag.p50, lag.p99) == (0.0, 0.0, 0.0, 0.0)
     # One tick per interval slept through, read without waking the loop.
@@ -618,52 +597,17 @@ def test_a_select_wrapped_by_someone_else_while_probed_keeps_working(
     assert holder == {"state": (True, True), "ours": []}
 
 
-def test_uvloop_is_not_probed_and_nothing_of_it_is_touched(monitor: LoopMonitor) -> None:
-    """No Python ``select`` to hook, and a clock of its own: left alone (docs/runtime.md)."""
-    if uvloop is None:
-        pytest.skip("uvloop is not installed")
-    before = dict(vars(uvloop.Loop))
-    blocks: list[float] = []
-
-    async def app() -> int:
-        await asyncio.sleep(0.05)
-        t0 = time.monotonic()
-        time.sleep(0.05)
-        blocks.append(time.monotonic() - t0)
-        await asyncio.sleep(0.02)
-        return len(asyncio.all_tasks())
-
-    assert uvloop.run(app()) == 1
-    assert (read_lag(monitor), monitor._probes, blocks != []) == ({}, (), True)
-    assert dict(vars(uvloop.Loop)) == before
-    assert [owner for owner, _ in hooks_installed()] == ["asyncio.events", "asyncio"]
-
-
 def test_stop_while_the_loop_sleeps_takes_the_hook_off_at_once() -> None:
     """From another thread: the loop, asleep in the hook, wakes into its own select again."""
     monitor = LoopMonitor(interval=INTERVAL)
-    running = threading.Event()
-    holder: dict[str, Any] = {}
-
-    async def app() -> None:
-        loop = asyncio.get_running_loop()
-        holder["loop"] = loop
-        holder["done"] = done = loop.create_future()
-        running.set()
-        await done  # asleep in the hook when stop() comes
-        await asyncio.sleep(0.05)
-        holder["after"] = (hooked(loop), package_handles(loop))
-
     monitor.start()
-    thread = in_thread("sleeper", lambda: asyncio.run(app()))
-    assert running.wait(10)
-    assert eventually(lambda: asleep(monitor, holder["loop"]))
-    before = hooked(holder["loop"])
-    monitor.stop()
-    during = "select" in vars(holder["loop"]._selector)
-    holder["loop"].call_soon_threadsafe(holder["done"].set_result, None)
-    thread.join(10)
-    assert (before, during, holder["after"]) == (True, False, (False, []))
+    with waiting_loop("sleeper") as loop:
+        assert eventually(lambda: asleep(monitor, loop))
+        before = hooked(loop)
+        monitor.stop()
+        during = "select" in vars(loop._selector)  # type: ignore[attr-defined]
+        after = in_loop(loop, lambda: (hooked(loop), package_handles(loop)), after=0.05)
+    assert (before, during, after) == (True, False, (False, []))
     assert hooks_installed() == []
 
 
@@ -725,11 +669,10 @@ def test_only_the_longest_stalls_are_kept() -> None:
     assert min(s.seconds for s in kept) >= sorted(blocks)[4], ([s.seconds for s in kept], blocks)
 
 
-@pytest.mark.xfail(
-    reason="src bug: a stopped loop stepped by hand (loop._run_once()) records stalls: "
-    "Probe.pause() says no stall runs until the loop runs again, but the hook's poll "
-    "path sets probe.ran_at while paused, so the gaps between hand steps are kept as stalls",
-    strict=True,
+@src_bug(
+    "a stopped loop stepped by hand (loop._run_once()) records stalls: Probe.pause() says "
+    "no stall runs until the loop runs again, but the hook's poll path sets probe.ran_at "
+    "while paused, so the gaps between hand steps are kept as stalls"
 )
 def test_a_stopped_loop_stepped_by_hand_records_no_stall() -> None:
     monitor = LoopMonitor(interval=INTERVAL, stall=0.05)

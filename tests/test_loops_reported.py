@@ -50,6 +50,7 @@ from .support.loopapps import (
     hooks_installed,
     idle_loop,
     in_thread,
+    loops_blocking,
     package_handles,
     periodic_app,
     uvloop,
@@ -158,40 +159,14 @@ def test_loops_in_several_threads_are_one_series_each(sdk: Sdk) -> None:
     """
     sdk.instrument(event_loop=True)
     lengths = {"alpha": 0.05, "beta": 0.3, "gamma": 0.6}
-    names = [*lengths, *(["delta"] if uvloop else [])]
-    blocks: dict[str, list[float]] = {name: [] for name in names}
-    stalls: dict[str, list[float]] = {name: [] for name in names}
-    ready = {name: threading.Event() for name in names}
-    release = threading.Event()
-
-    def body(name: str) -> None:
-        async def app() -> None:
-            block = lengths.get(name, 0.05)
-            await periodic_app(blocks[name], count=2, every=0.8, block=block)()
-            ready[name].set()
-            while not release.is_set():
-                await asyncio.sleep(0.02)
-
-        if name == "delta":
-            uvloop.run(app())
-        else:
-            asyncio.run(watched(app, stalls[name])())
-
-    threads = [in_thread(name, lambda n=name: body(n)) for name in names]  # type: ignore[misc]
-    try:
-        assert all(event.wait(20) for event in ready.values())
+    with loops_blocking(lengths, unprobed="delta" if uvloop else None) as seen:
         got = sdk.collect()
-    finally:
-        release.set()
-        for thread in threads:
-            thread.join(10)
-    seen = {name: list(stalls[name]) for name in lengths}  # a timer late in a block ran by now
     for name in LOOP_METRICS:
         assert set(by_loop(got, name)) == set(lengths), name
     for name, length in lengths.items():
         top = by_loop(got, DELAY_MAX)[name]
-        low, high = max(blocks[name]) - INTERVAL, max(seen[name]) + WATCH
-        assert low <= top <= high, (name, top, blocks[name], length, max(seen[name]))
+        low, high = max(seen.blocks[name]) - INTERVAL, max(seen.stalls[name]) + WATCH
+        assert low <= top <= high, (name, top, seen.blocks[name], length)
 
 
 def test_a_closed_loop_leaves_no_series_at_the_next_collection(sdk: Sdk) -> None:

@@ -21,9 +21,11 @@ from opentelemetry.instrumentation.process.probes.loops.monitor import (
     LoopMonitor,
 )
 
+from .support.bugs import src_bug
 from .support.loopapps import (
     LoopLag,
     hooked,
+    idle_loop,
     in_thread,
     monitor_and_loop,
     package_handles,
@@ -154,38 +156,24 @@ def test_utilisation_measured_later_times_a_loop_probed_already() -> None:
     One loop runs in this thread, one in another (begun from this one).
     """
     monitor = LoopMonitor(interval=INTERVAL, utilization=False)
-    running, release = threading.Event(), threading.Event()
     holder: dict[str, Any] = {}
 
-    async def other() -> None:
-        loop = asyncio.get_running_loop()
-        holder["other"] = loop
-        running.set()
-        while not release.is_set():
-            await asyncio.sleep(0.02)
-
-    async def here() -> tuple[bool, bool]:
+    async def here() -> tuple[bool, ...]:
         loop = asyncio.get_running_loop()
         monitor.start()
-        thread = in_thread("other", lambda: asyncio.run(other()))
-        holder["thread"] = thread
-        await loop.run_in_executor(None, running.wait, 10)
-        await asyncio.sleep(0.1)
-        theirs = holder["other"]
-        before = (timed(monitor, loop), timed(monitor, theirs), hooked(loop), hooked(theirs))
-        read_lag(monitor)
-        monitor.measure(UTILIZATION)
-        holder["at once"] = (timed(monitor, loop), timed(monitor, theirs))
-        await asyncio.sleep(0.3)
-        holder["got"] = read_lag(monitor)
+        with idle_loop("other") as theirs:
+            await asyncio.sleep(0.1)
+            before = (timed(monitor, loop), timed(monitor, theirs), hooked(loop), hooked(theirs))
+            read_lag(monitor)
+            monitor.measure(UTILIZATION)
+            holder["at once"] = (timed(monitor, loop), timed(monitor, theirs))
+            await asyncio.sleep(0.3)
+            holder["got"] = read_lag(monitor)
         return before
 
     try:
         before = asyncio.run(here())
     finally:
-        release.set()
-        if "thread" in holder:
-            holder["thread"].join(10)
         monitor.stop()
     assert before == (False, False, True, True)  # hooked for the delays
     assert holder["at once"] == (True, True)
@@ -194,11 +182,10 @@ def test_utilisation_measured_later_times_a_loop_probed_already() -> None:
         assert busy is not None and 0.0 <= busy < 0.5, holder["got"]
 
 
-@pytest.mark.xfail(
-    reason="src bug: Probe.begin() sets busy.timed before _put_hook() finds someone else's "
-    "select: the probe is then dead ('left alone'), yet the utilisation its hook, still "
-    "inside theirs, timed is read once more (and its delays are dropped from then on)",
-    strict=True,
+@src_bug(
+    "Probe.begin() sets busy.timed before _put_hook() finds someone else's select: the "
+    "probe is then dead ('left alone'), yet the utilisation its hook, still inside theirs, "
+    "timed is read once more (and its delays are dropped from then on)"
 )
 def test_utilisation_measured_later_leaves_a_select_wrapped_since_alone() -> None:
     """Someone wrapped select (around the hook) after the probe began: theirs stays, and

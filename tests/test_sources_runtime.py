@@ -32,8 +32,8 @@ from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.probes.gc_pauses import TIMED_BY_INTERPRETER
 
 from .conftest import collect, points
-from .support.forkapps import c_fork
-from .support.forked import in_child
+from .support.bugs import src_bug
+from .support.forked import FORKS, in_child
 from .support.gc import (
     FREE_THREADED,
     collections,
@@ -51,10 +51,10 @@ from .support.loopapps import (
     by_loop,
     hooked,
     idle_loop,
-    in_thread,
     package_handles,
     periodic_app,
     uvloop,
+    waiting_loop,
     watched,
 )
 from .support.waiting import eventually
@@ -231,46 +231,30 @@ def test_uninstrument_removes_every_hook_and_instrument_again_starts_fresh(
     baseline = list(gc.callbacks)
     originals = (asyncio.events._set_running_loop, asyncio._set_running_loop)  # type: ignore[attr-defined]
     uvloop_class = dict(vars(uvloop.Loop)) if uvloop else {}
-    holder: dict[str, Any] = {}
-    running = threading.Event()
-
-    async def app() -> None:
-        loop = asyncio.get_running_loop()
-        holder["loop"] = loop
-        holder["release"] = release = loop.create_future()  # the app itself has no timer
-        running.set()
-        await release
-
     callbacks = 0 if TIMED_BY_INTERPRETER else 1  # 3.15 times its collections itself
     inst = ProcessInstrumentor()
     inst.instrument(meter_provider=provider, event_loop=True)
     try:
-        assert len(own_callbacks(baseline)) == callbacks
-        thread = in_thread("app-loop", lambda: asyncio.run(app()))
-        assert running.wait(10)
-        loop = holder["loop"]
-        assert eventually(lambda: asleep_here(inst, loop))  # asleep in the probe's hook
-        assert (hooked(loop), package_handles(loop)) == (True, [])
-        time.sleep(0.1)  # ticks fall due while it sleeps: read as on time, not woken
-        assert "app-loop" in by_loop(collect(reader), DELAY_MAX)
-        with gc_off():
-            gc.collect()
-            cyclic_garbage()
-            gc.collect()
-            grown = by_generation(collect(reader)[TIME])
-        assert grown[2] > 0
-    except BaseException:
+        with waiting_loop("app-loop") as loop:  # the app itself has no timer
+            assert len(own_callbacks(baseline)) == callbacks
+            assert eventually(lambda: asleep_here(inst, loop))  # asleep in the probe's hook
+            assert (hooked(loop), package_handles(loop)) == (True, [])
+            time.sleep(0.1)  # ticks fall due while it sleeps: read as on time, not woken
+            assert "app-loop" in by_loop(collect(reader), DELAY_MAX)
+            with gc_off():
+                gc.collect()
+                cyclic_garbage()
+                gc.collect()
+                grown = by_generation(collect(reader)[TIME])
+            assert grown[2] > 0
+            inst.uninstrument()
+            # Stopped, from another thread than the loop's: the hook is taken off its
+            # selector at once, while the loop sleeps in it.
+            selector_wrapped = "select" in vars(loop._selector)  # type: ignore[attr-defined]
+            left = package_handles(loop)
+    finally:
         inst.uninstrument()
-        if "release" in holder:  # never leave the app's loop running for the next tests
-            holder["loop"].call_soon_threadsafe(holder["release"].set_result, None)
-        raise
-    inst.uninstrument()
-    # Stopped, from another thread than the loop's: the hook is taken off its
-    # selector at once, while the loop sleeps in it.
-    selector_wrapped = "select" in vars(loop._selector)  # type: ignore[attr-defined]
-    loop.call_soon_threadsafe(holder["release"].set_result, None)
-    thread.join(10)
-    assert not selector_wrapped and package_handles(loop) == []
+    assert not selector_wrapped and left == []
     assert gc.callbacks == baseline
     assert (asyncio.events._set_running_loop, asyncio._set_running_loop) == originals  # type: ignore[attr-defined]
     if uvloop:
@@ -307,14 +291,6 @@ def runtime_state(inst: ProcessInstrumentor) -> dict[str, Any]:
     live = inst._metrics._live
     assert live is not None
     return live.cache._ctx.state  # type: ignore[no-any-return]
-
-
-def _c_fork() -> int:
-    """fork(2) called from C, as uWSGI does: no Python at-fork hook runs."""
-    return c_fork()
-
-
-FORKS = {"os.fork": getattr(os, "fork", None), "C fork, no Python hooks": _c_fork}
 
 
 def _forked_child_reads(
@@ -366,7 +342,7 @@ def _forked_child_reads(
         # GC off from before the fork: a collection in the child before its first
         # collection of metrics would rightly count, and make this test flaky.
         with gc_off():
-            got = in_child(child, 25, fork=FORKS[fork])  # type: ignore[arg-type]
+            got = in_child(child, 25, fork=FORKS[fork])
     assert "error" not in got, got
     return got, parent
 
@@ -394,12 +370,11 @@ def test_a_forked_child_probes_its_own_loops_and_keeps_its_gc_callback(
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
 @pytest.mark.parametrize("fork", list(FORKS))
-@pytest.mark.xfail(
-    reason="src bug: nothing resets the GC pause recorder in a forked child: the "
-    "cpython_gc_pauses source (sources/runtime.py) declares no after_fork calling "
-    "GcPauses.reset(), and 6aa7de0 removed the recorder's own pid check and at-fork hook; "
-    "the child reports its parent's pause time and maxima as its own",
-    strict=True,
+@src_bug(
+    "nothing resets the GC pause recorder in a forked child: the cpython_gc_pauses source "
+    "(sources/runtime.py) declares no after_fork calling GcPauses.reset(), and 6aa7de0 "
+    "removed the recorder's own pid check and at-fork hook; the child reports its "
+    "parent's pause time and maxima as its own"
 )
 def test_a_forked_child_starts_its_own_gc_pause_totals(
     fork: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
@@ -580,7 +555,7 @@ def _forked_with_a_lock_held(
 
     try:
         with gc_off():  # from before the fork, as above
-            got = in_child(child, 25, fork=FORKS[fork])  # type: ignore[arg-type]
+            got = in_child(child, 25, fork=FORKS[fork])
     finally:
         release.set()
         holder.join()

@@ -153,22 +153,127 @@ def in_thread(name: str, body: Callable[[], Any]) -> threading.Thread:
 
 
 @contextlib.contextmanager
-def idle_loop(name: str) -> Iterator[threading.Thread]:
+def idle_loop(name: str) -> Iterator[asyncio.AbstractEventLoop]:
     """A thread named ``name`` running an asyncio loop, awake every 20 ms until the block ends."""
-    release, running = threading.Event(), threading.Event()
+    release = threading.Event()
 
     async def app() -> None:
-        running.set()
         while not release.is_set():
             await asyncio.sleep(0.02)
 
-    thread = in_thread(name, lambda: asyncio.run(app()))
+    with _loop_in_thread(name, app, release.set) as loop:
+        yield loop
+
+
+@contextlib.contextmanager
+def waiting_loop(name: str) -> Iterator[asyncio.AbstractEventLoop]:
+    """A thread named ``name`` whose asyncio loop waits on a future (``select`` with no
+    timeout: no timer of its own) until the block ends."""
+    done: list[asyncio.Future[None]] = []
+
+    async def app() -> None:
+        done.append(asyncio.get_running_loop().create_future())
+        await done[0]
+
+    with _loop_in_thread(name, app, lambda: _settle(done)) as loop:
+        yield loop
+
+
+@contextlib.contextmanager
+def blocked_loop(name: str) -> Iterator[tuple[asyncio.AbstractEventLoop, threading.Event]]:
+    """A thread named ``name`` whose asyncio loop blocks in a callback until the event is
+    set (no ``select`` meanwhile), then waits on a future until the block ends."""
+    release = threading.Event()
+    done: list[asyncio.Future[None]] = []
+
+    async def app() -> None:
+        done.append(asyncio.get_running_loop().create_future())
+        release.wait(20)
+        await done[0]
+
+    with _loop_in_thread(name, app, lambda: (release.set(), _settle(done))) as loop:
+        yield loop, release
+
+
+def _settle(done: list[asyncio.Future[None]]) -> None:
+    future = done[0]
+    with contextlib.suppress(RuntimeError):  # closed already
+        future.get_loop().call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+
+
+@contextlib.contextmanager
+def _loop_in_thread(
+    name: str, app: Callable[[], Coroutine[Any, Any, None]], end: Callable[[], Any]
+) -> Iterator[asyncio.AbstractEventLoop]:
+    loops: list[asyncio.AbstractEventLoop] = []
+    running = threading.Event()
+
+    async def main() -> None:
+        loops.append(asyncio.get_running_loop())
+        running.set()
+        await app()
+
+    thread = in_thread(name, lambda: asyncio.run(main()))
     try:
         assert running.wait(10)
-        yield thread
+        yield loops[0]
+    finally:
+        end()
+        thread.join(10)
+
+
+class Blocked(NamedTuple):
+    """What :func:`loops_blocking` saw: each loop's blocks, and how late its own timer ran."""
+
+    blocks: dict[str, list[float]]
+    stalls: dict[str, list[float]]
+
+
+@contextlib.contextmanager
+def loops_blocking(lengths: dict[str, float], unprobed: str | None = None) -> Iterator[Blocked]:
+    """A thread per name, each running a loop that blocks twice for its length, 0.8 s
+    apart, then idles until the block ends; entered once every loop has blocked.
+
+    Each loop has a timer of the test's beside it (:func:`watched`); the one named
+    ``unprobed`` runs on uvloop instead, and blocks for 50 ms. Read the stalls
+    after the block: a timer late in a block runs after the block's first read.
+    """
+    names = [*lengths, *([unprobed] if unprobed else [])]
+    seen = Blocked({name: [] for name in names}, {name: [] for name in names})
+    ready = {name: threading.Event() for name in names}
+    release = threading.Event()
+
+    def body(name: str) -> None:
+        async def app() -> None:
+            block = lengths.get(name, 0.05)
+            await periodic_app(seen.blocks[name], count=2, every=0.8, block=block)()
+            ready[name].set()
+            while not release.is_set():
+                await asyncio.sleep(0.02)
+
+        if name == unprobed:
+            uvloop.run(app())
+        else:
+            asyncio.run(watched(app, seen.stalls[name])())
+
+    threads = [in_thread(name, functools.partial(body, name)) for name in names]
+    try:
+        assert all(event.wait(20) for event in ready.values())
+        yield seen
     finally:
         release.set()
-        thread.join(10)
+        for thread in threads:
+            thread.join(10)
+
+
+def in_loop(loop: asyncio.AbstractEventLoop, what: Callable[[], T], after: float = 0.0) -> T:
+    """``what()``, run in ``loop``'s thread ``after`` seconds from now (the loop runs on)."""
+
+    async def run() -> T:
+        await asyncio.sleep(after)
+        return what()
+
+    return asyncio.run_coroutine_threadsafe(run(), loop).result(20)
 
 
 # --- what is in a loop, by asyncio's own state
