@@ -649,14 +649,37 @@ _ALLOCATING = {
 
 
 def _executed(callback: Any, *calls: tuple[str, dict[str, Any]]) -> set[str]:
-    """The names of the instructions the callback ran in ``calls``, traced one by one."""
+    """The names of the instructions the callback ran in ``calls``, seen one by one.
+
+    By ``sys.monitoring``'s instruction events where there are some (3.12+; there a
+    tracer's ``f_trace_opcodes`` set at the call takes no effect), else by a tracer.
+    """
     code = callback.__code__
     names = {i.offset: i.opname for i in dis.get_instructions(code)}
     ran: set[str] = set()
 
+    def seen(offset: int) -> None:
+        ran.add(names.get(offset, f"unknown offset {offset}"))
+
+    monitoring = getattr(sys, "monitoring", None)
+    if monitoring is not None:
+        tool = next(i for i in range(6) if monitoring.get_tool(i) is None)
+        monitoring.use_tool_id(tool, "the gc callback's instructions")
+        event = monitoring.events.INSTRUCTION
+        monitoring.register_callback(tool, event, lambda _code, offset: seen(offset))
+        monitoring.set_local_events(tool, code, event)
+        try:
+            for phase, info in calls:
+                callback(phase, info)
+        finally:
+            monitoring.set_local_events(tool, code, 0)
+            monitoring.register_callback(tool, event, None)
+            monitoring.free_tool_id(tool)
+        return ran
+
     def each(frame: Any, event: str, arg: Any) -> Any:
         if event == "opcode":
-            ran.add(names.get(frame.f_lasti, f"unknown offset {frame.f_lasti}"))
+            seen(frame.f_lasti)
         return each
 
     def calls_into(frame: Any, event: str, arg: Any) -> Any:
@@ -669,9 +692,8 @@ def _executed(callback: Any, *calls: tuple[str, dict[str, Any]]) -> set[str]:
     previous = sys.gettrace()
     sys.settrace(calls_into)
     try:
-        for _ in range(2):  # 3.12 traces the opcodes of a code object from its second call
-            for phase, info in calls:
-                callback(phase, info)
+        for phase, info in calls:
+            callback(phase, info)
     finally:
         sys.settrace(previous)
     return ran
