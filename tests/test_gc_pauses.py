@@ -791,9 +791,11 @@ def test_a_full_collection_lands_in_the_bucket_of_the_time_around_it() -> None:
         for _ in range(ATTEMPTS):
             with gc_off():
                 cyclic_garbage()
-                _, r0 = steady(rec)
+                stats0, r0 = steady(rec)
                 around = timed_collect()
-                _, r1 = steady(rec)
+                stats1, r1 = steady(rec)
+            if minus(stats1, stats0) != (0, 0, 1):
+                continue  # 3.12 ran a collection it had scheduled before gc.disable(): again
             assert r0.buckets is not None and r1.buckets is not None
             delta = minus(r1.buckets[2], r0.buckets[2])
             assert sum(delta) == 1
@@ -804,7 +806,9 @@ def test_a_full_collection_lands_in_the_bucket_of_the_time_around_it() -> None:
             if lowest <= ours <= bisect.bisect_left(BOUNDS, around):
                 break
         else:
-            pytest.fail(f"bucket {ours} outside the bounds around {around} s")
+            pytest.fail(
+                f"no attempt with one collection in a bucket of the time around it ({around} s)"
+            )
         assert quantile_bound(r0, r1, 2, 0.99) == BOUNDS[ours] >= pause
         for g in range(len(r1.pauses)):
             assert sum(r1.buckets[g]) == r1.pauses[g]
@@ -1190,16 +1194,20 @@ _SIGNALLED = textwrap.dedent(
 
     signal.signal(signal.SIGALRM, handler)
     if case == "allocating":  # collections started by allocations, a signal at any moment
+        # Lists made in C (no bytecode of the program's between them), and an old
+        # generation that every full collection traverses: most of the time is spent
+        # collecting, where the signal lands (from 3.12 an automatic collection runs
+        # at the program's next bytecode, after a signal already pending there).
+        keep = [[[]] for _ in range(200_000)]
+        gc.set_threshold(2_000, 1, 1)
         signal.setitimer(signal.ITIMER_REAL, 0.3)
         end = time.monotonic() + 10
         try:  # a handler on the way makes the exception (see the "exit" case)
             while time.monotonic() < end:
-                # 50,000 lists from C: about 70 collections, and the only Python code
-                # run meanwhile, but for the recorder's callback, is the next round.
-                kept = list(map(list, itertools.repeat((), 50_000)))
+                kept = list(map(list, itertools.repeat((), 5_000)))
         except SystemExit:
             raise
-        print("went on", len(kept))
+        print("went on", len(kept), len(keep))
         sys.exit(0)
     gc.disable()
     graph(1_000_000)
