@@ -78,6 +78,7 @@ EXPECTED: dict[str, str] = {
     r"^no interpreters in .+/bin \(make pythons\)$": "package",
     # Versions of the cell: the lowest allowed SDK and conventions; the build of Python.
     r"^needs a free-threaded build$": "version",
+    r"^needs an interpreter that (does not )?times? its own collections": "version",
     r"^needs a build with a GIL$": "version",
     r"^this interpreter times its own collections: without gc_pause_histogram, ": "version",
     r"^the host kept the GIL's holder off a CPU: ": "host",
