@@ -32,7 +32,7 @@ import psutil
 import pytest
 
 from opentelemetry.instrumentation.process.catalog import PER_CHILD, supported
-from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, Kind
 
 from .conftest import events_metrics, on_by_default
 from .support.examples import BIN, ROOT, Lines, clean_env, free_port, start
@@ -265,6 +265,16 @@ def test_the_readmes_auto_instrumented_gunicorn_prints_this_package_alone() -> N
     assert PEER_SCOPE not in printed, "the peer's metrics are printed beside this package's"
 
 
+def _catches_sigterm(pid: int) -> bool:
+    """Whether ``pid`` has a SIGTERM handler (SigCgt of /proc/<pid>/status); True where unknown."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    found = re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)
+    return found is None or bool(int(found[1], 16) >> (signal.SIGTERM - 1) & 1)
+
+
 @pytest.mark.skipif(
     sys.platform == "win32", reason="stops the example with SIGTERM, which Windows cannot send"
 )
@@ -282,10 +292,14 @@ def test_instrument_with_the_prometheus_exporter() -> None:
         EXAMPLE_SECONDS="30",
     )
     try:
-        # The endpoint may answer before the instrumentors have run: poll.
+        # The endpoint may answer before the instrumentors have run: poll. The
+        # other instrumentors may still be loading then (FastAPI's imports FastAPI):
+        # SIGTERM only once the app has its handler.
         deadline = time.monotonic() + 20
         body = ""
-        while "process_uptime_seconds" not in body and time.monotonic() < deadline:
+        while time.monotonic() < deadline and not (
+            "process_uptime_seconds" in body and _catches_sigterm(proc.pid)
+        ):
             body = _http_get(f"http://127.0.0.1:{port}/metrics", deadline)
             time.sleep(0.1)
     finally:
@@ -641,3 +655,41 @@ def test_the_readme_names_the_dashboard_and_each_of_its_rows() -> None:
     for title in rows:
         word = title.split()[0]
         assert (word if word == "CPython" else word.lower()) in line, title
+
+
+def test_the_panels_with_exemplars_select_the_buckets_and_link_to_the_traces() -> None:
+    """Exemplars are kept on a histogram's _bucket series (Prometheus, remote write and
+    OTLP alike): a target that shows them must select those of a histogram of events,
+    and the exemplar's trace_id must link to the data source of the ``traces`` variable."""
+    queries = load_file(EXAMPLES / "grafana" / "queries.py", "example_queries")
+    dashboard = queries.load()
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["traces"]["type"] == "datasource"
+    events = {m.name.replace(".", "_") for m in METRICS if m.kind is Kind.HISTOGRAM}
+    assert events >= {
+        "process_metrics_eventloop_stall_duration",
+        "process_metrics_cpython_gc_stall_duration",
+    }
+    shown: set[str] = set()
+    for panel in queries.panels(dashboard["panels"]):
+        targets = [t for t in panel.get("targets", []) if t.get("exemplar")]
+        if not targets:
+            continue
+        for target in targets:
+            names = re.findall(r"\b([a-z][a-z0-9_]*)\{", target["expr"])
+            assert names and all(n.endswith("_bucket") for n in names), target["expr"]
+            for name in names:
+                found = [e for e in events if name.startswith(e + "_")]
+                assert found, f"{panel['title']}: {name} is not a histogram of events"
+                shown.update(found)
+        links = [
+            link
+            for override in panel["fieldConfig"]["overrides"]
+            if override["matcher"] == {"id": "byName", "options": "trace_id"}
+            for prop in override["properties"]
+            if prop["id"] == "links"
+            for link in prop["value"]
+        ]
+        assert links and all("${traces}" in link["url"] for link in links), panel["title"]
+        assert all("${__value.raw}" in link["url"] for link in links), panel["title"]
+    assert shown == events, shown  # every histogram of events is on a panel, with its traces

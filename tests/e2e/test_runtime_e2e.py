@@ -10,9 +10,10 @@ prints the length of each block and collection by its own clock, which is the
 truth here. Each server is stopped by its pid.
 
 Checked: the GC pause metrics arrive by default, with the timed collection in
-them; ``process_metrics.eventloop.delay.max`` of the loop of ``MainThread`` is
-about 0.2 s; every query of the dashboard's Runtime row returns sane data
-from these servers.
+them; ``process_metrics.eventloop.delay.max`` of the asyncio loop of
+``MainThread`` is about 0.2 s, and uvloop's loop, which is not probed, has no
+series; every query of the dashboard's Runtime row returns sane data from
+these servers.
 """
 
 from __future__ import annotations
@@ -286,6 +287,10 @@ def test_loop_delay_of_the_main_thread_is_the_block(servers: list[Served], which
     served = servers[which]
     thread = _label(served, "thread.name")
     delays = _samples(served, DELAY_MAX)
+    if served.loop == "uvloop":
+        # Not probed: no Python select to hook (docs/runtime.md), so no series at all.
+        assert delays == {} and _samples(served, UTILIZATION) == {}, delays
+        return
     assert set(delays) == {f"{thread}=MainThread"}, delays.keys()
     values = delays[f"{thread}=MainThread"]
     block = max(seconds for seconds, _ in served.blocks)
@@ -325,9 +330,10 @@ def test_the_runtime_row_of_the_dashboard_shows_these_servers(
     everything = dashboard_queries(variables={"service": services})
     runtime = [q for q in everything if q.row == "Runtime"]
     assert len(runtime) == 5, runtime
-    # Every event-loop query of the dashboard is here (the other e2e test leaves them out).
+    # Every event-loop query of the dashboard is here or in the stalls row, which the
+    # test below runs against these servers (the other e2e test leaves them out).
     assert {q.expr for q in everything if "process_metrics_eventloop_" in q.expr} <= {
-        q.expr for q in runtime
+        q.expr for q in everything if q.row in ("Runtime", STALLS_ROW)
     }
     results: dict[str, list[dict[str, Any]]] = {}
     for q in runtime:
@@ -355,7 +361,9 @@ def test_the_runtime_row_of_the_dashboard_shows_these_servers(
         assert served.collected[0] - TOLERANCE <= longest[(service, "2")] <= total, longest
     delay = values("panel Event-loop delay (max and p99) / A")
     p99 = values("panel Event-loop delay (max and p99) / B")
-    for service, served in by_service.items():
+    probed = {s: served for s, served in by_service.items() if served.loop == "asyncio"}
+    assert {service for service, _ in delay} == set(probed), delay  # uvloop is not probed
+    for service, served in probed.items():
         block = max(seconds for seconds, _ in served.blocks)
         top = delay[(service, "MainThread")]
         stall = max(block, *served.full)  # a full collection holds the loop too
@@ -413,8 +421,12 @@ def test_the_stalls_row_of_the_dashboard_shows_these_servers(
         for m in METRICS
         if SOURCES[m.source].auto and not automatic_here(m)
     }
-    checked = [q for q in row if not any(name in q.expr for name in absent_here)]
-    assert len(checked) >= 6, (checked, absent_here)
+    # GC pauses of 100 ms or more are not sure to happen here: test_exemplars_e2e.py
+    # runs the panel of stalls against an app that makes one, and a loop stall.
+    elsewhere = {_prometheus_name("process_metrics.cpython.gc.stall.duration")}
+    checked = [q for q in row if not any(name in q.expr for name in absent_here | elsewhere)]
+    assert len(checked) >= 7, (checked, absent_here)
+    assert any("process_metrics_eventloop_stall_duration" in q.expr for q in checked)
     empty = [q.source for q in checked if not vm_prom.query(q.expr)]
     assert not empty, f"queries without data: {empty}"
     by_query = {q.source: vm_prom.query(q.expr) for q in checked}

@@ -60,9 +60,11 @@ EXPECTED: dict[str, str] = {
     r"^no private namespace here": "host",
     r"^the host has too little memory for a limit well below it$": "host",
     # Servers, browsers and packages that the cell does not have.
-    r"^(victoria-metrics|otelcol) not found: set ": "server",
-    r"^(VICTORIA_METRICS_BIN|OTELCOL_BIN)=.* is not an executable file$": "server",
+    r"^(victoria-metrics|otelcol|prometheus) not found: set ": "server",
+    r"^(VICTORIA_METRICS_BIN|OTELCOL_BIN|PROMETHEUS_BIN)=.* is not an executable file$": "server",
     r"^OpenTelemetry Collector unavailable \(": "server",
+    # A collector built before scripts/otelcol/remotewrite.go: get-servers.sh rebuilds it.
+    r"^the collector at \S+ has no remotewrite exporter": "server",
     r"^DOCS NOT CHECKED IN A BROWSER: ": "browser",
     r"^make is not installed$": "package",
     r"^patch is not installed$": "package",
@@ -76,7 +78,9 @@ EXPECTED: dict[str, str] = {
     r"^no interpreters in .+/bin \(make pythons\)$": "package",
     # Versions of the cell: the lowest allowed SDK and conventions; the build of Python.
     r"^needs a free-threaded build$": "version",
+    r"^needs an interpreter that (does not )?times? its own collections": "version",
     r"^needs a build with a GIL$": "version",
+    r"^this interpreter times its own collections: without gc_pause_histogram, ": "version",
     r"^the host kept the GIL's holder off a CPU: ": "host",
     r"^a fork from C beside running threads may hang on a free-threaded build$": "version",
     r"^the free-threaded allocator returns freed memory in the background": "version",

@@ -14,6 +14,7 @@ import select
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,18 @@ import pytest
 
 from .forkapps import c_fork
 
-__all__ = ["c_fork", "in_child"]
+__all__ = ["FORKS", "c_fork", "fork_quietly", "in_child"]
+
+
+def fork_quietly() -> int:
+    """os.fork(), without its warning of a fork beside running threads (3.12+)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+FORKS: dict[str, Callable[[], int]] = {"os.fork": fork_quietly, "C fork, no Python hooks": c_fork}
+"""A fork with Python's at-fork hooks, and one from C without them (uWSGI's default)."""
 
 
 def in_child(
