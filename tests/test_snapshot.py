@@ -447,7 +447,6 @@ def test_with_shared_metrics_every_the_group_code_is_not_loaded() -> None:
 @linux_only
 def test_each_optional_reader_is_loaded_by_the_option_that_needs_it() -> None:
     wanted = ["system.network.connection.count", "process_metrics.memory.pss"]
-    got = _loaded(
-        event_loop=True, gil_wait=True, per_thread=True, children=True, include=wanted
-    )["collected"]
+    options = {"event_loop": True, "gil_wait": True, "per_thread": True, "children": True}
+    got = _loaded(**options, include=wanted)["collected"]
     assert set(_READERS) <= set(got), got
