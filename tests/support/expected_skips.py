@@ -33,6 +33,7 @@ EXPECTED: dict[str, str] = {
     r"^sends SIGINT, which Windows cannot send$": "platform",
     r"^the names of other hosts are checked with a faked platform below$": "platform",
     r"^no garbage-collection pauses here \(not CPython\)$": "platform",
+    r"^counts CPython's garbage-collected objects$": "platform",
     r"^no subinterpreters here: neither _testcapi nor concurrent\.interpreters$": "platform",
     r"^could not import '_testcapi'": "platform",  # Debian's 3.14 and 3.15 leave it out
     r"^this platform reports none of ": "platform",
