@@ -94,6 +94,20 @@ FRAMEWORKS = (
 FRAMEWORK_NAMES = tuple(f.name for f in FRAMEWORKS)
 
 
+TOLERATED_RECORDS = {
+    "Metric collection timed out": "the SDK gives its last collection, at exit, one export"
+    " interval, which this harness sets short; on a loaded machine a process that exits while"
+    " busy can take longer (reported, not counted)",
+}
+"""Records that the package's presence brings about but that are this harness's doing:
+the start of their message, and why."""
+
+
+def tolerated(record: Record) -> str:
+    """Why ``record`` is reported and not counted, or ``""``."""
+    return next((why for s, why in TOLERATED_RECORDS.items() if record.message.startswith(s)), "")
+
+
 class Python(NamedTuple):
     tag: str
     """``3.11``, ``3.13t``."""
@@ -585,7 +599,7 @@ def compare(
         flaky = [t for t in only if t not in package2.failed or t in sdk2.failed]
         only = [t for t in only if t not in flaky]
     seen = {r.key for r in sdk.records}
-    new = tuple(r for r in package.records if r.key not in seen)
+    new = tuple(r for r in package.records if r.key not in seen and not tolerated(r))
     return Verdict(
         python,
         suite,
@@ -618,16 +632,24 @@ def describe(v: Verdict) -> str:
     )
 
 
-def details(v: Verdict) -> list[str]:
+def details(v: Verdict, most: int = 15) -> list[str]:
+    """What the progress line counts, by name: at most ``most`` of each kind."""
     lines = []
-    for t in v.only_package:
-        lines.append(f"    only with the package: {t}: {v.package.failed[t]}")
-    for t in v.flaky:
-        lines.append(f"    flaky (failed once with the package, passed again): {t}")
-    for t in v.either:
-        lines.append(f"    fails either way (not counted): {t}")
-    for t in v.only_sdk:
-        lines.append(f"    failed only without the package (not counted): {t}")
+    for what, tests in (
+        ("only with the package", [f"{t}: {v.package.failed[t]}" for t in v.only_package]),
+        ("flaky (failed once with the package, passed again)", v.flaky),
+        ("fails either way (not counted)", v.either),
+        ("failed only without the package (not counted)", v.only_sdk),
+    ):
+        lines += [f"    {what}: {t}" for t in tests[:most]]
+        if len(tests) > most:
+            lines.append(f"    {what}: ... and {len(tests) - most} more (summary.json)")
+    tolerated = [r for r in v.package.records if r.message in TOLERATED_RECORDS]
+    if tolerated:
+        lines.append(
+            f"    {len(tolerated)} x {tolerated[0].message!r}: "
+            f"{TOLERATED_RECORDS[tolerated[0].message]}"
+        )
     shown: set[str] = set()
     for r in v.new_records:
         if r.key not in shown:
