@@ -29,6 +29,7 @@ only with the package, 1 otherwise, 2 for bad arguments.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import hashlib
 import json
@@ -83,13 +84,15 @@ class Framework(NamedTuple):
     """What ``pip install -e DIR[extras]`` adds (``""``: none)."""
     group: str
     """The dependency group of its pyproject.toml that its tests need."""
-    args: tuple[str, ...] = ()
+    pins: tuple[str, ...] = ()
+    """Requirements that hold its test tools at versions its tests work with."""
 
 
 FRAMEWORKS = (
-    Framework("flask", "flask==3.1.3", "async,dotenv", "tests"),
+    # flask 3.1.3's tests import a name that pytest 9 removed (_pytest.monkeypatch.notset)
+    Framework("flask", "flask==3.1.3", "async,dotenv", "tests", ("pytest<9",)),
     Framework("starlette", "starlette==1.10.0", "full", "dev"),
-    Framework("anyio", "anyio==4.16.0", "trio", "test", ("-p", "no:cacheprovider")),
+    Framework("anyio", "anyio==4.16.0", "trio", "test"),
 )
 FRAMEWORK_NAMES = tuple(f.name for f in FRAMEWORKS)
 
@@ -368,11 +371,27 @@ def execute(
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            kill_tree(proc.pid)
             stream.write(f"\n[compat] killed after {timeout:.0f} s\n")
             code = -signal.SIGKILL
+        finally:  # this harness stopped (Ctrl-C, SIGTERM): so do the suite and its workers
+            if proc.poll() is None:
+                kill_tree(proc.pid)
     return code, time.monotonic() - started
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid`` and every descendant (regrtest's workers have sessions of their own)."""
+    import psutil  # a dependency of the package, so in every venv this runs from
+
+    try:
+        family = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return
+    for proc in family:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
+    psutil.wait_procs(family, timeout=30)
 
 
 def read_records(logs: Path) -> tuple[tuple[Record, ...], int]:
@@ -526,7 +545,6 @@ def pytest_suite(
         "-p",
         "no:cacheprovider",
         f"--junit-xml={junit}",
-        *framework.args,
         "tests",
     ]
     env = environment(mode, logs, args.interval_ms, [])
@@ -567,11 +585,11 @@ def framework_source(framework: Framework) -> Path:
     return folder
 
 
-def framework_venv(framework: Framework, base: str) -> str:
+def framework_venv(framework: Framework, base: str, tag: str) -> str:
     source = framework_source(framework)
     extras = f"[{framework.extras}]" if framework.extras else ""
     return venv(
-        f"{framework.name}-{Path(base).name}",
+        f"{framework.name}-{tag}",
         base,
         [
             [
@@ -579,6 +597,7 @@ def framework_venv(framework: Framework, base: str) -> str:
                 f"{source}{extras}",
                 "--group",
                 f"{source / 'pyproject.toml'}:{framework.group}",
+                *framework.pins,
             ],
             ["-e", str(ROOT), "opentelemetry-sdk>=1.28,<2"],
         ],
@@ -810,7 +829,11 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="where each run's output goes (default .cache/compat/runs)",
     )
     parser.add_argument("--list", action="store_true", help="print what would run, and exit")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.out = args.out.resolve()  # the suites run in folders of their own
+    if args.testdir:
+        args.testdir = args.testdir.resolve()
+    return args
 
 
 def chosen_pythons(args: argparse.Namespace) -> list[Python]:
@@ -829,6 +852,7 @@ def chosen_pythons(args: argparse.Namespace) -> list[Python]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     suites = args.suite or list(QUICK_SUITES if args.quick else (*CPYTHON_SUITES, *FRAMEWORKS))
     suites = [s.name if isinstance(s, Framework) else s for s in suites]
     pythons = chosen_pythons(args)
@@ -862,7 +886,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in frameworks:
         framework = next(f for f in FRAMEWORKS if f.name == name)
         try:
-            python = framework_venv(framework, args.frameworks_python)
+            python = framework_venv(framework, args.frameworks_python, str(tag))
             source = framework_source(framework)
         except (Unavailable, OSError, subprocess.CalledProcessError) as exc:
             not_run.append(f"{name}: {exc}")
