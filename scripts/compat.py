@@ -338,13 +338,17 @@ def cpython_suites(python: str, tests_dir: Path | None, testdir: Path | None) ->
 # --- running a suite --------------------------------------------------------------
 
 
-def environment(mode: str, logs: Path, interval_ms: int, paths: Iterable[Path]) -> dict[str, str]:
+def environment(
+    mode: str, logs: Path, args: argparse.Namespace, paths: Iterable[Path]
+) -> dict[str, str]:
+    """The environment of a suite: the hook on PYTHONPATH, told what to load; no OTEL_*."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.pop("PYTHONHOME", None)
     env["PYTHONPATH"] = os.pathsep.join(str(p) for p in (HOOK_DIR, *paths))
     env["PROCESS_COMPAT_MODE"] = mode
     env["PROCESS_COMPAT_LOG_DIR"] = str(logs)
-    env["PROCESS_COMPAT_INTERVAL_MS"] = str(interval_ms)
+    env["PROCESS_COMPAT_INTERVAL_MS"] = str(args.interval_ms)
+    env["PROCESS_COMPAT_OPTIONS"] = ",".join(args.option)
     return env
 
 
@@ -518,7 +522,7 @@ def regrtest(
         cmd += ["--testdir", str(args.testdir)]
     cmd += [suite, *(f"-m{m}" for m in match)]
     paths = [tests_dir] if tests_dir else []
-    env = environment(mode, logs, args.interval_ms, paths)
+    env = environment(mode, logs, args, paths)
     code, seconds = execute(cmd, env, folder, folder / "output.txt", args.timeout * 3 + 600)
     output = (folder / "output.txt").read_text(errors="replace")
     tests, failed = junit_cases(junit)
@@ -547,7 +551,7 @@ def pytest_suite(
         f"--junit-xml={junit}",
         "tests",
     ]
-    env = environment(mode, logs, args.interval_ms, [])
+    env = environment(mode, logs, args, [])
     code, seconds = execute(cmd, env, where, folder / "output.txt", args.timeout * 3)
     tests, failed = junit_cases(junit)
     if code not in (0, 1, 5) and not failed:
@@ -804,6 +808,14 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--interval-ms", type=int, default=200, help="the readers' export interval (default 200)"
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="turn on only this option of the package (repeatable), to find which one a"
+        " failure needs; default: every option",
     )
     parser.add_argument(
         "--no-confirm",

@@ -5,7 +5,8 @@ the program runs. ``PROCESS_COMPAT_MODE`` says what else it loads:
 
 * ``sdk``: the SDK alone, a periodic reader every ``PROCESS_COMPAT_INTERVAL_MS``;
 * ``package``: the same, then ``ProcessInstrumentor().instrument()`` with every option on
-  (:func:`every_option_on`, derived from the options' declarations).
+  (:func:`every_option_on`, derived from the options' declarations), or only those
+  that ``PROCESS_COMPAT_OPTIONS`` names (comma-separated).
 
 Whatever the SDK or the package logs at WARNING or above, and any error of this
 hook itself, goes as JSON lines to ``PROCESS_COMPAT_LOG_DIR/<pid>.jsonl``, never
@@ -25,6 +26,8 @@ from typing import Any
 MODE = os.environ.get("PROCESS_COMPAT_MODE", "")
 LOG_DIR = os.environ.get("PROCESS_COMPAT_LOG_DIR", "")
 INTERVAL_MS = int(os.environ.get("PROCESS_COMPAT_INTERVAL_MS") or 200)
+ONLY = [n for n in os.environ.get("PROCESS_COMPAT_OPTIONS", "").split(",") if n]
+"""To find which option a failure needs: only these are turned on (default: all)."""
 WATCHED_LOGGER = "opentelemetry"  # the SDK's, the instrumentation's and the package's loggers
 
 
@@ -131,7 +134,8 @@ def start(mode: str) -> None:
     if mode == "package":
         from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-        ProcessInstrumentor().instrument(**every_option_on())
+        on = every_option_on()
+        ProcessInstrumentor().instrument(**{k: v for k, v in on.items() if k in (ONLY or on)})
 
 
 if MODE:
