@@ -67,14 +67,17 @@ SUITE = {
 }
 
 
-def load_hook() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "compat_sitecustomize", ROOT / "scripts" / "compat" / "sitecustomize.py"
-    )
+def load(name: str, path: Path) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # NamedTuples look their module up
     spec.loader.exec_module(module)
     return module
+
+
+def load_hook() -> ModuleType:
+    return load("compat_sitecustomize", ROOT / "scripts" / "compat" / "sitecustomize.py")
 
 
 def test_flags_what_fails_only_with_the_package_and_what_it_logs(tmp_path: Path) -> None:
@@ -130,3 +133,15 @@ def test_every_option_on_covers_every_declared_option() -> None:
             assert getattr(options, name) != getattr(defaults, name), name
     assert set(on) >= {n for n in OPTION_NAMES if declared(n).gates}
     assert len(on["include"]) > 0
+
+
+def test_the_docs_page_names_what_runs() -> None:
+    compat = load("compat_harness", COMPAT)
+    page = (ROOT / "docs" / "compatibility.md").read_text()
+    for suite in compat.CPYTHON_SUITES:
+        assert f"`{suite}`" in page, suite
+    for framework in compat.FRAMEWORKS:
+        name, version = framework.requirement.split("==")
+        assert f"{name.capitalize()} {version}" in page or f"{name} {version}" in page, name
+    quick = ", ".join(compat.QUICK_SUITES[:-1]) + " and " + compat.QUICK_SUITES[-1]
+    assert f"make compat-quick # the cell of `make test`: {quick}" in " ".join(page.split())
