@@ -349,6 +349,7 @@ def environment(
     env["PROCESS_COMPAT_LOG_DIR"] = str(logs)
     env["PROCESS_COMPAT_INTERVAL_MS"] = str(args.interval_ms)
     env["PROCESS_COMPAT_OPTIONS"] = ",".join(args.option)
+    env["PROCESS_COMPAT_CHOICES"] = "other" if args.other_choices else "default"
     return env
 
 
@@ -816,6 +817,12 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="NAME",
         help="turn on only this option of the package (repeatable), to find which one a"
         " failure needs; default: every option",
+    )
+    parser.add_argument(
+        "--other-choices",
+        action="store_true",
+        help="each choice option at its value that is not the default (thread_series_by=name,"
+        " ...), instead of its default",
     )
     parser.add_argument(
         "--no-confirm",

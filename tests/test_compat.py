@@ -22,6 +22,7 @@ from opentelemetry.instrumentation.process.options import (
     ProcessMetricsOptions,
     declared,
 )
+from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPAT = ROOT / "scripts" / "compat.py"
@@ -122,17 +123,21 @@ def test_flags_what_fails_only_with_the_package_and_what_it_logs(tmp_path: Path)
 
 
 def test_every_option_on_covers_every_declared_option() -> None:
-    on = load_hook().every_option_on()
-    options = ProcessMetricsOptions(**on)  # the values are all valid
+    hook = load_hook()
+    on, other = hook.every_option_on(), hook.every_option_on(other_choices=True)
+    options, with_other = ProcessMetricsOptions(**on), ProcessMetricsOptions(**other)
     defaults = ProcessMetricsOptions()
+    choices = [n for n in OPTION_NAMES if declared(n).form.kind == "choice"]
+    assert choices
     for name in OPTION_NAMES:
-        form = declared(name).form
-        if form.kind in ("bool", "tristate"):
-            assert on[name] is True, name
-        elif form.kind == "choice":
-            assert getattr(options, name) != getattr(defaults, name), name
+        if declared(name).form.kind in ("bool", "tristate"):
+            assert on[name] is True and other[name] is True, name
+    for name in choices:
+        assert getattr(options, name) == getattr(defaults, name), name
+        assert getattr(with_other, name) != getattr(defaults, name), name
     assert set(on) >= {n for n in OPTION_NAMES if declared(n).gates}
-    assert len(on["include"]) > 0
+    enabled = {m.name for m in enabled_metrics(options)}
+    assert set(on["include"]) <= enabled and on["include"]
 
 
 def test_the_docs_page_names_what_runs() -> None:

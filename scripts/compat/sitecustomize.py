@@ -28,6 +28,8 @@ LOG_DIR = os.environ.get("PROCESS_COMPAT_LOG_DIR", "")
 INTERVAL_MS = int(os.environ.get("PROCESS_COMPAT_INTERVAL_MS") or 200)
 ONLY = [n for n in os.environ.get("PROCESS_COMPAT_OPTIONS", "").split(",") if n]
 """To find which option a failure needs: only these are turned on (default: all)."""
+OTHER_CHOICES = os.environ.get("PROCESS_COMPAT_CHOICES") == "other"
+"""Each choice at its value that is not the default, instead of its default."""
 WATCHED_LOGGER = "opentelemetry"  # the SDK's, the instrumentation's and the package's loggers
 
 
@@ -61,12 +63,13 @@ class ToLogDir(logging.Handler):
         record("log", rec.name, rec.levelname, rec.getMessage(), detail)
 
 
-def every_option_on() -> dict[str, Any]:
+def every_option_on(other_choices: bool = False) -> dict[str, Any]:
     """The keywords of ``instrument()`` that turn every option on, from their declarations.
 
-    A switch (``bool`` or ``auto``) is ``True``; a choice takes its value that is
-    not the default; ``include`` names every metric it accepts (neither on by
-    default nor turned on by an option); ``exclude``, the caps and the attributes
+    A switch (``bool`` or ``auto``) is ``True``; ``include`` names every metric it
+    accepts (neither on by default nor turned on by an option); a choice keeps its
+    default, or with ``other_choices`` takes its other value (a choice picks one
+    path of two: each run covers one); ``exclude``, the caps and the attributes
     keep their defaults. An option of a form not listed here stops the run.
     """
     from opentelemetry.instrumentation.process.metrics import METRICS
@@ -83,7 +86,8 @@ def every_option_on() -> dict[str, Any]:
         if form.kind in ("bool", "tristate"):
             on[name] = True
         elif form.kind == "choice":
-            on[name] = next(v for v in form.values if v != getattr(defaults, name))
+            default = getattr(defaults, name)
+            on[name] = next(v for v in form.values if v != default) if other_choices else default
         elif name == "include":
             on[name] = [m.name for m in METRICS if not m.default and m.option is None]
         elif name == "exclude" or form.kind in ("int", "attributes"):
@@ -134,7 +138,7 @@ def start(mode: str) -> None:
     if mode == "package":
         from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-        on = every_option_on()
+        on = every_option_on(OTHER_CHOICES)
         ProcessInstrumentor().instrument(**{k: v for k, v in on.items() if k in (ONLY or on)})
 
 
