@@ -133,10 +133,12 @@ stress: $(STAMP)
 # distributions. It fails on a test that fails only with the package and on a warning
 # the package logs. `compat-quick` is the cell of `make test`: the three suites that found
 # faults (test_signal, test_threading, test_asyncio), on this venv's Python, in minutes;
-# `make compat` runs the rest (hours on 2 cores). Output under .cache/compat/runs.
+# `make compat` runs the rest (hours on 2 cores), then those three again with each choice
+# option at its other value. Output under .cache/compat/runs.
 compat: $(STAMP) pythons
 	$(call say,compatibility: CPython's suites and three frameworks' with and without the package)
 	$(BIN)/python scripts/compat.py
+	$(BIN)/python scripts/compat.py --quick --other-choices --out .cache/compat/runs-other-choices
 
 compat-quick: $(STAMP)
 	$(call say,compatibility: test_signal$(,) test_threading and test_asyncio with and without the package)
