@@ -50,7 +50,6 @@ ROOT = Path(__file__).resolve().parent.parent
 HOOK_DIR = ROOT / "scripts" / "compat"
 CACHE = ROOT / ".cache" / "compat"
 PYTHONS_CACHE = Path(os.environ.get("PYTHONS_CACHE_DIR") or ROOT / ".cache" / "pythons")
-MODES = ("sdk", "package")
 
 CPYTHON_SUITES = (
     "test_asyncio",
