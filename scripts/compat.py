@@ -695,6 +695,8 @@ def report(v: Verdict) -> None:
 
 
 def summary(verdicts: Sequence[Verdict], skipped: Sequence[str]) -> dict[str, object]:
+    """What summary.json holds: each suite's verdict and both runs, and what was not run."""
+
     def run(r: Run) -> dict[str, object]:
         return {
             "tests": r.tests,
@@ -884,48 +886,76 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{py.tag} {py.path}: {' '.join(cpython)}")
         print(f"frameworks on {args.frameworks_python}: {' '.join(frameworks)}")
         return 0
-    verdicts: list[Verdict] = []
-    not_run: list[str] = []
     started = time.monotonic()
-    for py in pythons if cpython else []:
+    done = Done(args.out)
+    run_cpython(args, pythons, cpython, done)
+    run_frameworks(args, frameworks, done)
+    bad = [v for v in done.verdicts if not v.ok]
+    print(
+        f"[compat] {len(done.verdicts)} suites in {time.monotonic() - started:.0f} s: "
+        f"{len(bad)} with a test that fails only with the package or a package log record; "
+        f"{len(done.not_run)} not run; summary in {done.path}",
+        flush=True,
+    )
+    # Under CI, a Python or framework that could not be run fails the job, as in get-pythons.sh.
+    return 1 if bad or (done.not_run and os.environ.get("CI") == "true") else 0
+
+
+class Done:
+    """The verdicts so far, and what could not be run, rewritten to summary.json at each."""
+
+    def __init__(self, out: Path) -> None:
+        self.path = out / "summary.json"
+        self.verdicts: list[Verdict] = []
+        self.not_run: list[str] = []
+        self.absent: list[str] = []
+
+    def add(self, verdict: Verdict) -> None:
+        self.verdicts.append(verdict)
+        report(verdict)
+        self.save()
+
+    def cannot(self, what: str, why: object) -> None:
+        self.not_run.append(f"{what}: {why}")
+        print(f"[compat] {what} not run: {why}", flush=True)
+        self.save()
+
+    def save(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        found = summary(self.verdicts, self.not_run)
+        found["absent"] = self.absent
+        self.path.write_text(json.dumps(found, indent=1))
+
+
+def run_cpython(
+    args: argparse.Namespace, pythons: Sequence[Python], suites: Sequence[str], done: Done
+) -> None:
+    for py in pythons if suites else []:
         try:
             venv_python = py.path if args.no_venv else package_venv(py)
             tests_dir = None if args.testdir else cpython_tests(py)
         except (Unavailable, OSError, subprocess.CalledProcessError) as exc:
-            not_run.append(f"{py.tag}: {exc}")
-            print(f"[compat] {py.tag:6} not run: {exc}", flush=True)
+            done.cannot(py.tag, exc)
             continue
         present = cpython_suites(venv_python, tests_dir, args.testdir)
-        for suite in cpython:
-            if suite not in present:
-                not_run.append(f"{py.tag}: {suite} (not in this Python's tests)")
-                continue
+        done.absent += [f"{py.tag}: {s}" for s in suites if s not in present]
+        for suite in (s for s in suites if s in present):
             runner = Runner("cpython", venv_python, suite, args, tests_dir=tests_dir)
-            verdicts.append(check_suite(py.tag, suite, runner, args, args.out / py.tag / suite))
-            report(verdicts[-1])
+            done.add(check_suite(py.tag, suite, runner, args, args.out / py.tag / suite))
+
+
+def run_frameworks(args: argparse.Namespace, names: Sequence[str], done: Done) -> None:
     tag = probe(args.frameworks_python, "import sys; print('%d.%d' % sys.version_info[:2])")
-    for name in frameworks:
-        framework = next(f for f in FRAMEWORKS if f.name == name)
+    for framework in (f for f in FRAMEWORKS if f.name in names):
         try:
             python = framework_venv(framework, args.frameworks_python, str(tag))
             source = framework_source(framework)
         except (Unavailable, OSError, subprocess.CalledProcessError) as exc:
-            not_run.append(f"{name}: {exc}")
-            print(f"[compat] {name} not run: {exc}", flush=True)
+            done.cannot(framework.name, exc)
             continue
-        runner = Runner("pytest", python, name, args, source=source)
-        verdicts.append(check_suite(str(tag), name, runner, args, args.out / "frameworks" / name))
-        report(verdicts[-1])
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "summary.json").write_text(json.dumps(summary(verdicts, not_run), indent=1))
-    bad = [v for v in verdicts if not v.ok]
-    print(
-        f"[compat] {len(verdicts)} suites in {time.monotonic() - started:.0f} s: "
-        f"{len(bad)} with a test that fails only with the package or a package log record; "
-        f"{len(not_run)} not run; summary in {args.out / 'summary.json'}",
-        flush=True,
-    )
-    return 1 if bad else 0
+        runner = Runner("pytest", python, framework.name, args, source=source)
+        folder = args.out / "frameworks" / framework.name
+        done.add(check_suite(str(tag), framework.name, runner, args, folder))
 
 
 if __name__ == "__main__":
