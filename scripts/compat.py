@@ -808,8 +808,8 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--timeout",
         type=int,
-        default=900,
-        help="seconds per test file (regrtest --timeout; default 900)",
+        default=600,
+        help="seconds per test file (regrtest --timeout; default 600)",
     )
     parser.add_argument(
         "--interval-ms", type=int, default=200, help="the readers' export interval (default 200)"
@@ -876,6 +876,9 @@ def chosen_pythons(args: argparse.Namespace) -> list[Python]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    # A shell starts a background job with SIGINT ignored, and children inherit that;
+    # a handler here gives the suites the default (test_signal sends itself SIGINT).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     suites = args.suite or list(QUICK_SUITES if args.quick else (*CPYTHON_SUITES, *FRAMEWORKS))
     suites = [s.name if isinstance(s, Framework) else s for s in suites]
     pythons = chosen_pythons(args)
