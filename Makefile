@@ -137,8 +137,9 @@ stress: $(STAMP)
 # option at its other value. Output under .cache/compat/runs.
 compat: $(STAMP) pythons
 	$(call say,compatibility: CPython's suites and three frameworks' with and without the package)
-	$(BIN)/python scripts/compat.py
-	$(BIN)/python scripts/compat.py --quick --other-choices --out .cache/compat/runs-other-choices
+	$(BIN)/python scripts/compat.py; status=$$?; \
+	$(BIN)/python scripts/compat.py --quick --other-choices --out .cache/compat/runs-other-choices \
+	  && exit $$status
 
 compat-quick: $(STAMP)
 	$(call say,compatibility: test_signal$(,) test_threading and test_asyncio with and without the package)
