@@ -24,7 +24,7 @@ from opentelemetry.instrumentation.process.linux import schedstat
 from .conftest import OpenRecorder
 from .support import runqueue
 from .support.runqueue import Workers, hog
-from .support.threadjobs import wait_gone
+from .support.threadjobs import wait_gone, waiting_thread
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -113,21 +113,13 @@ def _parked(thread: threading.Thread, timeout: float = 10.0) -> None:
 
 def test_an_idle_thread_is_not_read_again_and_a_new_one_counts_whole(opens: OpenRecorder) -> None:
     counter = schedstat.RunQueueWait()
-    done = threading.Event()
-    sleeper = threading.Thread(target=done.wait)
-    sleeper.start()
-    try:
-        tid = sleeper.native_id
-        assert tid is not None
+    with waiting_thread() as (sleeper, tid):
         _parked(sleeper)  # its run_delay moves no more
         first = counter.update([tid])
         assert first == schedstat.read(f"/proc/self/task/{tid}/schedstat")[1]
         with opens.recording() as opened:
             again = counter.update([tid])  # asleep since: its CPU clock did not move
         assert again == first and opened == []
-    finally:
-        done.set()
-        sleeper.join()
 
 
 def test_the_reading_is_three_numbers_and_a_gone_thread_is_said() -> None:
