@@ -6,9 +6,9 @@ frees it when the leader dies, and another process takes it at its next try.
 One descriptor per group and process (``O_CLOEXEC``), shared by every
 :class:`Election` of that group in the process; a forked child never believes
 it leads: at its first use of the election (a pid check, which a fork from C
-passes too) it closes its copy of the parent's descriptor and opens its own.
-Without a safe runtime directory every process reports, after one
-warning. Details: docs/design.md, "Worker slots and the election".
+passes too) it closes its copies of the parent's descriptors. Without a safe
+runtime directory every process reports, after one warning. Details:
+docs/design.md, "Worker slots and the election".
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ except ImportError:  # Windows: runtime_dir() is None there, so fcntl is never u
 class _Lock:
     """This process's lock file of one group (``file`` is ``None`` when unusable: it reports)."""
 
-    __slots__ = ("file", "leading", "path", "users")
+    __slots__ = ("file", "leading", "path", "pid", "users")
 
-    def __init__(self, file: HeldFile | None, path: Path | None = None) -> None:
+    def __init__(self, pid: int, file: HeldFile | None, path: Path | None = None) -> None:
+        self.pid = pid
         self.file = file
         self.path = path
         self.leading = False
@@ -100,11 +101,7 @@ class Election:
 
 
 def _forget_other_process() -> None:
-    """In a forked child, drop its copies of the parent's lock files; under ``_mutex``.
-
-    The child's elections are copies of the parent's, so the count of each
-    group's users stays; each group's file is opened again, and tried anew.
-    """
+    """In a forked child, drop its copies of the parent's states; under ``_mutex``."""
     global _pid
     if _pid == os.getpid():
         return
@@ -112,8 +109,7 @@ def _forget_other_process() -> None:
     for state in _states.values():
         if state.file is not None:
             state.file.drop()  # a child's copy: the parent keeps its lock
-        state.file = _open_file(state.path) if state.path is not None else None
-        state.leading = False
+    _states.clear()
 
 
 def _current(group: Group) -> _Lock:
@@ -126,23 +122,15 @@ def _current(group: Group) -> _Lock:
 
 
 def _open(group: Group) -> _Lock:
+    pid = os.getpid()
     base = runtime_dir()
     if base is None:
-        return _Lock(None)
-    folder = base / "groups"
+        return _Lock(pid, None)
+    path = base / "groups"
     try:
-        private_dir(folder)
-    except OSError as exc:
-        warn_unusable(folder, exc)
-        return _Lock(None)
-    path = folder / f"{group.key}.lock"
-    return _Lock(_open_file(path), path)
-
-
-def _open_file(path: Path) -> HeldFile | None:
-    """The group's lock file at ``path``; ``None`` (every process reports) where unusable."""
-    try:
-        return HeldFile.of(open_private(path))
+        private_dir(path)
+        path = path / f"{group.key}.lock"
+        return _Lock(pid, HeldFile.of(open_private(path)), path)
     except OSError as exc:
         warn_unusable(path, exc)
-        return None
+        return _Lock(pid, None, path)
