@@ -180,6 +180,16 @@ def _collect_fed(
     return got
 
 
+def _healthy(reader: InMemoryMetricReader, source: str) -> tuple[dict[str, Any], set[str]]:
+    """One healthy collection, and the metrics of ``source`` in it; skips where it has none."""
+    healthy = _collect_fed(reader, source)
+    fed = {m.name for m in METRICS if m.source == source} & set(healthy)
+    if not fed:
+        assert source not in LOOP_SOURCES, "the loop this test started was not reported"
+        pytest.skip(f"this host has nothing for {source} to read (no such device or cgroup)")
+    return healthy, fed
+
+
 # The event-loop sources: the test starts a loop for them to report.
 LOOP_SOURCES = {"asyncio_loops", "asyncio_select_timing"}
 # Sources with points only for a window in which their probe ran: the loops' (a tick), and
@@ -215,11 +225,7 @@ def _drops_only_its_points(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    healthy = _collect_fed(reader, source)
-    fed = {m.name for m in METRICS if m.source == source} & set(healthy)
-    if not fed:
-        assert source not in LOOP_SOURCES, "the loop this test started was not reported"
-        pytest.skip(f"this host has nothing for {source} to read (no such device or cgroup)")
+    healthy, fed = _healthy(reader, source)
 
     if error == "missing-field":
 
@@ -323,10 +329,7 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
     # Direct reads on, whatever the run-wide switch of conftest says.
     sdk.instrument(**{**_options_for(source), "direct_reads": True})
     with _a_child():  # something for the children sources to list
-        healthy = _collect_fed(sdk.reader, source)
-        fed = {m.name for m in METRICS if m.source == source} & set(healthy)
-        if not fed:
-            pytest.skip(f"this host has nothing for {source} to read (no such device or cgroup)")
+        _, fed = _healthy(sdk.reader, source)
         real = ReadContext.direct_read
 
         def failing(self: ReadContext, name: str, read: Callable[[], Any]) -> Any:
@@ -400,10 +403,7 @@ def test_a_failing_read_drops_only_its_sources_points(
     switch = ReadSwitch(monkeypatch, source)
     sdk.instrument(**_options_for(source))
     with _event_loop_in_a_thread(), _a_child():
-        healthy = _collect_fed(sdk.reader, source)
-        fed = {m.name for m in METRICS if m.source == source} & set(healthy)
-        if not fed:
-            pytest.skip(f"this host has nothing for {source} to read (no such device or cgroup)")
+        healthy, fed = _healthy(sdk.reader, source)
         caplog.set_level(logging.DEBUG, logger=LOGGER)
         switch.failing = error
         # The loop sources report only windows with a tick in them, the children's

@@ -25,7 +25,7 @@ from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 from .conftest import LogLines, Sdk, collect, log_lines, points, value
 from .support import cgroups, forkapps
 from .support.exporters import Exporter
-from .support.forked import HoldUp, in_child
+from .support.forked import HoldUp, c_fork_beside_threads, in_child
 from .support.internals import fork_wait_seconds
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -237,11 +237,7 @@ def test_a_child_reads_again_only_the_facts_a_fork_changes(fork: str, sdk: Sdk) 
         assert facts["start_boottime"] > parent.start_boottime
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
-@pytest.mark.skipif(
-    FREE_THREADED, reason="a fork from C beside running threads may hang on a free-threaded build"
-)
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+@c_fork_beside_threads
 def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_bind(
     sdk: Sdk,
 ) -> None:

@@ -33,7 +33,7 @@ from opentelemetry.instrumentation.process.instruments import Instrumentation
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
 from .support import forkapps
-from .support.forked import HoldUp, in_child
+from .support.forked import HoldUp, held_by_another_thread, in_child
 from .support.internals import count_refreshes, fork_wait_seconds
 from .support.stress import size
 from .support.waiting import eventually
@@ -400,30 +400,6 @@ def _bounded(call: Callable[[], object], seconds: float) -> bool:
     worker.start()
     worker.join(seconds)
     return not worker.is_alive()
-
-
-@contextmanager
-def held_by_another_thread(lock: Any, hold_max: float = 10.0) -> Iterator[Callable[[], bool]]:
-    """``lock`` is held by a helper thread inside the block, for ``hold_max`` at most.
-
-    Yields ``held()``: whether the helper still holds it. Bounded, so that a
-    child that waited for the lock would time out rather than deadlock the parent.
-    """
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            taken.set()
-            release.wait(hold_max)
-
-    holder = threading.Thread(target=hold, name="lock-holder", daemon=True)
-    holder.start()
-    try:
-        assert taken.wait(10), "the helper thread could not take the lock"
-        yield holder.is_alive
-    finally:
-        release.set()
-        holder.join(10)
 
 
 @contextmanager

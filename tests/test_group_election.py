@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +15,11 @@ from opentelemetry.instrumentation.process.group import rundir as rundir_module
 from opentelemetry.instrumentation.process.group.election import Election
 from opentelemetry.instrumentation.process.group.keys import group_of
 from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
-from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
 from .conftest import log_lines
 from .support.forkapps import c_fork
-from .support.forked import in_child
+from .support.forked import c_fork_beside_threads, held_by_another_thread, in_child
 from .support.groupkids import Kid
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -111,29 +109,13 @@ def test_a_child_without_hooks_frees_the_inherited_lock_for_a_takeover(
         os.kill(grandchild, 9)
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
-@pytest.mark.skipif(
-    FREE_THREADED, reason="a fork from C beside running threads may hang on a free-threaded build"
-)
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+@c_fork_beside_threads
 def test_a_child_forked_from_c_while_a_thread_of_the_parent_is_in_the_election_takes_part(
     rundir: Path,
 ) -> None:
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:  # a thread of the parent in the middle of an election at the fork
-        with election._mutex.get():
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert held.wait(5)
-    try:
+    # A thread of the parent in the middle of an election at the fork.
+    with held_by_another_thread(election._mutex.get()):
         got = in_child(lambda: {"leader": Election(group_of(SERVICE)).leader()}, fork=c_fork)
-    finally:
-        release.set()
-        holder.join(10)
     assert got == {"leader": True}
 
 
@@ -236,7 +218,6 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 def reporter(kids: list[Kid], mode: str = "once") -> Kid:
     def job() -> dict[str, Any]:
-        import sys
 
         sys.addaudithook(_audit)
         options = ProcessMetricsOptions(shared_metrics=mode)

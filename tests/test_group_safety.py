@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -193,21 +193,11 @@ def fill(path: Path) -> None:
         os.close(fd)
 
 
-def test_a_read_only_file_system(
-    tmpfs: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    run = tmpfs / "run"
-    run.mkdir(mode=0o700)  # the directory exists and is safe, but nothing can be created
+def read_only(tmpfs: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
-    monkeypatch.setenv(VAR, str(run))
-    falls_back(caplog)
 
 
-def test_a_full_file_system(
-    tmpfs: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    run = tmpfs / "run"
-    run.mkdir(mode=0o700)
+def full(tmpfs: Path) -> None:
     fill(tmpfs / "filler")
     # Use up the inodes too: no file or folder can be created any more.
     n = 0
@@ -217,6 +207,18 @@ def test_a_full_file_system(
             n += 1
     except OSError:
         pass
+
+
+@pytest.mark.parametrize("spoil", [read_only, full], ids=["read-only", "full"])
+def test_a_file_system_where_nothing_can_be_created(
+    spoil: Callable[[Path], None],
+    tmpfs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run = tmpfs / "run"
+    run.mkdir(mode=0o700)  # the directory exists and is safe, but nothing can be created
+    spoil(tmpfs)
     monkeypatch.setenv(VAR, str(run))
     falls_back(caplog)
 

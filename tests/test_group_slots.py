@@ -5,8 +5,6 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,10 +12,9 @@ import pytest
 
 from opentelemetry.instrumentation.process.group import keys, slots
 from opentelemetry.instrumentation.process.group.rundir import runtime_dir
-from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 
 from .support.forkapps import c_fork
-from .support.forked import in_child
+from .support.forked import c_fork_beside_threads, held_by_another_thread, in_child
 from .support.groupkids import Kid, claimed_slot
 from .support.internals import release_slot
 
@@ -102,27 +99,10 @@ def test_a_child_forked_without_hooks_does_not_keep_its_parents_slot(kids: list[
         os.kill(found["grandchild_pid"], 9)
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
-@pytest.mark.skipif(
-    FREE_THREADED, reason="a fork from C beside running threads may hang on a free-threaded build"
-)
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+@c_fork_beside_threads
 def test_a_child_forked_from_c_while_a_thread_of_the_parent_claims_takes_a_slot() -> None:
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:  # a thread of the parent in the middle of a claim at the fork
-        with slots._lock.get():
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert held.wait(5)
-    try:
+    with held_by_another_thread(slots._lock.get()):  # a claim in flight in the parent
         got = in_child(lambda: {"slot": claimed_slot()}, fork=c_fork)
-    finally:
-        release.set()
-        holder.join(10)
     assert got == {"slot": 0}
 
 

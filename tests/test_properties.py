@@ -440,44 +440,28 @@ ENVIRONMENTS = st.fixed_dictionaries(
 
 # -- Property 1: the environment never breaks instrument() ---------------------
 
+# Two words for each option, tried all at once: one no form takes, one in an odd case or
+# spacing, or one another form would (a number for a pattern, a mode for a choice).
+WORDS = {
+    "cpu_frequency": ("on", "Yes"),
+    "per_thread": ("off", "NO"),
+    "per_cpu": ("y", "2"),
+    "include": ("1_000", "-1"),
+    "exclude": ("process.cpu.tim", "system.cpu.frequency"),
+    "max_thread_series": ("*", "["),
+    "direct_reads": ("nope", "0"),
+    "thread_series_by": ("threads", " NAME "),
+    "saturation": ("maybe", " Auto "),
+}
+
 
 @examples(300)
 @given(env=ENVIRONMENTS)
 @example(env={ENV_VARS["max_thread_series"]: "9" * 5000})
 @example(env={ENV_VARS["include"]: "[", ENV_VARS["exclude"]: "process.*"})
 @example(env={var: " TRUE " for var in ENV_VARS.values()})
-@example(
-    env={
-        ENV_VARS[option]: raw
-        for option, raw in {
-            "cpu_frequency": "on",
-            "per_thread": "off",
-            "per_cpu": "y",
-            "include": "1_000",
-            "exclude": "process.cpu.tim",
-            "max_thread_series": "*",
-            "direct_reads": "nope",
-            "thread_series_by": "threads",
-            "saturation": "maybe",
-        }.items()
-    }
-)
-@example(
-    env={
-        ENV_VARS[option]: raw
-        for option, raw in {
-            "cpu_frequency": "Yes",
-            "per_thread": "NO",
-            "per_cpu": "2",
-            "include": "-1",
-            "exclude": "system.cpu.frequency",
-            "max_thread_series": "[",
-            "direct_reads": "0",
-            "thread_series_by": " NAME ",
-            "saturation": " Auto ",
-        }.items()
-    }
-)
+@example(env={ENV_VARS[option]: words[0] for option, words in WORDS.items()})
+@example(env={ENV_VARS[option]: words[1] for option, words in WORDS.items()})
 def test_environment_never_breaks_instrument(
     env: dict[str, str], provider: MeterProvider, reader: InMemoryMetricReader
 ) -> None:

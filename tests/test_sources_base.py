@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -211,41 +211,38 @@ def test_the_states_kept_are_those_the_sources_declare() -> None:
     assert len(set(states.values())) == len(states)
 
 
-def test_a_source_that_reads_directly_what_it_did_not_declare_fails_and_says_so(
-    monkeypatch: pytest.MonkeyPatch, logged: LogLines
-) -> None:
-    def sneaky(ctx: ReadContext) -> Reading:
-        found = ctx.direct_read("undeclared", lambda: 1)
-        return {"count": found or 0}
+def _sneaky(ctx: ReadContext) -> Reading:
+    return {"count": ctx.direct_read("undeclared", lambda: 1) or 0}
 
+
+def _nosy(ctx: ReadContext) -> Reading:
+    return {"count": ctx.needed("process_memory", "rss") or 0}
+
+
+# What a source reads without declaring it, and what the one warning says.
+UNDECLARED = [
+    (_sneaky, "reads 'undeclared' directly: declare it"),  # not in direct=
+    (_nosy, "reads 'process_memory''s reading: declare it"),  # not in needs=
+]
+
+
+@pytest.mark.parametrize(("read", "said"), UNDECLARED, ids=["direct", "needs"])
+def test_a_source_that_reads_what_it_did_not_declare_fails_and_says_so(
+    read: Callable[[ReadContext], Reading],
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    logged: LogLines,
+) -> None:
     name = "process_num_threads"
-    monkeypatch.setitem(SOURCES, name, SOURCES[name]._replace(read=sneaky))  # type: ignore[index]
+    monkeypatch.setitem(SOURCES, name, SOURCES[name]._replace(read=read))  # type: ignore[index]
     cache = SnapshotCache(ProcessMetricsOptions(), {name, "process_memory"})
     try:
         readings = cache.snapshot().readings
     finally:
         cache.close()
     assert name not in readings and "process_memory" in readings
-    (said,) = [line for line in logged.lines if name in line]
-    assert "reads 'undeclared' directly: declare it" in said
-
-
-def test_a_source_that_reads_a_reading_it_does_not_need_fails_and_says_so(
-    monkeypatch: pytest.MonkeyPatch, logged: LogLines
-) -> None:
-    def nosy(ctx: ReadContext) -> Reading:
-        return {"count": ctx.needed("process_memory", "rss") or 0}
-
-    name = "process_num_threads"
-    monkeypatch.setitem(SOURCES, name, SOURCES[name]._replace(read=nosy))  # type: ignore[index]
-    cache = SnapshotCache(ProcessMetricsOptions(), {name, "process_memory"})
-    try:
-        readings = cache.snapshot().readings
-    finally:
-        cache.close()
-    assert name not in readings and "process_memory" in readings
-    (said,) = [line for line in logged.lines if name in line]
-    assert "reads 'process_memory''s reading: declare it" in said
+    (line,) = [line for line in logged.lines if name in line]
+    assert said in line
 
 
 def test_a_needed_reading_is_a_number_of_this_refresh_or_none() -> None:

@@ -601,17 +601,18 @@ def test_filesystems_are_the_mounts_and_their_statvfs(tmp_path: Path) -> None:
         mount(str(src), inner, None, MS_BIND)
         mount("tmpfs", hide, "tmpfs", 0)  # inner is still listed, but out of reach
         mount(str(src), rw, None, MS_BIND)
-        for _ in range(100):  # the disk is shared: retry until nothing moved
-            usage, share = statvfs_truth()
-            reading = host._filesystem(context(DEFAULT))
-            if statvfs_truth() == (usage, share):
-                break
+        # The disk is shared: statvfs on either side, from a round where nothing moved if
+        # one comes; the reading lies between them in any case.
+        reading, (usage, share), after = while_still(
+            statvfs_truth, lambda: host._filesystem(context(DEFAULT)), rounds=20
+        )
         sdk = sdk_points(["system.filesystem.usage"])["system.filesystem.usage"]
         return {
             "mounts": [list(m) for m in mounted()],
             "psutil": [p.mountpoint for p in psutil.disk_partitions(all=False)],
             "usage": usage,
             "share": share,
+            "after": {"usage": after[0], "utilization": after[1]},
             "reading": {
                 field: {"|".join(map(str, k)): v for k, v in values.items()}
                 for field, values in reading.items()
@@ -632,7 +633,13 @@ def test_filesystems_are_the_mounts_and_their_statvfs(tmp_path: Path) -> None:
     for state in ("used", "free", "reserved"):
         assert f"{device}|{state}|{fstype}|ro|{ro}" in got["usage"]
         assert f"{device}|{state}|{fstype}|rw|{rw}" in got["usage"]
-    assert got["reading"] == {"usage": got["usage"], "utilization": got["share"]}
+    before = {"usage": got["usage"], "utilization": got["share"]}
+    assert got["reading"].keys() == before.keys()
+    for field, values in got["reading"].items():
+        assert values.keys() == before[field].keys() == got["after"][field].keys(), field
+        for key, v in values.items():
+            low, high = sorted((before[field][key], got["after"][field][key]))
+            assert low <= v <= high, (field, key, low, v, high)
     assert got["sdk_names"] == sorted(FS_ATTRIBUTES)
     assert sorted(got["sdk"]) == sorted(got["usage"])
 

@@ -40,7 +40,7 @@ from .conftest import (
     value,
 )
 from .support import cgroups
-from .support.forked import in_child
+from .support.forked import fork_beside_threads, in_child
 from .support.threadjobs import Job, all_thread_times
 from .support.waiting import eventually, while_still
 
@@ -220,8 +220,7 @@ def test_each_source_whose_hook_fails_is_said(
     ]
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+@fork_beside_threads
 def test_after_a_fork_an_open_hook_is_not_run_again_and_a_failing_reset_is_said(
     monkeypatch: pytest.MonkeyPatch, logged: LogLines
 ) -> None:
@@ -265,8 +264,7 @@ def test_after_a_fork_an_open_hook_is_not_run_again_and_a_failing_reset_is_said(
     ], got
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+@fork_beside_threads
 def test_a_reset_failing_otherwise_in_a_grandchild_is_said_again(
     monkeypatch: pytest.MonkeyPatch, logged: LogLines
 ) -> None:

@@ -442,13 +442,13 @@ def test_concurrent_readers_see_one_whole_refresh_each(
 
     memory_collections = sum(c.collections for c in checkers)
     collections = memory_collections + exporter.exports
-    print(
-        f"\nstress concurrency {options}: {memory_collections} in-memory collections, "
+    _report(
+        f"concurrency {options}: {memory_collections} in-memory collections, "
         f"{exporter.exports} exports, {refreshes} refreshes, "
-        f"ratio refreshes/collections {refreshes / collections:.3f}"
+        f"ratio refreshes/collections {refreshes / collections:.3f}",
+        thread_errors,
+        problems,
     )
-    assert not thread_errors, str(thread_errors)
-    assert not problems, str(problems)
     # Nothing here asserts speed: the SDK times a collection out after the export
     # interval (its last one, at shutdown), which a stall of a loaded host can pass.
     logged = [r for r in logged if not r.getMessage().startswith("Metric collection timed out")]
@@ -456,6 +456,13 @@ def test_concurrent_readers_see_one_whole_refresh_each(
     assert export_checker.collections == exporter.exports >= 1
     assert all(c.collections >= 1 for c in checkers)
     assert 1 <= refreshes <= collections, f"{refreshes} refreshes for {collections} collections"
+
+
+def _report(figures: str, thread_errors: Problems, problems: Problems) -> None:
+    """Print a run's figures (``pytest -s`` shows them); then no thread died, nothing was wrong."""
+    print(f"\nstress {figures}")
+    assert not thread_errors, str(thread_errors)
+    assert not problems, str(problems)
 
 
 def collect_by_name(reader: InMemoryMetricReader) -> dict[str, Points]:
@@ -630,14 +637,14 @@ def test_thread_churn_keeps_series_and_memory_bounded(
     growth, top = _growth(before, after, PACKAGE_DIR, PSUTIL_DIR)
     sdk_growth, _ = _growth(before, after, SDK_DIR)
     total, _ = _growth(before, after)
-    print(
-        f"\nstress long run: {n} collections, {started} threads ({reused} ids reused), "
+    _report(
+        f"long run: {n} collections, {started} threads ({reused} ids reused), "
         f"{len(seen)} had a series, max alive {max_alive}, max series {max_series}, "
         f"cap hit {cap_hits} times; growth after warm-up: package+psutil {growth} B, "
-        f"SDK {sdk_growth} B, all {total} B"
+        f"SDK {sdk_growth} B, all {total} B",
+        thread_errors,
+        errors,
     )
-    assert not thread_errors, str(thread_errors)
-    assert not errors, str(errors)
     assert started == CHURNED_THREADS
     assert not stale, f"series of exited threads still reported: {stale}"
     assert max_series <= THREAD_SERIES_CAP, f"{max_series} thread series, cap {THREAD_SERIES_CAP}"
@@ -725,13 +732,13 @@ def test_instrument_cycles_do_not_grow(thread_errors: Problems) -> None:
     assert before is not None
     growth, top = _growth(before, after, PACKAGE_DIR, SDK_DIR, PSUTIL_DIR)
     total, _ = _growth(before, after)
-    print(
-        f"\nstress lifecycle: {CYCLES} cycles, {end_observers} observers, "
+    _report(
+        f"lifecycle: {CYCLES} cycles, {end_observers} observers, "
         f"{end_instruments} SDK instruments, at most {max_caches} live caches, "
-        f"growth after warm-up: package+SDK+psutil {growth} B, all {total} B"
+        f"growth after warm-up: package+SDK+psutil {growth} B, all {total} B",
+        thread_errors,
+        problems,
     )
-    assert not thread_errors, str(thread_errors)
-    assert not problems, str(problems)
     assert not logged, describe(logged)
     assert after_uninstrument == [{}, {}], "uninstrument() left points"
     assert last_cache() is None, "the last SnapshotCache outlived uninstrument()"
@@ -840,12 +847,12 @@ def test_threads_collecting_beside_readers_keep_every_total(
     finally:
         uninstrument()
         provider.shutdown()
-    assert not thread_errors, str(thread_errors)
-    assert not problems, str(problems)
     collected = [b - a for a, b in zip(stats0, stats1, strict=True)]
-    print(
-        f"\nstress gc: {collected} collections by generation, {reads[0]} collections of "
-        f"metrics, {refreshes} refreshes, GIL {'on' if gil else 'off'}"
+    _report(
+        f"gc: {collected} collections by generation, {reads[0]} collections of "
+        f"metrics, {refreshes} refreshes, GIL {'on' if gil else 'off'}",
+        thread_errors,
+        problems,
     )
     buckets = points(last[BUCKETS])
     assert buckets[frozenset({("le", "+Inf")})] == sum(collected), (buckets, collected)

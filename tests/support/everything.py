@@ -50,7 +50,7 @@ class Nowhere(MetricExporter):
 logging.getLogger("opentelemetry.instrumentation.process").setLevel(logging.INFO)
 log = os.environ.get("TEST_SITE_LOG")
 if log:
-    handler = logging.FileHandler(log)
+    handler = logging.FileHandler(log, encoding="utf-8")
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     logging.getLogger("opentelemetry.instrumentation.process").addHandler(handler)
 interval = int(os.environ.get("TEST_SITE_INTERVAL", "200"))

@@ -62,20 +62,21 @@ class SharedGate:
         """Whether the last refresh was the first one as the reporter after refreshes without."""
         self._election: Election | None = None
         self._finalizer: weakref.finalize[[], SharedGate] | None = None
+        self._pid = os.getpid()
         self._refreshed = False
         self._led = False
-        self._said_by = os.getpid()
-        """The process that says it when another one reports: not a forked child of it, which
-        shares this gate and its election (its parent said it at ``instrument()``)."""
+        self._say = True
+        """Whether to say it when another process reports: not in a forked child of this one."""
         self._service = service if mode == SHARED_ONCE else None
         if self._service is not None:
-            self._join(self._service)
+            self._join(self._service, say=True)
 
-    def _join(self, service: str) -> None:
+    def _join(self, service: str, say: bool = False) -> None:
         from .group.election import Election
         from .group.keys import group_of
 
         self.group = self._election = None
+        self._say = say
         try:
             group = group_of(service)
             election = Election(group)
@@ -88,6 +89,8 @@ class SharedGate:
         finalizer = weakref.finalize(self, election.close)
         finalizer.atexit = False
         self._finalizer = finalizer
+        if not say:  # a forked child: its parent said it at instrument()
+            return
         try:
             holder = election.holder()  # another process reports already: said at start
         except Exception:  # noqa: BLE001 - only said; never break instrument()
@@ -104,12 +107,9 @@ class SharedGate:
         )
 
     def sources(self, sources: tuple[Source, ...]) -> tuple[Source, ...]:
-        """``sources``, without the shared ones when this process does not report them.
-
-        A forked child's gate is its parent's, whose election it shares: it
-        never inherits the role (``group.election``), and its history of the
-        role is its parent's until its first refresh.
-        """
+        """``sources``, without the shared ones when this process does not report them."""
+        if self._pid != os.getpid() and self._service is not None:
+            self._forked(self._service)
         election = self._election
         if election is None or not any(s.shared for s in sources):
             self.took_over = False
@@ -135,14 +135,21 @@ class SharedGate:
                     group.service,
                 )
             return sources
-        says = self._said_by == os.getpid()
-        if says and self.group is not None and (os.getpid(), self.group.key) not in _said:
+        if self._say and self.group is not None and (os.getpid(), self.group.key) not in _said:
             try:
                 holder = election.holder()
             except Exception:  # noqa: BLE001 - only said; the role is decided
                 holder = None
             _say_not_reporting(self.group, holder)
         return tuple(s for s in sources if not s.shared)
+
+    def _forked(self, service: str) -> None:
+        """In a forked child: its own group (its cgroup is found again) and history of the role."""
+        self._pid, self._refreshed, self._led = os.getpid(), False, False
+        if self._finalizer is not None:
+            self._finalizer.detach()  # the parent's election: its pid check dropped its state
+        self._finalizer = None
+        self._join(service)
 
     def close(self) -> None:
         """Leave the election for good (frees the role for another process if this was the last)."""

@@ -6,9 +6,9 @@ frees it when the leader dies, and another process takes it at its next try.
 One descriptor per group and process (``O_CLOEXEC``), shared by every
 :class:`Election` of that group in the process; a forked child never believes
 it leads: at its first use of the election (a pid check, which a fork from C
-passes too) it closes its copy of the parent's descriptor and opens its own.
-Without a safe runtime directory every process reports, after one warning.
-Details: docs/design.md, "Worker slots and the election".
+passes too) it closes its copies of the parent's descriptors. Without a safe
+runtime directory every process reports, after one warning. Details:
+docs/design.md, "Worker slots and the election".
 
 The leader writes who it is in the file (:class:`Holder`), so that a process
 that does not report can say which one does, and the snapshot command can
@@ -155,10 +155,10 @@ class Election:
 
 
 def _forget_other_process() -> None:
-    """In a forked child, drop its copies of the parent's lock files; under ``_mutex``.
+    """In a forked child, drop its copies of the parent's states; under ``_mutex``.
 
-    The child's elections are copies of the parent's, so the count of each
-    group's users stays; each group's file is opened again, and tried anew.
+    A child joins its own group anew (the shared-sources gate's pid check):
+    its cgroup, and so its group, may not be its parent's.
     """
     global _pid
     if _pid == os.getpid():
@@ -167,9 +167,7 @@ def _forget_other_process() -> None:
     for state in _states.values():
         if state.file is not None:
             state.file.drop()  # a child's copy: the parent keeps its lock
-        state.file = _open_file(state.path) if state.path is not None else None
-        state.leading = False
-        state.started = _started()
+    _states.clear()
 
 
 def _current(group: Group) -> _Lock:

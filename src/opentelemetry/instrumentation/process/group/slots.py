@@ -91,7 +91,9 @@ def _take() -> Claim | None:
                 if _lock_free(fd, ppid):
                     os.ftruncate(fd, 0)
                     os.pwrite(fd, b"%d\n" % os.getpid(), 0)
-                    claimed = Claim(slot, parent_key, HeldFile.of(fd))
+                    held = HeldFile.of(fd)  # moved to a high number: fd is its now
+                    fd = held.fd
+                    claimed = Claim(slot, parent_key, held)
                     prune(base / "slots", keep=parent_key)
                     return claimed
             except BaseException:

@@ -111,8 +111,11 @@ class GilWait:
         if not self.available():
             return False
         schedstat.this_thread_waiting_ns()
+        try:
+            threading.Thread(target=self._run, name=THREAD_NAME, daemon=True).start()
+        except RuntimeError:  # at interpreter shutdown (a forked child's last collection)
+            return False
         self._running = True
-        threading.Thread(target=self._run, name=THREAD_NAME, daemon=True).start()
         return True
 
     def stop(self) -> None:

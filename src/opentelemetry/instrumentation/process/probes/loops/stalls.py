@@ -83,10 +83,15 @@ class Watch:
     def start(self) -> None:
         if self.running:
             return
-        self.running = True
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
+        self.running = True
+        try:
+            thread.start()
+        except RuntimeError:  # at interpreter shutdown: stalls go unnamed
+            self.running = False
+            return
+        self._thread = thread
 
     def stop(self) -> None:
         """Stop at once; does not wait for the thread."""
