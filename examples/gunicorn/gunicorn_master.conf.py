@@ -208,6 +208,17 @@ def post_fork(server: Any, worker: Any) -> None:
     worker.otel_meter_provider = provider
 
 
+def child_exit(server: Any, worker: Any) -> None:
+    """In the master, after it reaped a worker: one killed for its timeout counts as such.
+
+    Without it, ``process_metrics.tree.process.exits`` counts that worker by its
+    exit code (1, from the ``SIGABRT`` gunicorn sends it) as an ``error``.
+    """
+    from opentelemetry.instrumentation.process import gunicorn_child_exit
+
+    gunicorn_child_exit(server, worker)
+
+
 def worker_exit(server: Any, worker: Any) -> None:
     """A worker of the mixed recipe exports one last time."""
     provider = getattr(worker, "otel_meter_provider", None)
