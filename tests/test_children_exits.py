@@ -412,3 +412,38 @@ def test_a_fork_does_not_count_what_its_parent_reaped(
 
 def by_cause_json(reader: InMemoryMetricReader) -> dict[str, int]:
     return {repr(k): v for k, v in by_cause(reader).items()}
+
+
+# --- what the docs say --------------------------------------------------------------
+
+
+def test_the_causes_with_one_set_of_attributes_are_reported_at_zero_from_the_start(
+    supervise: Callable[..., ProcessMetrics], reader: InMemoryMetricReader
+) -> None:
+    supervise()
+    found = points(collect(reader)[EXITS])
+    assert found == {
+        frozenset({(CAUSE, "exit"), (CODE, 0)}): 0,
+        frozenset({(CAUSE, "oom_kill"), (SIGNAL, "SIGKILL")}): 0,
+        frozenset({(CAUSE, "unknown")}): 0,
+    }
+
+
+def test_the_figures_of_the_supervisor_page_are_the_code_constants() -> None:
+    from pathlib import Path
+
+    from opentelemetry.instrumentation.process.probes.reaps import MAX_KEPT
+    from opentelemetry.instrumentation.process.sources.child_exits import (
+        CARRY,
+        CARRY_TIME,
+        FIRST_MINUTE,
+    )
+
+    page = " ".join((Path(__file__).parent.parent / "docs" / "supervisor.md").read_text().split())
+    assert SETTLE == 1.0 and "at least one second after the master reaped" in page
+    assert FIRST_MINUTE == 60.0 and "during the child's first minute" in page
+    assert CARRY == 3 and CARRY_TIME == 3.0
+    assert "with those of the two collections before (and the last three seconds)" in page
+    assert "within three collections" in page
+    assert f"({MAX_KEPT:,} notes between two collections)" in page
+    assert "(field 52, Linux 3.5+)" in page
