@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import multiprocessing.forkserver
+import multiprocessing.resource_tracker
 import os
 import signal
 import sys
@@ -447,3 +449,37 @@ def test_the_figures_of_the_supervisor_page_are_the_code_constants() -> None:
     assert "within three collections" in page
     assert f"({MAX_KEPT:,} notes between two collections)" in page
     assert "(field 52, Linux 3.5+)" in page
+
+
+@linux_only
+def test_multiprocessing_forkserver_children_are_reaped_by_the_fork_server(
+    supervise: Callable[..., ProcessMetrics], reader: InMemoryMetricReader
+) -> None:
+    """The fork server, not this process, reaps them: their ends count, as unknown."""
+    context = multiprocessing.get_context("forkserver")
+    supervise()
+    workers = [context.Process(target=_worker_forkserver) for _ in range(3)]
+    try:
+        for p in workers:
+            p.start()
+        assert eventually(lambda: len(_grandchildren()) >= 3, timeout=60)
+        by_cause(reader)  # each seen alive, a child of the fork server
+        for p in workers:
+            p.kill()
+            p.join(60)
+        # Their codes came over the fork server's socket, not from a wait of this process.
+        assert [p.exitcode for p in workers] == [-9] * 3
+        counted(reader, {("unknown", None, None): 3})
+    finally:
+        # Neither the fork server nor the resource tracker it started is left to the
+        # trees of the next tests.
+        multiprocessing.forkserver._forkserver._stop()
+        multiprocessing.resource_tracker._resource_tracker._stop()
+
+
+def _worker_forkserver() -> None:
+    time.sleep(600)
+
+
+def _grandchildren() -> list[psutil.Process]:
+    return [p for c in psutil.Process().children() for p in c.children()]
