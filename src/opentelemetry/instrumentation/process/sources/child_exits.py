@@ -46,6 +46,7 @@ from pathlib import Path
 from ..linux import cgroup
 from ..linux.files import KernelFile, flat_keyed_file, read_bytes
 from ..linux.files import Key as FileKey
+from ..probes.reaps import Reaped
 from .base import Key
 from .exit_causes import OOM_KILLED, SEEDED, cause
 
@@ -200,7 +201,7 @@ class Exits:
     def count(
         self,
         now: float,
-        reaped: Iterable[tuple[int, int | None, bool, float]],
+        reaped: Iterable[Reaped],
         zombies: set[int],
         live: Iterable[bytes | None],
         reaping: bool,
@@ -208,11 +209,11 @@ class Exits:
     ) -> None:
         """Count what can be, at the collection of ``now`` (``time.monotonic()``).
 
-        ``reaped`` are the wait wrapper's notes ``(pid, status, timeout mark,
-        when)``, drained before the listing; ``zombies`` the pids noted as
-        zombies, before the pass trims them; ``live`` the cgroups of the live
-        children; ``reaping`` whether the wrapper is in; ``oom`` whether the
-        cgroups' OOM kill counts are read (Linux).
+        ``reaped`` are the wait wrapper's notes, drained before the listing;
+        ``zombies`` the pids noted as zombies, before the pass trims them;
+        ``live`` the cgroups of the live children; ``reaping`` whether the
+        wrapper is in; ``oom`` whether the cgroups' OOM kill counts are read
+        (Linux).
         """
         self._take(reaped, zombies, now)
         done = []
@@ -239,10 +240,8 @@ class Exits:
         for pid, _ in done:
             self.counted[pid] = 2
 
-    def _take(
-        self, reaped: Iterable[tuple[int, int | None, bool, float]], zombies: set[int], now: float
-    ) -> None:
-        for pid, status, timeout, at in reaped:
+    def _take(self, reaped: Iterable[Reaped], zombies: set[int], now: float) -> None:
+        for pid, status, timeout, at, _ in reaped:
             ending = self.ending.get(pid)
             if ending is None:
                 if pid in self.counted or pid in zombies or status is None:

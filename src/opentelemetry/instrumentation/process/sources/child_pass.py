@@ -110,7 +110,7 @@ def _run(
     # What this process reaped, taken before the listing: a child reaped after it
     # is listed (alive, or a zombie), and its note waits for the next pass.
     tokens = ctx.state_of(REAPING) if with_tree else []
-    reaped = [(r.pid, r.status, r.timeout, r.at) for t in tokens for r in reaps.drain(t)]
+    reaped = [note for token in tokens for note in reaps.drain(token)]
     ends = tree.ends
     cgroups = with_tree and ON_LINUX  # where OOM kills are counted
     noted: set[int] = set()
