@@ -136,7 +136,9 @@ class Workers:
         return [p.exitcode for p, _ in self.procs]
 
 
-root_only = pytest.mark.skipif(os.geteuid() != 0, reason="making a cgroup needs root")
+root_only = pytest.mark.skipif(
+    os.geteuid() != 0, reason="creating a cgroup and moving a process into it needs root"
+)
 
 
 @root_only

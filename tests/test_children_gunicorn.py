@@ -439,7 +439,9 @@ def _oom_kills(cg: cgroups.Cgroup) -> int:
     ]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="making a cgroup needs root")
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="creating a cgroup and moving a process into it needs root"
+)
 def test_gunicorn_workers_oom_killed_in_a_memory_limited_cgroup_and_kill_9_told_apart() -> None:
     """The whole server in a cgroup with a memory limit, as in a container."""
     with cgroups.child_cgroup("memory" if _v1_memory() else "unified") as cg:
