@@ -485,3 +485,36 @@ def _worker_forkserver() -> None:
 
 def _grandchildren() -> list[psutil.Process]:
     return [p for c in psutil.Process().children() for p in c.children()]
+
+
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+def _fork_at(pid: int, code: int) -> int:
+    """A child that exits with ``code``, at pid ``pid`` (the kernel's next pid set to it)."""
+    for _ in range(50):
+        with open(NS_LAST_PID, "w") as f:
+            f.write(str(pid - 1))
+        child = os.fork()
+        if child == 0:
+            os._exit(code)
+        if child == pid:
+            return child
+        os.waitpid(child, 0)
+    pytest.skip("another process took the freed pid each time")
+
+
+@pytest.mark.skipif(
+    not (ON_LINUX and os.access(NS_LAST_PID, os.W_OK)),
+    reason="reusing a pid on purpose needs root (ns_last_pid)",
+)
+def test_a_pid_given_again_between_two_collections_is_another_end(
+    supervise: Callable[..., ProcessMetrics], reader: InMemoryMetricReader
+) -> None:
+    """A busy host with a small pid_max gives a pid again within seconds."""
+    supervise()
+    first = _exited(1)
+    os.waitpid(first, 0)
+    counted(reader, {("error", None, 1): 1})
+    os.waitpid(_fork_at(first, 2), 0)  # the same pid, reaped before the next collection
+    counted(reader, {("error", None, 1): 1, ("error", None, 2): 1})

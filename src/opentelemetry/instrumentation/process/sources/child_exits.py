@@ -148,8 +148,9 @@ class Exits:
     def __init__(self) -> None:
         self.totals: dict[Key, int] = dict.fromkeys(SEEDED, 0)
         self.ending: dict[int, Ending] = {}
-        self.counted: dict[int, int] = {}
-        """Pids counted lately, with the collections left during which a late note is dropped."""
+        self.counted: dict[int, tuple[float, int]] = {}
+        """Pids counted lately: when, and the collections left during which a note of a reap
+        made before then is dropped (pids are given again: a later reap is another child)."""
         self.kills: dict[bytes, OomKills | None] = {}
         """Each memory cgroup seen, by its text; ``None`` where its count cannot be read."""
         self.own: bytes | None = None
@@ -183,7 +184,7 @@ class Exits:
         zombie: int | None = None,
     ) -> None:
         """Child ``pid`` ended: gone from the listing, or a zombie (with its status, if read)."""
-        if pid in self.ending or pid in self.counted:
+        if pid in self.ending:
             return
         ending = self.ending[pid] = Ending(rss, cgroup, now, ours)
         ending.zombie = zombie
@@ -236,15 +237,16 @@ class Exits:
             keys[pid] = OOM_KILLED
         for key in keys.values():
             self.totals[key] = self.totals.get(key, 0) + 1
-        self.counted = {pid: n - 1 for pid, n in self.counted.items() if n > 1}
+        self.counted = {pid: (at, n - 1) for pid, (at, n) in self.counted.items() if n > 1}
         for pid, _ in done:
-            self.counted[pid] = 2
+            self.counted[pid] = (now, 2)
 
     def _take(self, reaped: Iterable[Reaped], zombies: set[int], now: float) -> None:
         for pid, status, timeout, at, _ in reaped:
             ending = self.ending.get(pid)
             if ending is None:
-                if pid in self.counted or pid in zombies or status is None:
+                counted = self.counted.get(pid)
+                if status is None or pid in zombies or (counted and at <= counted[0]):
                     continue  # counted already: as a zombie, or before a late note or mark
                 # Reaped without ever being seen alive: born and gone between two collections.
                 ending = self.ending[pid] = Ending(0, None, now, True)
