@@ -212,7 +212,8 @@ def child_exit(server: Any, worker: Any) -> None:
     """In the master, after it reaped a worker: one killed for its timeout counts as such.
 
     Without it, ``process_metrics.tree.process.exits`` counts that worker by its
-    exit code (1, from the ``SIGABRT`` gunicorn sends it) as an ``error``.
+    status alone: the ``SIGKILL`` gunicorn sends after its ``SIGABRT`` (a ``signal``,
+    or an ``oom_kill`` if its cgroup counted one meanwhile), or the code it exited with.
     """
     from opentelemetry.instrumentation.process import gunicorn_child_exit
 

@@ -251,9 +251,11 @@ def gunicorn_child_exit(server: Any, worker: Any) -> None:
     or call it from a ``child_exit`` of your own. gunicorn's arbiter sets
     ``worker.aborted`` before it sends ``SIGABRT`` to a worker past its
     ``--timeout`` (then ``SIGKILL`` if it is still there at the next check);
-    the worker then exits with code 1, which without this hook is counted as
-    an ``error``. The hook never raises, and does nothing unless this process
-    reports its children (``children=True``).
+    without this hook, the worker's end is counted by its status alone: a
+    ``SIGKILL`` (possibly taken for an OOM kill), or the code it exited with
+    (a sync worker swallows the ``SIGABRT``'s ``SystemExit`` and exits 0).
+    The hook never raises, and does nothing unless this process reports its
+    children (``children=True``).
     """
     pid = getattr(worker, "pid", None)
     if getattr(worker, "aborted", False) is True and type(pid) is int:
