@@ -518,3 +518,22 @@ def test_a_pid_given_again_between_two_collections_is_another_end(
     counted(reader, {("error", None, 1): 1})
     os.waitpid(_fork_at(first, 2), 0)  # the same pid, reaped before the next collection
     counted(reader, {("error", None, 1): 1, ("error", None, 2): 1})
+
+
+def test_each_subscriber_gets_every_note_and_keeps_at_most_the_latest() -> None:
+    from opentelemetry.instrumentation.process.probes.reaps import MAX_KEPT
+
+    first, second = reaps.subscribe(), reaps.subscribe()
+    try:
+        pid = _exited(0)
+        os.waitpid(pid, 0)
+        assert [(n.pid, n.status) for n in reaps.drain(first)] == [(pid, 0)]
+        for n in range(MAX_KEPT + 10):  # marks stand in for reaps: the same queue
+            reaps.mark_timeout(n + 1)
+        assert len(reaps.drain(first)) == MAX_KEPT  # the queue itself keeps that many
+        kept = reaps.drain(second)  # never drained before: the latest only
+        assert len(kept) == MAX_KEPT and kept[-1].pid == MAX_KEPT + 10
+    finally:
+        reaps.unsubscribe(first)
+        reaps.unsubscribe(second)
+    assert os.waitpid is _calls_original("waitpid")

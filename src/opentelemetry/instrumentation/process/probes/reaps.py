@@ -45,7 +45,8 @@ from typing import Any, NamedTuple
 WAITS = ("waitpid", "wait", "wait3", "wait4", "waitid")
 """The ``os`` functions that reap a child and say how it ended."""
 MAX_KEPT = 4096
-"""Notes kept between two drains; the oldest go first (one collection seldom sees so many)."""
+"""Notes kept between two drains, for each subscriber; the oldest go first (one collection
+seldom sees so many)."""
 
 _STOPPED = 0x7F
 """The low 7 bits of a stopped child's status, and of a continued one's (``0xffff``)."""
@@ -114,6 +115,8 @@ class Reaps:
                     continue  # the parent's, before a fork
                 for pending in self.subscribers.values():
                     pending.append(note)
+            for pending in self.subscribers.values():
+                del pending[:-MAX_KEPT]  # one that never drains keeps the latest only
             found = self.subscribers.get(token)
             if found is None:
                 return []
