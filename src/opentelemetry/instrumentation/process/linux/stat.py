@@ -33,6 +33,8 @@ class Stat(NamedTuple):
     """Seconds in kernel mode."""
     starttime: int
     """When it started, in clock ticks after boot: with the pid, one process over all time."""
+    exit_code: int | None = None
+    """A zombie's wait status (field 52, Linux 3.5+; 0 unless the reader may trace it)."""
 
 
 def parse(data: bytes) -> Stat:
@@ -50,6 +52,7 @@ def parse(data: bytes) -> Stat:
         utime=int(fields[11]) / CLOCK_TICKS,
         stime=int(fields[12]) / CLOCK_TICKS,
         starttime=int(fields[19]),
+        exit_code=int(fields[49]) if len(fields) > 49 else None,  # field 52
     )
 
 
