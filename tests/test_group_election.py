@@ -314,13 +314,13 @@ def test_free_group_files_are_pruned_and_a_held_one_is_kept(rundir: Path, kids: 
 def test_a_file_pruned_before_its_lock_is_taken_elects_from_the_new_one(
     rundir: Path, kids: list[Kid]
 ) -> None:
-    """A process opened the file, another removed it (free) before the lock was taken: the
-    lock of the removed file elects no one; the new file at the path does, once."""
+    """A file removed (as prune() removes one naming no live process) elects no one: the new
+    file at the path does, once; a process named only in the removed one steps down."""
     mine = Election(group_of(SERVICE))
     try:
         path = rundir / "groups" / f"{group_of(SERVICE).key}.lock"
-        assert path.exists()
-        path.unlink()  # as prune() does, while nobody holds it
+        assert mine.leader() is True
+        path.unlink()  # mine is named only in the file removed
         other = voter(kids)  # opens, and locks, a new file at the path
         assert other.result is True
         assert mine.leader() is False  # its file's lock is free, but that file is gone

@@ -53,10 +53,7 @@ def in_kid() -> dict[str, object]:
 
 
 def forget_the_elections() -> None:
-    """This process's election state as a new process has it: each lock file closed."""
-    for state in election._states.values():
-        if state.file is not None:
-            state.file.drop()
+    """This process's election state as a new process has it (it holds no descriptor)."""
     election._states.clear()
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import errno
 import functools
 import logging
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -72,6 +74,27 @@ def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: L
     again.direct_failed_once("threads", PermissionError(13, "Permission denied"))
     assert len(lines.lines) == 2
     assert "'threads' failed (PermissionError: [Errno 13] Permission denied)" in lines.lines[1]
+
+
+@pytest.mark.parametrize("code", [errno.EBADF, errno.ENOTSOCK])
+def test_a_read_whose_descriptor_another_thread_took_is_made_again_not_given_up(
+    lines: LogLines, code: int
+) -> None:
+    """CPython's test_subprocess moves descriptors with dup2 while a read of ours holds one."""
+    ctx = _context(FaultLog(logger=logging.getLogger("tests.sources_base")))
+    failures = [code]
+
+    def read() -> int:
+        if failures:
+            raise OSError(failures.pop(), os.strerror(code))
+        return 7
+
+    assert ctx.direct_read("threads", read) == 7  # made again at once
+    failures[:] = [code, code]
+    assert ctx.direct_read("threads", read) is None  # raced twice: psutil, this time only
+    assert ctx.use_direct("threads")
+    assert ctx.direct_read("threads", read) == 7
+    assert lines.lines == []  # nothing of the read's own is wrong: nothing said
 
 
 def test_direct_reads_off_are_never_tried() -> None:

@@ -55,6 +55,7 @@ EXPECTED: dict[str, str] = {
     r"^this process is in a non-root v2 cgroup: its own pressure is read$": "host",
     r"^no mounted cgroup hierarchy for ": "host",
     r"^no (cgroup )?v1 memory controller here$": "host",
+    r"^no memory controller in this v2 cgroup$": "host",
     r"^this process is in a limited cgroup": "host",
     r"^swapon refused a swap file here": "host",
     r"^no swap on this host": "host",

@@ -69,6 +69,14 @@ _TREE_CPU = (
     "this process's own time, its live descendants' (with what they reaped of theirs) and "
     "what it reaped of its children (RUSAGE_CHILDREN); never decreases"
 )
+_EXITS = (
+    "process_metrics.exit.cause: exit (code 0), error (another code), signal, oom_kill (a "
+    "SIGKILL while the child's memory cgroup counted an OOM kill), timeout (the server's, "
+    "with its hook: docs/supervisor.md) or unknown (the status was not seen: reaped by "
+    "another process); process_metrics.exit.signal names the signal (SIGKILL...); "
+    "process.exit.code is the code of an exit. A child that lived and ended between two "
+    "collections is counted only if this process reaped it"
+)
 _GIL = (
     "about 5 samples a second; time / samples is the mean wait of a thread that becomes "
     "ready, contended / samples the share of time another thread held the GIL "
@@ -387,9 +395,9 @@ METRICS: tuple[Metric, ...] = (
            "Processes in the tree: this one and its live descendants (extension).",
            group="tree", source="children_tree", field="count", option="children"),
     Metric("process_metrics.tree.process.exits", C, "{process}",
-           "Descendants seen to exit since instrument() (extension).",
+           "Descendants that ended since instrument(), by cause (extension).",
            group="tree", source="children_tree", field="exits", option="children",
-           note="a child that lived and was reaped between two collections is not seen"),
+           note=_EXITS),
     Metric("process_metrics.tree.process.restarts", C, "{restart}",
            "Slots given again to a new child after their child exited: restarts seen "
            "(extension).",

@@ -1,21 +1,23 @@
 """The election: one process of a group reports the shared metrics.
 
-The leader is the process that holds an exclusive ``flock`` on
-``<runtime dir>/groups/<group key>.lock`` (see ``keys.group_of``); the kernel
-frees it when the leader dies, and another process takes it at its next try.
-One descriptor per group and process (``O_CLOEXEC``), shared by every
-:class:`Election` of that group in the process; a forked child never believes
-it leads: at its first use of the election (a pid check, which a fork from C
-passes too) it closes its copies of the parent's descriptors. Without a safe
-runtime directory every process reports, after one warning. Details:
-docs/design.md, "Worker slots and the election".
+The reporter is the live process named in ``<runtime dir>/groups/<group key>.lock``
+(see ``keys.group_of``): its pid and start time, a line each, then its user,
+cgroup and service (:class:`Holder`). At each refresh, a process opens the file,
+takes an exclusive ``flock`` for the few instructions of its turn, reads who is
+named, names itself if the one named is gone (or none is), and closes the file.
+No descriptor outlives a turn: a program that lists or moves its own
+descriptors sees none of ours between two refreshes (CPython's
+``test_subprocess`` found the descriptor that a lock held for the life of the
+process needed). A process that dies is found gone by its record (its pid no
+longer runs, or runs with another start time), and another takes over at its
+next turn. A forked child never believes it leads: it is not the process
+named. Without a safe runtime directory, or a file system without ``flock``,
+every process reports, after one warning. Details: docs/design.md, "Worker
+slots and the election".
 
-The leader writes who it is in the file (:class:`Holder`), so that a process
-that does not report can say which one does, and the snapshot command can
-list them (:func:`reporters`). A file whose lock is free may be removed
-(:func:`prune`, when the folder holds more than :data:`KEPT_FILES`): a
-process that took a lock checks that the path still names the file it
-locked, and opens it again if not.
+A file nobody is named in may be removed (:func:`prune`, when the folder holds
+more than :data:`KEPT_FILES`); a process checks, once it holds the lock, that
+the path still names the file it opened, and opens it again if not.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..locks import ProcessLock
-from .heldfile import HeldFile
 from .keys import Group, start_time
 from .rundir import (
     NOFOLLOW,
@@ -44,12 +45,11 @@ except ImportError:  # Windows: runtime_dir() is None there, so fcntl is never u
 
 
 class _Lock:
-    """This process's lock file of one group (``file`` is ``None`` when unusable: it reports)."""
+    """This process's part in one group's election (``path`` ``None`` when unusable: it reports)."""
 
-    __slots__ = ("file", "leading", "path", "started", "users")
+    __slots__ = ("leading", "path", "started", "users")
 
-    def __init__(self, file: HeldFile | None, path: Path | None = None) -> None:
-        self.file = file
+    def __init__(self, path: Path | None = None) -> None:
         self.path = path
         self.leading = False
         self.users = 0
@@ -91,51 +91,52 @@ class Election:
         self._closed = False
 
     def leader(self) -> bool:
-        """True while this process holds the group's lock, or when no lock can be used.
+        """True while this process is the one named in the group's file, or when none can be.
 
-        A non-leader tries to take the lock at each call (one non-blocking
-        ``flock``); a leader keeps it until it exits or every election of the
-        group in this process is closed.
+        One turn at each call: the file opened, locked, read, perhaps written,
+        and closed. While another process of the group takes its turn (the
+        lock is busy), the answer is the last one.
         """
         if self._closed:
             return False
         with _mutex.get():
             state = _current(self.group)
-            if state.file is None:
-                return True  # no safe lock file: "every" (warned once)
-            if state.leading:
-                return True
             for _ in range(2):  # again, once, if the file was pruned before the lock
+                if state.path is None:
+                    return True  # no safe lock file: "every" (warned once)
+                turn = _turn(state)
+                if turn is None:
+                    continue  # pruned meanwhile: a new file
+                named, fd = turn
                 try:
-                    fcntl.flock(state.file.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    return False
-                except OSError as exc:  # a file system that has no flock (some network ones)
-                    warn_unusable(state.path or Path(os.curdir), exc)
-                    state.file.drop()
-                    state.file = None
-                    return True
-                if _still_named(state):
-                    state.leading = True
-                    _write_holder(state, self.group)
-                    return True
-                state.file.drop()  # a removed file: its lock elects no one
-                fresh = _open(self.group)
-                state.file, state.path = fresh.file, fresh.path
-                if state.file is None:
-                    return True  # warned: "every"
-            return False
+                    if named is None or _is_me(named):
+                        if named is None:
+                            _write_holder(fd, state, self.group)
+                        state.leading = True
+                    else:
+                        state.leading = False
+                finally:
+                    os.close(fd)  # and with it the lock
+                return state.leading
+            return state.leading
 
     def holder(self) -> Holder | None:
         """The live process that reports this group, as it wrote itself; ``None`` if unknown."""
         with _mutex.get():
             state = _current(self.group)
-            if state.file is None:
+            if state.path is None:
                 return None
-            return _live(os.pread(state.file.fd, _RECORD_SIZE, 0))
+            try:
+                fd = os.open(state.path, os.O_RDONLY | os.O_CLOEXEC | NOFOLLOW)
+            except OSError:
+                return None
+            try:
+                return _live(os.pread(fd, _RECORD_SIZE, 0))
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
-        """Stop taking part; the last election of the group to close frees its lock."""
+        """Stop taking part; at the last close of the group here, a reporter unnames itself."""
         if self._closed:
             return
         self._closed = True
@@ -145,28 +146,63 @@ class Election:
             if state is None:
                 return
             state.users -= 1
-            if state.users <= 0:
-                del _states[self.group.key]
-                if state.file is not None:
-                    if state.leading and state.file.ours():
-                        with contextlib.suppress(OSError):  # it reports no more
-                            os.ftruncate(state.file.fd, 0)
-                    state.file.drop()
+            if state.users > 0:
+                return
+            del _states[self.group.key]
+            if state.leading and state.path is not None:
+                turn = _turn(state)
+                if turn is not None:
+                    named, fd = turn
+                    with contextlib.suppress(OSError):  # it reports no more
+                        if named is not None and _is_me(named):
+                            os.ftruncate(fd, 0)
+                    os.close(fd)
+
+
+def _turn(state: _Lock) -> tuple[Holder | None, int] | None:
+    """The group's file opened and locked, and the live process it names; the caller closes it.
+
+    The lock is exclusive and waits: another process holds it only for its own
+    turn, a few system calls. ``None`` if the file was pruned before the lock
+    (the caller opens the new one), or is unusable: then the path is dropped
+    (every process reports), after one warning.
+    """
+    assert state.path is not None
+    try:
+        fd = open_private(state.path)
+    except OSError as exc:
+        warn_unusable(state.path, exc)
+        state.path = None
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as exc:  # a file system that has no flock (some network ones)
+        os.close(fd)
+        warn_unusable(state.path, exc)
+        state.path = None
+        return None
+    if not _still_named(state.path, fd):
+        os.close(fd)  # pruned before the lock: its record elects no one
+        return None
+    return _live(os.pread(fd, _RECORD_SIZE, 0)), fd
+
+
+def _is_me(named: Holder) -> bool:
+    # A live holder's start time was checked: a live process of this pid is this one.
+    return named.pid == os.getpid()
 
 
 def _forget_other_process() -> None:
-    """In a forked child, drop its copies of the parent's states; under ``_mutex``.
+    """In a forked child, drop the parent's states; under ``_mutex``.
 
     A child joins its own group anew (the shared-sources gate's pid check):
-    its cgroup, and so its group, may not be its parent's.
+    its cgroup, and so its group, may not be its parent's. It holds no
+    descriptor of the parent's: none outlives a turn.
     """
     global _pid
     if _pid == os.getpid():
         return
     _pid = os.getpid()
-    for state in _states.values():
-        if state.file is not None:
-            state.file.drop()  # a child's copy: the parent keeps its lock
     _states.clear()
 
 
@@ -190,49 +226,37 @@ def _open(group: Group) -> _Lock:
         warn_unusable(folder, exc)
         return _Lock(None)
     prune(folder, keep=f"{group.key}.lock")
-    path = folder / f"{group.key}.lock"
-    lock = _Lock(_open_file(path), path)
+    lock = _Lock(folder / f"{group.key}.lock")
     lock.started = _started()
+    if not lock.started:
+        return _Lock(None)  # no start time, no record that another could check: "every"
     return lock
 
 
-def _open_file(path: Path) -> HeldFile | None:
-    """The group's lock file at ``path``; ``None`` (every process reports) where unusable."""
-    try:
-        return HeldFile.of(open_private(path))
-    except OSError as exc:
-        warn_unusable(path, exc)
-        return None
-
-
 def _started() -> str:
-    """This process's start time, for its record if it leads; "" (no record) if unknown."""
+    """This process's start time, for its record; "" if it cannot be read."""
     try:
         return start_time(os.getpid())
-    except Exception:  # noqa: BLE001 - without it, no record: who leads is untold
+    except Exception:  # noqa: BLE001 - without it, no record: every process reports
         return ""
 
 
-def _still_named(state: _Lock) -> bool:
-    """Whether the locked file is still the one its path names (not pruned meanwhile)."""
-    if state.path is None or state.file is None:
-        return True
+def _still_named(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open at ``fd`` (not pruned meanwhile)."""
     try:
-        st = os.stat(state.path, follow_symlinks=False)
+        named = os.stat(path, follow_symlinks=False)
     except OSError:
         return False
-    return (st.st_dev, st.st_ino) == state.file.ident
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
-def _write_holder(state: _Lock, group: Group) -> None:
+def _write_holder(fd: int, state: _Lock, group: Group) -> None:
     """Who leads, in the file: pid, start time, user, cgroup and service, a line each."""
-    if state.file is None or not state.started:
-        return
     fields = (os.getpid(), state.started, group.user, group.cgroup, group.service)
     text = "".join(str(f).replace("\n", " ") + "\n" for f in fields)
-    with contextlib.suppress(OSError):  # who leads is only told, never needed
-        os.ftruncate(state.file.fd, 0)
-        os.pwrite(state.file.fd, text.encode("utf-8", "replace")[:_RECORD_SIZE], 0)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text.encode("utf-8", "replace")[:_RECORD_SIZE], 0)
 
 
 def _live(data: bytes) -> Holder | None:
@@ -280,11 +304,13 @@ def reporters() -> list[Holder]:
 
 
 def prune(folder: Path, keep: str) -> int:
-    """Remove group files whose lock is free, when ``folder`` holds more than :data:`KEPT_FILES`.
+    """Remove group files that name no live process, when ``folder`` holds more than
+    :data:`KEPT_FILES`.
 
-    Each is removed while this process holds its lock, at most :data:`MAX_PRUNED`;
-    a process that locks it afterwards finds the path gone and opens a new one
-    (:func:`_still_named`). Returns how many were removed. Never raises.
+    Each is removed while this process holds its lock (a turn of its own, not
+    waited for), at most :data:`MAX_PRUNED`; a process that locks it
+    afterwards finds the path gone and opens a new one (:func:`_still_named`).
+    Returns how many were removed. Never raises.
     """
     try:
         names = [n for n in os.listdir(folder) if n.endswith(".lock") and n != keep]
@@ -304,12 +330,12 @@ def prune(folder: Path, keep: str) -> int:
         try:
             check_private(os.fstat(fd), path, want_dir=False)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            st = os.stat(path, follow_symlinks=False)
-            if (st.st_dev, st.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            live = _live(os.pread(fd, _RECORD_SIZE, 0))
+            if live is None and _still_named(path, fd):
                 os.unlink(path)
                 removed += 1
         except OSError:
-            pass  # held: a live group, or not ours
+            pass  # in another's turn, or not ours
         finally:
             os.close(fd)
     return removed

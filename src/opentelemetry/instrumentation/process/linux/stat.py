@@ -19,7 +19,7 @@ Windows has no ``os.sysconf``: 100 there, where nothing reads these files.
 class Stat:
     """The fields of one ``stat`` file that this package reads (proc(5))."""
 
-    __slots__ = ("majflt", "minflt", "ppid", "starttime", "state", "stime", "utime")
+    __slots__ = ("exit_code", "majflt", "minflt", "ppid", "starttime", "state", "stime", "utime")
 
     def __init__(
         self,
@@ -31,6 +31,7 @@ class Stat:
         utime: float,
         stime: float,
         starttime: int,
+        exit_code: int | None = None,
     ) -> None:
         self.state = state
         """One letter: ``R`` running, ``S`` sleeping, ``Z`` zombie, ..."""
@@ -45,6 +46,8 @@ class Stat:
         """Seconds in kernel mode."""
         self.starttime = starttime
         """When it started, in clock ticks after boot: with the pid, one process over all time."""
+        self.exit_code = exit_code
+        """A zombie's wait status (field 52, Linux 3.5+; 0 unless the reader may trace it)."""
 
 
 def parse(data: bytes) -> Stat:
@@ -62,6 +65,7 @@ def parse(data: bytes) -> Stat:
         utime=int(fields[11]) / CLOCK_TICKS,
         stime=int(fields[12]) / CLOCK_TICKS,
         starttime=int(fields[19]),
+        exit_code=int(fields[49]) if len(fields) > 49 else None,  # field 52
     )
 
 

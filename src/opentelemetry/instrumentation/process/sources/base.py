@@ -10,6 +10,7 @@ against those names. Nothing here knows about OpenTelemetry.
 from __future__ import annotations
 
 import copy
+import errno
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, NamedTuple, TypeAlias, TypeVar, cast
@@ -221,7 +222,11 @@ class ReadContext:
         """``read()``, the direct read ``name``; ``None`` when it is off or given up.
 
         A read that raises ``OSError`` is given up for this process (said once),
-        and its caller falls back to psutil.
+        and its caller falls back to psutil. But for ``EBADF`` or ``ENOTSOCK``:
+        another thread of the program closed or replaced the read's own
+        descriptor meanwhile (CPython's ``test_subprocess`` moves descriptors
+        with ``dup2``), which says nothing of the read: it is made once more,
+        and if that too is raced, psutil stands in for this collection only.
         """
         source = self.source
         if source is not None and all(d.name != name for d in source.direct):
@@ -231,7 +236,14 @@ class ReadContext:
         try:
             return read()
         except OSError as exc:
-            self.direct_failed_once(name, exc)
+            if exc.errno not in _RACED:
+                self.direct_failed_once(name, exc)
+                return None
+        try:
+            return read()
+        except OSError as exc:
+            if exc.errno not in _RACED:
+                self.direct_failed_once(name, exc)
             return None
 
     def use_direct(self, name: str) -> bool:
@@ -253,6 +265,10 @@ class ReadContext:
             type(exc).__name__,
             exc,
         )
+
+
+_RACED = frozenset({errno.EBADF, errno.ENOTSOCK})
+"""Errors of a descriptor that another thread closed or replaced under a read of ours."""
 
 
 def _always() -> bool:

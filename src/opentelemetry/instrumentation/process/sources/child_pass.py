@@ -17,10 +17,13 @@ import psutil
 
 from ..linux import children as linux_children
 from ..options import TREE_PARENT
+from ..platforms import ON_LINUX
+from ..probes.reaps import reaps
 from .base import ReadContext
+from .child_exits import FIRST_MINUTE
 from .child_reads import ChildReading, Gone, Row, identity, read_first, read_rest
 from .child_slots import Child, Pass, Tree
-from .child_state import KEPT, TREE, PerChild, wanted
+from .child_state import KEPT, REAPING, TREE, PerChild, wanted
 
 try:
     import resource as _resource
@@ -104,6 +107,13 @@ def _run(
     me = os.getpid()
     top = root(ctx)
     user, system, reaped_user, reaped_system = _own_times(ctx, top) if with_tree else (0, 0, 0, 0)
+    # What this process reaped, taken before the listing: a child reaped after it
+    # is listed (alive, or a zombie), and its note waits for the next pass.
+    tokens = ctx.state_of(REAPING) if with_tree else []
+    reaped = [note for token in tokens for note in reaps.drain(token)]
+    ends = tree.ends
+    cgroups = with_tree and ON_LINUX  # where OOM kills are counted
+    noted: set[int] = set()
     listed = descendants(ctx)
     live: dict[int, Child] = {}
     readings: dict[int, ChildReading] = {}
@@ -121,23 +131,34 @@ def _run(
                 if known is not None:
                     live[pid] = known  # listed, so alive: exiting now, or hidden from us
                 continue
+            if child.parent is None:
+                child.parent = reading.ppid
             if reading.zombie:
-                if pid not in tree.live and pid not in tree.zombies:
-                    tree.exits += 1  # exited before it was ever seen alive
+                if with_tree and pid not in tree.zombies:
+                    status = _zombie_status(reading, child.process)
+                    ends.note(pid, child.rss, child.cgroup, out.now, child.parent == me, status)
+                    noted.add(pid)
                 tree.zombies.add(pid)
             else:
-                if child.parent is None:
-                    child.parent = reading.ppid
                 live[pid] = child
+                if cgroups and out.now - child.first_seen < FIRST_MINUTE:
+                    child.cgroup = ends.cgroup_of(pid)  # a worker may move itself at first
+                resident = reading.pss if reading.pss is not None else reading.memory
+                child.rss = int(getattr(resident, "rss", 0) or 0)
             readings[pid] = reading
             if with_tree and reading.cpu is not None:
                 t = reading.cpu
                 user += t.user + getattr(t, "children_user", 0.0)
                 system += t.system + getattr(t, "children_system", 0.0)
+        if with_tree:
+            for pid, gone in tree.live.items():  # gone, a zombie, or replaced by a reused pid
+                if live.get(pid) is not gone and pid not in noted:
+                    ends.note(pid, gone.rss, gone.cgroup, out.now, gone.parent == me)
+            kept_cgroups = (c.cgroup for c in live.values()) if cgroups else ()
+            ends.count(out.now, reaped, tree.zombies, kept_cgroups, reaps.active, cgroups)
         tree.zombies &= {pid for pid, _, _ in listed}
         # Every listed process that is not a zombie is alive, read or not.
         out.alive = len(listed) - len(tree.zombies)
-        tree.count_exits(live)
         tree.give_slots(live, top, out.now)
         # A helper reporting its parent's tree (tree_root="parent") is not one of the children.
         kept = sorted(
@@ -169,6 +190,25 @@ def _run(
         own = _own_memory(ctx, kind, top, ctx.needed(mirrors[memory], kind))
         if own is not None:
             out.memory = (kind, own + sum(_memory(r, kind) for r in readings.values()))
+
+
+def _zombie_status(reading: ChildReading, process: psutil.Process) -> int | None:
+    """A zombie's wait status, from its stat file where it was read directly; else ``None``.
+
+    The kernel shows 0 to a reader that may not trace the zombie: 0 is
+    believed only from root, or of a zombie of this process's user.
+    """
+    found = reading.proc_stat.exit_code if reading.proc_stat is not None else None
+    if found != 0:
+        return found
+    if os.geteuid() == 0:
+        return 0
+    try:
+        uids, gids = process.uids(), process.gids()
+    except (psutil.Error, OSError):
+        return None
+    me, group = os.geteuid(), os.getegid()
+    return 0 if {*uids, me} == {me} and {*gids, group} == {group} else None
 
 
 def _store(out: Pass, rows: list[Row]) -> None:

@@ -32,6 +32,8 @@ KEPT: State[Tree] = State("children_slots", _new_tree)
 """The children, their slots and counts, and the latest pass, between refreshes."""
 WANTED: State[set[str]] = State("children_wanted", lambda _ctx: set())
 """The names of the children sources of this process, kept by their open hooks."""
+REAPING: State[list[int]] = State("children_reaping", lambda _ctx: [])
+"""The token of the tree's subscription to the wait wrapper (``probes/reaps.py``), if any."""
 
 
 def wanted(ctx: ReadContext) -> frozenset[str]:

@@ -35,7 +35,8 @@ from ..group import SLOT_ATTRIBUTE
 from ..platforms import LINUX
 from . import process
 from .base import DirectRead, Key, ReadContext, Reading, Source, attributes
-from .child_state import KEPT, TREE, WANTED, PerChild
+from .child_state import KEPT, REAPING, TREE, WANTED, PerChild
+from .exit_causes import EXIT
 
 if TYPE_CHECKING:  # the pass and its records load with the first read of a children source
     from .child_slots import Pass
@@ -183,6 +184,26 @@ def _unwants(name: str) -> Callable[[ReadContext], None]:
     return close
 
 
+def _open_tree(ctx: ReadContext) -> bool:
+    """The tree is wanted: the wait calls are wrapped, to see how each child ends."""
+    if not _wants(TREE)(ctx):
+        return False
+    from ..probes.reaps import reaps  # supervisor mode only: most processes never load it
+
+    ctx.state_of(REAPING).append(reaps.subscribe())
+    return True
+
+
+def _close_tree(ctx: ReadContext) -> None:
+    _unwants(TREE)(ctx)
+    tokens = ctx.state_of(REAPING)
+    if tokens:
+        from ..probes.reaps import reaps
+
+        while tokens:
+            reaps.unsubscribe(tokens.pop())
+
+
 def _forget_the_parents_tree(ctx: ReadContext, _forked_at: float | None) -> None:
     # A forked child starts a tree of its own: its parent's children, slots,
     # counts, latest pass and CPU floor are not its own (the wanted sources
@@ -209,7 +230,7 @@ def _read_tree(ctx: ReadContext) -> Reading:
     kept = ctx.state_of(KEPT)
     out: dict[str, int | float | Mapping[Key, int | float]] = {
         "count": 1 + found.alive,
-        "exits": kept.exits,
+        "exits": dict(kept.ends.totals),
         "restarts": kept.restarts,
     }
     if found.times is not None:
@@ -244,7 +265,7 @@ def _source(
                 "process on the host",
             ),
         ),
-        keeps=(WANTED, KEPT),
+        keeps=(WANTED, KEPT, REAPING),
         # The pass, run by whichever children source reads first, takes this
         # process's own RSS or PSS of the refresh for the tree: what the per-child
         # memory reads mirror.
@@ -267,11 +288,13 @@ SOURCES: tuple[Source, ...] = (
         {
             "cpu_time": _TREE_MODE,
             "count": None,
-            "exits": None,
+            "exits": EXIT,
             "restarts": None,
             "memory": _MEASURE,
         },
         "getrusage(2) twice, lists the children file of each task (elsewhere: psutil reads every "
-        "process on the host), /proc/<pid>/stat and statm per child",
-    )._replace(stateful=True),
+        "process on the host), /proc/<pid>/stat and statm per child; on Linux, "
+        "/proc/<pid>/cgroup of each child in its first minute and the OOM kill count of each "
+        "memory cgroup of the children (one small file, usually one)",
+    )._replace(open=_open_tree, close=_close_tree, stateful=True),
 )
