@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -190,3 +191,30 @@ def check_histogram(found: Any) -> None:
     assert isinstance(found.data, Histogram)
     row = METRICS_BY_NAME[found.name]
     check_shape(row, found)
+
+
+def test_the_stall_thread_survives_a_stopped_loop_stepped_by_hand() -> None:
+    """A stopped loop has no stall threshold (infinite): the thread must not wait that long.
+
+    CPython's test_asyncio found the thread dead of an OverflowError there.
+    """
+    from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
+
+    raised: list[BaseException | None] = []
+    before = threading.excepthook
+    threading.excepthook = lambda args: raised.append(args.exc_value)
+    monitor = LoopMonitor(stalls=True, stall=0.05)
+    monitor.start()
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(asyncio.sleep(0.01))  # probed, then stopped
+        for _ in range(5):
+            loop.call_soon(lambda: None)
+            loop._run_once()  # type: ignore[attr-defined]
+            time.sleep(0.06)  # the thread looks meanwhile
+        assert monitor._watch.running, raised  # the thread still runs
+    finally:
+        loop.close()
+        monitor.stop()
+        threading.excepthook = before
+    assert raised == []

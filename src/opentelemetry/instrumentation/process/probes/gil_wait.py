@@ -176,8 +176,10 @@ class GilWait:
                 self._samples += 1
                 # Uniform in [P/2, 3P/2): the clock's low digits follow nothing the program does.
                 nap_ns = (period_ns >> 1) + t1 % period_ns
-        except OSError:
-            return  # schedstat went away (another mount namespace): stop sampling
+        except (OSError, ValueError):
+            # schedstat went away or read empty (another mount namespace, a thread
+            # on its way out): stop sampling. Nothing of ours reaches the program.
+            return
 
     def _add(self, wait: int) -> None:
         self._total_ns += wait

@@ -24,6 +24,7 @@ the GIL to look, and the stall is then kept without a name.
 from __future__ import annotations
 
 import contextvars
+import math
 import sys
 import threading
 import time
@@ -63,6 +64,8 @@ THREAD_NAME = "process-metrics-loop-stalls"
 MAX_NAMES = 50
 """Distinct code names kept per process; later ones read ``OTHER`` (a bounded attribute)."""
 OTHER = "(other)"
+MAX_NAP = 60.0
+"""The longest sleep of the watch between two looks (a timeout must be finite)."""
 
 
 class Watch:
@@ -110,6 +113,12 @@ class Watch:
         self._wake.set()
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        except Exception:  # noqa: BLE001 - a fault of ours: stop naming, never raise in a thread
+            self.running = False
+
+    def _watch(self) -> None:
         wake = self._wake
         while self.running:
             due = self._look(time.monotonic())
@@ -122,7 +131,7 @@ class Watch:
                     wake.wait()
                 self.parked = False
             else:
-                wake.wait(max(0.0, due - time.monotonic()))
+                wake.wait(min(MAX_NAP, max(0.0, due - time.monotonic())))
             wake.clear()
 
     def _look(self, now: float) -> float | None:
@@ -130,8 +139,8 @@ class Watch:
         due: float | None = None
         for probe in self._probes():
             ran = probe.ran_at
-            if not ran or probe.dead:
-                continue  # in select, stopped, or gone
+            if not ran or probe.dead or probe.stall == math.inf:
+                continue  # in select, stopped (no stall runs), or gone
             stalled_at = ran + probe.stall
             if now < stalled_at:
                 due = stalled_at if due is None else min(due, stalled_at)
