@@ -387,18 +387,19 @@ class GcPauses:
         for g in range(GENERATIONS):
             tops[g] = peak[g]
             peak[g] = 0.0
-        # The pauses are CPython's own count of collections since the start.
-        _, counts = _interpreter_totals()
-        base, last = self._base[1], self._last[1]
+        # The pauses are CPython's own count of collections since the start;
+        # nothing else of this reading needs it, so a failure of it costs only it.
+        try:
+            _, counts = _interpreter_totals()
+        except Exception:  # noqa: BLE001 - gc.get_stats() has never failed; the count waits
+            counts = self._last[1]
         self._last = (self._last[0], counts)
         return GcPauseReading(
             seconds=tuple(state.total),
-            pauses=tuple(n - b for n, b in zip(counts, base, strict=True)),
+            pauses=tuple(n - b for n, b in zip(counts, self._base[1], strict=True)),
             # A generation that collected since the last read paused for its
-            # maximum; one that did not, for 0.0.
-            longest=tuple(
-                top if n > was else 0.0 for top, n, was in zip(tops, counts, last, strict=True)
-            ),
+            # maximum (a pause takes time); one that did not, for 0.0.
+            longest=tuple(tops),
             buckets=(
                 tuple(tuple(int(x) for x in row) for row in state.buckets)
                 if self.histogram
