@@ -2,12 +2,15 @@
 
 Truths used here: the time the test measures around ``gc.collect()`` (always at
 least the pause), and CPython's own per-generation collection counts, which
-advance once per collection exactly as our callback is called. Each recorder
+advance once per collection, before its "stop" callbacks: the recorder's
+``pauses`` is that count, and its buckets count as many (but for a collection
+it did not see start). Each recorder
 is made each way (support.gc.RECORDERS): on an interpreter that times its own
 collections (3.15), the default one installs no callback and reads
 ``gc.get_stats()``. The edges come after: a reset mid-collection, nesting
 deeper than the timed depth (the callback driven as CPython drives it, with a
-clock of the test's own), every pause in a bucket. Then the long pauses and
+clock of the test's own, beside real collections that CPython counts), every
+pause in a bucket. Then the long pauses and
 their captured context, and last the signals: what a signal handler raises
 during a collection reaches the program as it would without the package,
 checked by exit status in a child Python.
