@@ -479,23 +479,14 @@ def _untimed(reading: GcPauseReading) -> bool:
     )
 
 
-def test_installed_during_the_stop_phase_times_nothing_of_that_collection(
-    hooked: GcPauses,
-) -> None:
-    """That collection is not timed; ``pauses``, CPython's own count, has it."""
-    rec = hooked
-    armed = [True]
-
-    def installer(phase: str, info: dict[str, int]) -> None:
-        if phase == "stop" and armed[0]:
-            armed[0] = False
-            rec.start()  # appended now: CPython calls it in this same stop phase
-
+def _installed_mid_collection(rec: GcPauses, collect: Callable[[], None]) -> None:
+    """``collect()`` runs a full collection that starts ``rec`` on its way: that one is
+    counted (CPython's count) but not timed; the next is both."""
     with callbacks_kept(), gc_off():
+        gc.collect()
         rec.reset()
         base = collections()
-        gc.callbacks.append(installer)
-        gc.collect()
+        collect()
         assert rec.running
         first = rec.read()
         assert _untimed(first), first
@@ -503,9 +494,26 @@ def test_installed_during_the_stop_phase_times_nothing_of_that_collection(
         stats0 = collections()
         around = timed_collect()
         got = rec.read()
-        assert minus(got.pauses, first.pauses) == minus(collections(), stats0)
+        assert minus(got.pauses, first.pauses) == minus(collections(), stats0) == (0, 0, 1)
         assert 0 < got.seconds[2] <= around
         rec.stop()
+
+
+def test_installed_during_the_stop_phase_times_nothing_of_that_collection(
+    hooked: GcPauses,
+) -> None:
+    armed = [True]
+
+    def installer(phase: str, info: dict[str, int]) -> None:
+        if phase == "stop" and armed[0]:
+            armed[0] = False
+            hooked.start()  # appended now: CPython calls it in this same stop phase
+
+    def collect() -> None:
+        gc.callbacks.append(installer)
+        gc.collect()
+
+    _installed_mid_collection(hooked, collect)
 
 
 class _StartsOnFinalize:
@@ -520,23 +528,11 @@ class _StartsOnFinalize:
 
 
 def test_installed_by_a_finalizer_mid_collection_times_nothing_of_it(hooked: GcPauses) -> None:
-    rec = hooked
-    with callbacks_kept(), gc_off():
-        gc.collect()
-        rec.reset()
-        base = collections()
-        _StartsOnFinalize(rec)
+    def collect() -> None:
+        _StartsOnFinalize(hooked)
         gc.collect()  # finalizers run between "start" and "stop"
-        assert rec.running
-        first = rec.read()
-        assert _untimed(first), first
-        assert first.pauses == minus(collections(), base) == (0, 0, 1)
-        stats0 = collections()
-        around = timed_collect()
-        got = rec.read()
-        assert minus(got.pauses, first.pauses) == minus(collections(), stats0) == (0, 0, 1)
-        assert 0 < got.seconds[2] <= around
-        rec.stop()
+
+    _installed_mid_collection(hooked, collect)
 
 
 # --- re-entrancy ---------------------------------------------------------------------
