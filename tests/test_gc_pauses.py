@@ -733,6 +733,8 @@ def test_threads_collecting_and_reading_at_once(recorder: GcPauses) -> None:
     "maximum. The longest pause is lost, and the longer the pause, the likelier a reader "
     "waits (5 of 5 collections of 40 to 190 ms here)"
 )
+# Without a GIL no thread waits for one: a read lands in that window only by chance.
+@pytest.mark.skipif(FREE_THREADED, reason="needs a build with a GIL")
 def test_every_pause_is_the_longest_of_a_window_while_another_thread_reads(
     hooked: GcPauses,
 ) -> None:
