@@ -35,6 +35,7 @@ import textwrap
 import threading
 import time
 import tracemalloc
+import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -1495,6 +1496,61 @@ def test_what_a_signal_handler_raises_in_a_collection_reaches_the_program(
     if case == "custom":
         assert with_probe[1] == "caught Custom t-42 after 1 collection\n"
     assert _landed(case, without[2], with_probe[2]), (without, with_probe)
+
+
+def _after_its_stop(callback: Any, generation: int) -> BaseException | None:
+    """What the program raises at its first bytecodes after a stop of ``callback``."""
+    try:
+        by_hand(callback, "stop", generation, lambda: 1.0)
+        for _ in range(3):  # where a handed-back exception rises
+            pass
+    except BaseException as exc:  # noqa: BLE001 - whatever comes back is the result
+        return exc
+    return None
+
+
+@pytest.mark.parametrize("where", ["in the callback", "before its first line"])
+def test_a_signal_at_a_collections_start_is_raised_after_its_stop(
+    hooked: GcPauses, where: str
+) -> None:
+    """Kept from the start to the stop (finalizers run between, and would drop it), then
+    raised in the program, as if the package were not there; that collection is not timed.
+
+    A signal handler runs at a check of the eval breaker: injected here, as a clock that
+    raises (caught by the callback's ``try``), or as CPython's report of what escaped before
+    it (the unraisable hook chained while a callback of ours is installed).
+    """
+    exc = KeyboardInterrupt("a signal at the start")
+    callback: Any = hooked._callback
+
+    def raising_clock() -> float:
+        raise exc
+
+    sigint = signal.getsignal(signal.SIGINT)
+    with callbacks_kept(), gc_off():
+        hooked.start()
+        hooked.reset()
+        if where == "in the callback":
+            by_hand(callback, "start", 2, raising_clock)
+        else:
+            sys.unraisablehook(
+                types.SimpleNamespace(
+                    exc_type=KeyboardInterrupt,
+                    exc_value=exc,
+                    exc_traceback=None,
+                    err_msg=None,
+                    object=callback,
+                )
+            )
+        # Nothing was raised at the start (the test would have ended there): at the stop.
+        raised = _after_its_stop(callback, 2)
+        later = _after_its_stop(callback, 2)  # once only
+        hooked.stop()
+        counted_by_cpython(2)
+        got = hooked.read()
+    assert raised is exc and later is None
+    assert signal.getsignal(signal.SIGINT) is sigint  # the borrowed handler given back
+    assert got.seconds == (0.0,) * GENERATIONS
 
 
 def test_the_unraisable_hook_is_chained_while_a_callback_runs_and_restored_after() -> None:
