@@ -22,11 +22,12 @@ import threading
 import time
 import warnings
 import weakref
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from opentelemetry.instrumentation.process.probes.loops import discovery
+from opentelemetry.instrumentation.process.probes.loops import discovery, stalls
 from opentelemetry.instrumentation.process.probes.loops.monitor import (
     DEFAULT_STALL,
     DELAYS,
@@ -40,7 +41,7 @@ from opentelemetry.instrumentation.process.probes.loops.window import Window
 
 from .conftest import Records
 from .support.forked import FORKS, in_child
-from .support.gc import collector_paused  # noqa: F401 - autouse
+from .support.gc import FREE_THREADED, collector_paused  # noqa: F401 - autouse
 from .support.loopapps import (
     WATCH,
     LoopLag,
@@ -50,6 +51,7 @@ from .support.loopapps import (
     hooked,
     hooks_installed,
     idle_loop,
+    in_loop,
     in_thread,
     loops_blocking,
     monitor_and_loop,
@@ -59,8 +61,10 @@ from .support.loopapps import (
     read_lag,
     samples,
     uvloop,
+    waiting_loop,
     watched,
 )
+from .support.waiting import eventually
 
 INTERVAL = 0.01
 
@@ -342,6 +346,70 @@ def test_a_failing_probe_never_raises_into_the_loop(
     assert errors == []
     # The fault detached the probe: off the loop for good.
     assert len(probes) == 1 and probes[0].dead and after == (False, None)
+
+
+# --- the stalls part: one thread that names what holds a loop
+
+
+def _watch_threads() -> set[int | None]:
+    return {t.ident for t in threading.enumerate() if t.name == stalls.THREAD_NAME}
+
+
+def test_the_stalls_part_runs_one_watch_thread_while_the_monitor_runs() -> None:
+    before = _watch_threads()
+    monitor = LoopMonitor(interval=INTERVAL, stalls=True)
+    monitor.start()
+    monitor.start()
+    one = _watch_threads() - before
+    monitor.stop()
+    gone = eventually(lambda: not _watch_threads() - before)
+    later = LoopMonitor(interval=INTERVAL)
+    later.start()
+    none = _watch_threads() - before
+    later.measure(STALLS)  # asked for while it runs: starts at once
+    measured = _watch_threads() - before
+    later.stop()
+    assert len(one) == 1 and gone and none == set() and len(measured) == 1
+
+
+def _held(blocks: list[float]) -> None:
+    t0 = time.monotonic()
+    time.sleep(0.2)  # holds its loop: the function the watch names
+    blocks.append(time.monotonic() - t0)
+
+
+def _wakes(thread_id: int) -> int:
+    """The thread's voluntary context switches, the OS's count of its sleeps that ended."""
+    status = Path(f"/proc/self/task/{thread_id}/status").read_text()
+    return int(next(x for x in status.splitlines() if x.startswith("voluntary_ctxt")).split()[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_a_stall_is_named_while_it_lasts_and_the_watch_parks_while_loops_sleep() -> None:
+    monitor = LoopMonitor(interval=INTERVAL, stall=0.05, stalls=True)
+    blocks: list[float] = []
+    monitor.start()
+    try:
+        with waiting_loop("held") as loop:
+            in_loop(loop, lambda: _held(blocks))
+            in_loop(loop, lambda: None, after=0.05)  # its next select has ended the stall
+            got, again = monitor.read_stalls(), monitor.read_stalls()
+            parked = eventually(lambda: monitor._watch.parked)  # the loop sleeps: no wake due
+            (watch,) = [t for t in threading.enumerate() if t.name == stalls.THREAD_NAME]
+            assert watch.native_id is not None
+            time.sleep(0.1)  # the flag is up just before it blocks: a switch the OS counts
+            wakes = _wakes(watch.native_id)
+            time.sleep(0.5)
+            woken = _wakes(watch.native_id) - wakes
+    finally:
+        monitor.stop()
+    (stall,) = got["held"]
+    assert stall.seconds >= blocks[0] and again == {} and parked and woken == 0
+    if FREE_THREADED:  # another thread's frames change while they are read: no name
+        assert (stall.code, stall.context) == (None, None)
+    else:
+        assert stall.code == f"{__name__}._held", stall.code
+        assert isinstance(stall.context, contextvars.Context)  # the task's, for its span
 
 
 def test_bad_options_name_the_option() -> None:
