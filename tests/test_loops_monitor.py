@@ -384,7 +384,7 @@ def _wakes(thread_id: int) -> int:
     return int(next(x for x in status.splitlines() if x.startswith("voluntary_ctxt")).split()[1])
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
 def test_a_stall_is_named_while_it_lasts_and_the_watch_parks_while_loops_sleep() -> None:
     monitor = LoopMonitor(interval=INTERVAL, stall=0.05, stalls=True)
     blocks: list[float] = []
