@@ -18,19 +18,21 @@ import json
 import logging
 import os
 import signal
-import sys
 import threading
 import time
 import warnings
 import weakref
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from opentelemetry.instrumentation.process.probes.loops import discovery
+from opentelemetry.instrumentation.process.probes.loops import discovery, stalls
 from opentelemetry.instrumentation.process.probes.loops.monitor import (
     DEFAULT_STALL,
     DELAYS,
+    PARTS,
+    STALLS,
     UTILIZATION,
     LoopMonitor,
     watch_loop,
@@ -38,9 +40,8 @@ from opentelemetry.instrumentation.process.probes.loops.monitor import (
 from opentelemetry.instrumentation.process.probes.loops.window import Window
 
 from .conftest import Records
-from .support.bugs import src_bug
 from .support.forked import FORKS, in_child
-from .support.gc import collector_paused  # noqa: F401 - autouse
+from .support.gc import FREE_THREADED, collector_paused  # noqa: F401 - autouse
 from .support.loopapps import (
     WATCH,
     LoopLag,
@@ -50,6 +51,7 @@ from .support.loopapps import (
     hooked,
     hooks_installed,
     idle_loop,
+    in_loop,
     in_thread,
     loops_blocking,
     monitor_and_loop,
@@ -59,8 +61,10 @@ from .support.loopapps import (
     read_lag,
     samples,
     uvloop,
+    waiting_loop,
     watched,
 )
+from .support.waiting import eventually
 
 INTERVAL = 0.01
 
@@ -315,12 +319,6 @@ def test_stop_inside_the_loop_takes_the_hook_off_at_once() -> None:
     assert asyncio.run(app()) == (True, False)
 
 
-@src_bug(
-    "probe.py's hook (probed_select) calls the probe's slow paths (worked/woke/polled/"
-    "stalled) unguarded: an exception there leaves the app's select and ends the app's "
-    "loop (before 6aa7de0, a failing tick was caught and the probe stopped)",
-    raises=RuntimeError,
-)
 def test_a_failing_probe_never_raises_into_the_loop(
     monitor: LoopMonitor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -339,10 +337,79 @@ def test_a_failing_probe_never_raises_into_the_loop(
     loop = asyncio.new_event_loop()
     loop.set_exception_handler(lambda _loop, context: errors.append(context))
     try:
-        loop.run_until_complete(asyncio.sleep(0.1))
+        loop.run_until_complete(asyncio.sleep(0.1))  # ticks fall due while it sleeps
+        probes = list(monitor._probes)
+        after = (hooked(loop), probe_of(monitor, loop))
+        loop.run_until_complete(asyncio.sleep(0.05))  # and it runs on, unprobed
     finally:
         loop.close()
     assert errors == []
+    # The fault detached the probe: off the loop for good.
+    assert len(probes) == 1 and probes[0].dead and after == (False, None)
+
+
+# --- the stalls part: one thread that names what holds a loop
+
+
+def _watch_threads() -> set[int | None]:
+    return {t.ident for t in threading.enumerate() if t.name == stalls.THREAD_NAME}
+
+
+def test_the_stalls_part_runs_one_watch_thread_while_the_monitor_runs() -> None:
+    before = _watch_threads()
+    monitor = LoopMonitor(interval=INTERVAL, stalls=True)
+    monitor.start()
+    monitor.start()
+    one = _watch_threads() - before
+    monitor.stop()
+    gone = eventually(lambda: not _watch_threads() - before)
+    later = LoopMonitor(interval=INTERVAL)
+    later.start()
+    none = _watch_threads() - before
+    later.measure(STALLS)  # asked for while it runs: starts at once
+    measured = _watch_threads() - before
+    later.stop()
+    assert len(one) == 1 and gone and none == set() and len(measured) == 1
+
+
+def _held(blocks: list[float]) -> None:
+    t0 = time.monotonic()
+    time.sleep(0.2)  # holds its loop: the function the watch names
+    blocks.append(time.monotonic() - t0)
+
+
+def _wakes(thread_id: int) -> int:
+    """The thread's voluntary context switches, the OS's count of its sleeps that ended."""
+    status = Path(f"/proc/self/task/{thread_id}/status").read_text()
+    return int(next(x for x in status.splitlines() if x.startswith("voluntary_ctxt")).split()[1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+def test_a_stall_is_named_while_it_lasts_and_the_watch_parks_while_loops_sleep() -> None:
+    monitor = LoopMonitor(interval=INTERVAL, stall=0.05, stalls=True)
+    blocks: list[float] = []
+    monitor.start()
+    try:
+        with waiting_loop("held") as loop:
+            in_loop(loop, lambda: _held(blocks))
+            in_loop(loop, lambda: None, after=0.05)  # its next select has ended the stall
+            got, again = monitor.read_stalls(), monitor.read_stalls()
+            parked = eventually(lambda: monitor._watch.parked)  # the loop sleeps: no wake due
+            (watch,) = [t for t in threading.enumerate() if t.name == stalls.THREAD_NAME]
+            assert watch.native_id is not None
+            time.sleep(0.1)  # the flag is up just before it blocks: a switch the OS counts
+            wakes = _wakes(watch.native_id)
+            time.sleep(0.5)
+            woken = _wakes(watch.native_id) - wakes
+    finally:
+        monitor.stop()
+    (stall,) = got["held"]
+    assert stall.seconds >= blocks[0] and again == {} and parked and woken == 0
+    if FREE_THREADED:  # another thread's frames change while they are read: no name
+        assert (stall.code, stall.context) == (None, None)
+    else:
+        assert stall.code == f"{__name__}._held", stall.code
+        assert isinstance(stall.context, contextvars.Context)  # the task's, for its span
 
 
 def test_bad_options_name_the_option() -> None:
@@ -510,11 +577,15 @@ def test_a_monitor_of_one_part_forgets_a_closed_loop_at_its_first_read() -> None
 def test_measure_takes_a_part_name() -> None:
     monitor = LoopMonitor(delays=False, utilization=False)
     assert monitor.parts == frozenset()
-    with pytest.raises(ValueError, match="part must be 'delays' or 'utilization'; got 'lag'"):
+    with pytest.raises(
+        ValueError, match="part must be one of delays, utilization, stalls; got 'lag'"
+    ):
         monitor.measure("lag")
     monitor.measure(UTILIZATION)
     monitor.measure(UTILIZATION)
     assert monitor.parts == {UTILIZATION}
+    monitor.measure(STALLS)
+    assert monitor.parts == {UTILIZATION, STALLS} and PARTS == (DELAYS, UTILIZATION, STALLS)
 
 
 def test_measure_delays_later_begins_the_ticks_of_a_loop_probed_already() -> None:
@@ -700,23 +771,16 @@ def _fork_from_the_loop(
     return _wait_child(pid, read_end)
 
 
-# On 3.12 and 3.13 asyncio's own at-fork hook sets no running loop in a child forked
-# with os.fork(), through the package's wrapper of _set_running_loop, which still sees
-# the parent's loop there and stops it: the monitor's pid check runs at the fork. Else
-# (and without Python's hooks) at the monitor's next entry.
-_RENEWED_AT_FORK = (3, 12) <= sys.version_info < (3, 14)
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 @pytest.mark.parametrize("fork", list(FORKS))
 def test_a_loop_forked_from_its_own_callback_runs_on_in_the_child_and_is_forgotten_there(
     monitor: LoopMonitor, fork: str
 ) -> None:
-    """The parent's probe reads on in the child until the child's first entry into the
-    monitor; then it goes."""
+    """The parent's probe goes at its first slow path in the child (its pid check), before
+    any read: it takes no lock there, and measures nothing of the child's."""
     child = _fork_from_the_loop(monitor, fork, hold_probe_lock=False)
     assert child == {
-        "hooked before a read": not (_RENEWED_AT_FORK and fork == "os.fork"),
+        "hooked before a read": False,
         "handles": 0,
         "hooked after": False,
         "labels": [],
@@ -725,24 +789,8 @@ def test_a_loop_forked_from_its_own_callback_runs_on_in_the_child_and_is_forgott
     assert read_lag(monitor)["MainThread"].max is not None  # the parent goes on
 
 
-_HANGS = src_bug(
-    "a loop forked from its own callback while another thread holds its probe's lock "
-    "(the exporter in Probe.take()) hangs in the child: the hook's slow paths (Probe.worked/"
-    "woke/polled) take probe.lock before anything renews it (only the monitor's entry "
-    "points check the pid; discovery's at-fork hook, which renewed it through "
-    "monitor.reset(), is gone). On 3.12 and 3.13, asyncio's at-fork hook happens to reach "
-    "that check in a child of os.fork(); a fork from C runs no hook"
-)
-
-
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-@pytest.mark.parametrize(
-    "fork",
-    [
-        pytest.param("os.fork", marks=[] if _RENEWED_AT_FORK else [_HANGS]),
-        pytest.param("C fork, no Python hooks", marks=[_HANGS]),
-    ],
-)
+@pytest.mark.parametrize("fork", list(FORKS))
 def test_a_probe_lock_held_by_another_thread_at_the_fork_does_not_hang_the_forked_loop(
     monitor: LoopMonitor, fork: str
 ) -> None:

@@ -32,7 +32,6 @@ from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonit
 from opentelemetry.instrumentation.process.probes.loops.probe import MAX_STALLS, Probe
 from opentelemetry.instrumentation.process.probes.loops.window import Window
 
-from .support.bugs import src_bug
 from .support.forked import in_child
 from .support.gc import (
     FREE_THREADED,
@@ -669,11 +668,6 @@ def test_only_the_longest_stalls_are_kept() -> None:
     assert min(s.seconds for s in kept) >= sorted(blocks)[4], ([s.seconds for s in kept], blocks)
 
 
-@src_bug(
-    "a stopped loop stepped by hand (loop._run_once()) records stalls: Probe.pause() says "
-    "no stall runs until the loop runs again, but the hook's poll path sets probe.ran_at "
-    "while paused, so the gaps between hand steps are kept as stalls"
-)
 def test_a_stopped_loop_stepped_by_hand_records_no_stall() -> None:
     monitor = LoopMonitor(interval=INTERVAL, stall=0.05)
     monitor.start()
@@ -761,7 +755,7 @@ def test_the_hook_reads_each_tick_as_the_rules_say(
     selector: Any = loop._selector  # type: ignore[attr-defined]
     try:
         probe = Probe(loop, interval, stall=1000.0)
-        probe.begin(delays=True, timed=True)
+        probe.begin(delays=True, timed=True, starting=True)
         clock = probe.hook.__closure__[probe.hook.__code__.co_freevars.index("clock")]  # type: ignore[union-attr,index]
         clock.cell_contents = selector.clock  # the hook reads the script's clock
         probe.due = first_grains * _GRAIN
@@ -817,7 +811,7 @@ def test_the_hooks_rules_by_example() -> None:
     loop = asyncio.SelectorEventLoop(selector=_Scripted())
     try:
         probe = Probe(loop, 0.25, stall=1000.0)
-        probe.begin(delays=True, timed=False)
+        probe.begin(delays=True, timed=False, starting=True)
         probe.due = 1.0
         probe.window = noted = _Noted()
         probe.worked(1.6)  # 1.0, 1.25, 1.5 due while the loop worked: read at the select call
@@ -837,5 +831,31 @@ def test_the_hooks_rules_by_example() -> None:
         probe.pause()  # the loop stops: nothing falls due
         probe.polled(100.0)
         assert noted.count == 15 and probe.due == float("inf")
+    finally:
+        loop.close()
+
+
+@pytest.mark.parametrize("first", ["worked", "woke", "polled"])
+def test_a_probe_begun_from_another_thread_measures_from_the_first_hooked_select(
+    first: str,
+) -> None:
+    """The loop may sleep in a select of its own (unhooked) when begun: whichever slow path
+    comes first sets the first due time, one interval on, and reads nothing before it."""
+    loop = asyncio.SelectorEventLoop(selector=_Scripted())
+    try:
+        probe = Probe(loop, 0.25, stall=1000.0)
+        probe.begin(delays=True, timed=False, starting=False)
+        assert probe.due == float("-inf") and probe.ran_at == 0.0
+        assert probe.take().count == 0  # a read before its first hooked select
+        probe.window = noted = _Noted()
+        if first == "worked":
+            probe.worked(100.0)  # called at 100.0
+        elif first == "woke":
+            probe.woke(99.0, 0.5, 100.0)  # called at 99.0, back at 100.0
+        else:
+            probe.polled(100.0)
+        assert probe.due == 100.25 and noted.count == 0
+        probe.worked(100.75)  # from there, by the rules: 100.25 to 100.75 read at 100.75
+        assert noted.noted == [0.5, 0.25, 0.0] and probe.due == 101.0
     finally:
         loop.close()

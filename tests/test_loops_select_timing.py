@@ -21,7 +21,6 @@ from opentelemetry.instrumentation.process.probes.loops.monitor import (
     LoopMonitor,
 )
 
-from .support.bugs import src_bug
 from .support.loopapps import (
     LoopLag,
     hooked,
@@ -182,11 +181,6 @@ def test_utilisation_measured_later_times_a_loop_probed_already() -> None:
         assert busy is not None and 0.0 <= busy < 0.5, holder["got"]
 
 
-@src_bug(
-    "Probe.begin() sets busy.timed before _put_hook() finds someone else's select: the "
-    "probe is then dead ('left alone'), yet the utilisation its hook, still inside theirs, "
-    "timed is read once more (and its delays are dropped from then on)"
-)
 def test_utilisation_measured_later_leaves_a_select_wrapped_since_alone() -> None:
     """Someone wrapped select (around the hook) after the probe began: theirs stays, and
     the loop is left alone from then on, not measured through theirs."""
