@@ -330,6 +330,9 @@ class GcPauses:
         running = self.running
         if running:
             self.stop()
+        if self._finalizer is not None:  # it holds the old callback: a new one at start()
+            self._finalizer.detach()
+            self._finalizer = None
         self._callback = self._made()
         if running:
             self.start()
@@ -362,7 +365,8 @@ class GcPauses:
         return True
 
     def stop(self) -> None:
-        """Remove the callback, wherever it now is in ``gc.callbacks``; totals freeze."""
+        """Remove the callback, wherever it now is in ``gc.callbacks``; its totals freeze (the
+        count of collections is CPython's own, and goes on)."""
         _uninstall(self._callback)
 
     def reset(self) -> None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextvars
 import math
+import os
 import sys
 import threading
 import time
@@ -102,9 +103,15 @@ class Watch:
         self._wake.set()
 
     def forked(self) -> None:
-        """In a forked child: the thread is gone; one starts again if it ran."""
+        """In a forked child: the thread is gone; one starts again if it ran, and it is safe.
+
+        Not in a child forked from C (uWSGI's default): without Python's own
+        clean-up after a fork, the parent's thread states are still listed,
+        and ``sys._current_frames()`` walks them (a crash on 3.11, seen in a
+        test). Stalls are recorded there, without a name.
+        """
         was, self.running, self.parked = self.running, False, False
-        if was:
+        if was and not _parents_threads_listed():
             self.start()
 
     def unpark(self) -> None:
@@ -173,6 +180,19 @@ class Watch:
             return OTHER
         names.add(name)
         return name
+
+
+def _parents_threads_listed() -> bool:
+    """Whether this process still lists threads it does not have (a fork from C), or may."""
+    try:
+        tasks = set(os.listdir("/proc/self/task"))
+    except OSError:  # no /proc: forks from C are a Linux server's; elsewhere, Python's
+        return sys.platform.startswith("linux")
+    current = threading.current_thread()
+    return any(
+        t is not current and t.native_id is not None and str(t.native_id) not in tasks
+        for t in threading.enumerate()
+    )
 
 
 def _code_name(frame: FrameType) -> str:
