@@ -35,7 +35,15 @@ from opentelemetry.instrumentation.process.linux import cgroup
 from opentelemetry.instrumentation.process.metrics import METRICS
 from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 
-from .conftest import OpenRecorder, Sdk, cgroup_limited_here, collect, points, value
+from .conftest import (
+    OpenRecorder,
+    Sdk,
+    cgroup_limited_here,
+    collect,
+    events_metrics,
+    points,
+    value,
+)
 from .support.cgroups import Cgroup, Child, child_cgroup, flat, nested_cgroup, number
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
@@ -632,7 +640,10 @@ def test_a_removed_cgroup_drops_only_its_metrics_logs_once_and_they_come_back() 
         healthy = child.ask("collect")
         assert set(MEMORY_FILE_METRICS) <= set(healthy)
         healthy_logs = child.ask("logs")
-        assert ["DEBUG", f"process metrics: reporting {len(healthy)} metrics"] in healthy_logs
+        # The instruments: those with points, and the default histograms of events (none yet).
+        events = {m.name for m in METRICS if m.default} & events_metrics()
+        reported = len(set(healthy) | events)
+        assert ["DEBUG", f"process metrics: reporting {reported} metrics"] in healthy_logs
         assert {level for level, _ in healthy_logs} == {"DEBUG"}, healthy_logs  # nothing worse
 
         Cgroup(mem.folder.parent).add(child.pid)  # back to the parent, then remove

@@ -263,11 +263,18 @@ def _live(data: bytes) -> Holder | None:
     """The holder that ``data`` records, if that process still runs; else ``None``."""
     try:
         pid, started, user, cgroup, service = data.decode("utf-8", "replace").split("\n")[:5]
-        if start_time(int(pid)) != started:
+        if not _our_record(int(pid), started) and start_time(int(pid)) != started:
             return None  # gone, and its pid perhaps reused
         return Holder(int(pid), service, int(user), cgroup)
     except Exception:  # noqa: BLE001 - no record, a partial one, or a process gone
         return None
+
+
+def _our_record(pid: int, started: str) -> bool:
+    """Whether a record names this very process: a leader's turn reads no ``/proc`` file."""
+    if pid != os.getpid():
+        return False
+    return any(state.started == started for state in _states.values() if state.started)
 
 
 def reporters() -> list[Holder]:
