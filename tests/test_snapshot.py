@@ -234,7 +234,9 @@ def test_default_collection_opens_only_its_sources(sdk: Sdk, opens: OpenRecorder
     # The election's lock file: opened for its turn, then closed (group/election.py).
     lock = [p for p in paths if p.endswith(".lock") and "/groups/" in p]
     assert len(lock) == 1, paths
-    other = sorted(n for p, n in zip(paths, names) if n != "schedstat" and p not in lock)
+    other = sorted(
+        n for p, n in zip(paths, names, strict=True) if n != "schedstat" and p not in lock
+    )
     assert other == sorted(["task", "statm", "io", "fd", "stat", "meminfo", *pressure]), paths
     assert f"/proc/self/task/{threading.get_native_id()}/schedstat" in paths
     assert len(paths) == len(set(paths))

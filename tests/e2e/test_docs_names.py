@@ -64,6 +64,6 @@ def test_reference_predicts_the_backend_names(vm_prom: VictoriaMetrics) -> None:
     assert names, "nothing arrived"
     assert names <= predicted, f"names the reference does not predict: {names - predicted}"
     for metric in METRICS:
-        # The histograms of stalls have points once a stall happened: tests/e2e/test_exemplars_e2e.py.
+        # A histogram of stalls has points once a stall happened (test_exemplars_e2e.py).
         if metric.default and supported(metric) and metric.name not in events_metrics():
             assert _process_docs().prometheus_name(metric) in names, metric.name
