@@ -445,6 +445,39 @@ def test_a_callback_is_installed_only_where_one_is_needed(how: str) -> None:
     assert (len(added), chained, rec.running) == (int(rec.hooked), rec.hooked, False)
 
 
+def test_a_hook_that_replaced_ours_is_chained_to_at_the_next_start() -> None:
+    """pytest, or the program, may set ``sys.unraisablehook`` while a recorder runs; one
+    of theirs that passes on to ours, which passes on to theirs, ends at the default."""
+    first, second = GcPauses(histogram=True), GcPauses(histogram=True)
+    seen: list[BaseException | None] = []
+    saved = sys.unraisablehook
+    with callbacks_kept():
+        try:
+            assert first.start()
+            ours = sys.unraisablehook
+
+            def theirs(unraisable: Any) -> None:
+                seen.append(unraisable.exc_value)
+                ours(unraisable)  # chained to the hook it replaced
+
+            sys.unraisablehook = theirs
+            assert second.start()
+            assert sys.unraisablehook is ours  # chained again, to theirs
+            failure = ValueError("not ours")
+
+            class Finalized:
+                def __del__(self) -> None:
+                    raise failure
+
+            Finalized()  # a real unraisable exception, from a finalizer
+            assert seen == [failure]  # once: the loop back to ours ended at the default
+            second.stop()
+            first.stop()
+            assert sys.unraisablehook is theirs  # what was there when ours went in
+        finally:
+            sys.unraisablehook = saved
+
+
 def test_bad_option_is_a_value_error() -> None:
     with pytest.raises(ValueError, match="histogram must be True or False, not str 'yes'"):
         GcPauses(histogram="yes")  # type: ignore[arg-type]

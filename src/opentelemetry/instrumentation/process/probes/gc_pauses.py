@@ -513,13 +513,26 @@ def _unraisable(unraisable: Any) -> None:
             armed[0]  # the last bytecode that can run a handler: see _armed
             return
     previous = _previous_hook[0] if _previous_hook else sys.__unraisablehook__
-    previous(unraisable)
+    if previous is _unraisable or getattr(_passing, "on", False):
+        previous = sys.__unraisablehook__  # a hook chained to ours that we chained to
+    _passing.on = True
+    try:
+        previous(unraisable)
+    finally:
+        _passing.on = False
+
+
+_passing = threading.local()
+"""``on`` while this thread's ``_unraisable`` hands an exception on: a loop back ends there."""
 
 
 def _chain_unraisable() -> None:
-    if not _previous_hook:
-        _previous_hook.append(sys.unraisablehook)
-        sys.unraisablehook = _unraisable
+    """Installs ours, chained to the hook in place; again if another replaced ours since."""
+    current = sys.unraisablehook
+    if current is _unraisable:
+        return
+    _previous_hook[:] = [current]
+    sys.unraisablehook = _unraisable
 
 
 def _unchain_unraisable() -> None:
