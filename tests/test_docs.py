@@ -414,3 +414,17 @@ def test_the_readmes_cost_figures_are_the_benchmark_pages() -> None:
     # The refresh's own cost is the metric the README names, in the table.
     assert "`process_metrics.refresh.cpu_time`" in readme
     assert "process_metrics.refresh.cpu_time" in METRICS_BY_NAME
+
+
+def test_the_tests_named_for_each_fork_mechanism_exist() -> None:
+    """docs/design.md names, for each thing a fork changes, the tests that fail without
+    its mechanism: each name is a test function (a ``*`` matches any end)."""
+    text = (DOCS / "design.md").read_text(encoding="utf-8")
+    section = text.split("**One mechanism for each thing a fork changes.**", 1)[1]
+    section = section.split("\n\n", 2)[1]
+    names = re.findall(r"`(test_\w+\*?)(?:\[[^\]]*\])?`", section)
+    assert len(names) >= 8, names
+    defined = "\n".join(p.read_text(encoding="utf-8") for p in (ROOT / "tests").rglob("test_*.py"))
+    for name in names:
+        pattern = re.escape(name.rstrip("*")) + (r"\w*" if name.endswith("*") else r"\b")
+        assert re.search(rf"def {pattern}\(", defined), f"docs/design.md names {name}: no such test"
