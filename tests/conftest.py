@@ -16,7 +16,12 @@ import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader, Metric, MetricsData
 
-from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
+from opentelemetry.instrumentation.process import (
+    SCOPE_NAME,
+    ProcessInstrumentor,
+    ProcessMetrics,
+    ProcessMetricsOptions,
+)
 from opentelemetry.instrumentation.process.catalog import supported
 
 from .support import expected_skips
@@ -159,6 +164,23 @@ def provider(reader: InMemoryMetricReader) -> Iterator[MeterProvider]:
     mp = MeterProvider(metric_readers=[reader])
     yield mp
     mp.shutdown()
+
+
+@pytest.fixture
+def supervise(provider: MeterProvider) -> Iterator[Callable[..., ProcessMetrics]]:
+    """Makes supervisors (``children=True`` and the options given) that close at the end."""
+    made: list[ProcessMetrics] = []
+
+    def _supervise(**options: Any) -> ProcessMetrics:
+        pm = ProcessMetrics(
+            ProcessMetricsOptions(children=True, **options), meter_provider=provider
+        )
+        made.append(pm)
+        return pm
+
+    yield _supervise
+    for pm in made:
+        pm.close()
 
 
 @pytest.fixture

@@ -51,24 +51,6 @@ def spawn() -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
         proc.wait()
 
 
-@pytest.fixture
-def supervise(
-    provider: MeterProvider,
-) -> Iterator[Callable[..., ProcessMetrics]]:
-    made: list[ProcessMetrics] = []
-
-    def _supervise(**options: Any) -> ProcessMetrics:
-        pm = ProcessMetrics(
-            ProcessMetricsOptions(children=True, **options), meter_provider=provider
-        )
-        made.append(pm)
-        return pm
-
-    yield _supervise
-    for pm in made:
-        pm.close()
-
-
 def by_slot(found: dict[str, Any], name: str, **attributes: Any) -> dict[int, Any]:
     """The per-child values of ``name`` by slot, for the points with ``attributes``."""
     out: dict[int, Any] = {}

@@ -16,15 +16,14 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import psutil
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
+from opentelemetry.instrumentation.process import ProcessMetrics
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
 from opentelemetry.instrumentation.process.probes.reaps import WAITS, reaps
 from opentelemetry.instrumentation.process.sources.child_exits import SETTLE
@@ -42,22 +41,6 @@ CODE = "process.exit.code"
 EACH = 20
 """Workers ended each way."""
 FORK = multiprocessing.get_context("fork")
-
-
-@pytest.fixture
-def supervise(provider: MeterProvider) -> Iterator[Callable[..., ProcessMetrics]]:
-    made: list[ProcessMetrics] = []
-
-    def _supervise(**options: Any) -> ProcessMetrics:
-        pm = ProcessMetrics(
-            ProcessMetricsOptions(children=True, **options), meter_provider=provider
-        )
-        made.append(pm)
-        return pm
-
-    yield _supervise
-    for pm in made:
-        pm.close()
 
 
 def by_cause(reader: InMemoryMetricReader) -> dict[tuple[Any, ...], int]:

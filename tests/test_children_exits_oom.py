@@ -17,10 +17,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
+from opentelemetry.instrumentation.process import ProcessMetrics
 
 from .support import cgroups
 from .test_children_exits import EACH, by_cause, counted
@@ -29,21 +28,6 @@ FORK = multiprocessing.get_context("fork")
 MIB = 1 << 20
 LIMIT = 64 * MIB
 """The cgroup's limit: what its workers allocate after they moved in counts against it."""
-
-
-@pytest.fixture
-def supervise(provider: MeterProvider) -> Iterator[Callable[..., ProcessMetrics]]:
-    made: list[ProcessMetrics] = []
-
-    def _supervise(**options: Any) -> ProcessMetrics:
-        options = ProcessMetricsOptions(children=True, **options)
-        pm = ProcessMetrics(options, meter_provider=provider)
-        made.append(pm)
-        return pm
-
-    yield _supervise
-    for pm in made:
-        pm.close()
 
 
 @pytest.fixture

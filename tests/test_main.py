@@ -436,6 +436,15 @@ def test_every_repeats_until_ctrl_c_which_ends_it_with_status_0() -> None:
     assert uptimes == sorted(uptimes) and len(set(uptimes)) == 3
 
 
+def _json_of(argv: list[str]) -> Any:
+    """The JSON document that ``argv`` prints, in a clean environment; it must exit 0."""
+    done = subprocess.run(
+        argv, env=clean_env(), capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
 def test_it_needs_neither_the_sdk_nor_an_exporter() -> None:
     """The runtime dependencies only: the SDK cannot be imported in this run."""
     script = (
@@ -444,16 +453,7 @@ def test_it_needs_neither_the_sdk_nor_an_exporter() -> None:
         f"sys.argv = ['{MODULE}', '--json']\n"
         f"runpy.run_module('{MODULE}', run_name='__main__', alter_sys=True)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
+    doc = _json_of([sys.executable, "-c", script])
     assert "process.cpu.time" in reported(doc)
 
 
@@ -476,16 +476,7 @@ def test_in_a_limited_cgroup_it_shows_the_quota_the_limit_and_the_container_metr
     cpu, memory = limited
     # The shell moves itself into both cgroups, then becomes the command.
     enter = f"echo $$ > {cpu.folder}/cgroup.procs && echo $$ > {memory.folder}/cgroup.procs"
-    done = subprocess.run(
-        ["sh", "-c", f'{enter} && exec "$@"', "sh", *COMMAND, "--json"],
-        env=clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    doc = json.loads(done.stdout)
+    doc = _json_of(["sh", "-c", f'{enter} && exec "$@"', "sh", *COMMAND, "--json"])
     found = doc["found"]
     assert found["cpus"]["cgroup_quota"] == 0.5
     assert found["cpus"]["available"] == min(0.5, len(os.sched_getaffinity(0)))

@@ -40,14 +40,19 @@ def _collector_unavailable() -> str | None:
     return OTELCOL_UNAVAILABLE.read_text(errors="replace").strip()
 
 
-@pytest.fixture(scope="session")
-def vm_binary() -> Path:
-    path, why = locate("VICTORIA_METRICS_BIN", "victoria-metrics")
+def _required(variable: str, name: str, what: str) -> Path:
+    """The server's binary; skipped without it, but failed under ``CI=true``."""
+    path, why = locate(variable, name)
     if path is None:
         if IN_CI:
-            pytest.fail(f"CI=true and VictoriaMetrics is missing: {why}", pytrace=False)
+            pytest.fail(f"CI=true and {what} is missing: {why}", pytrace=False)
         pytest.skip(why)
     return path
+
+
+@pytest.fixture(scope="session")
+def vm_binary() -> Path:
+    return _required("VICTORIA_METRICS_BIN", "victoria-metrics", "VictoriaMetrics")
 
 
 @pytest.fixture(scope="session")
@@ -68,12 +73,7 @@ def otelcol_binary() -> Path:
 
 @pytest.fixture(scope="session")
 def prometheus_binary() -> Path:
-    path, why = locate("PROMETHEUS_BIN", "prometheus")
-    if path is None:
-        if IN_CI:
-            pytest.fail(f"CI=true and Prometheus is missing: {why}", pytrace=False)
-        pytest.skip(why)
-    return path
+    return _required("PROMETHEUS_BIN", "prometheus", "Prometheus")
 
 
 @pytest.fixture(scope="session")

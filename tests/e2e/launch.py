@@ -104,3 +104,9 @@ def auto_instrumented(
         ),
     )
     return App(child, service, instance)
+
+
+def uvicorn_args(app: str, port: int, loop: str) -> list[str]:
+    """uvicorn's arguments after its name: ``app`` of :data:`APPS` on 127.0.0.1:``port``."""
+    where = ["--app-dir", str(APPS), "--host", "127.0.0.1", "--port", str(port)]
+    return [app, *where, "--loop", loop, "--no-access-log"]

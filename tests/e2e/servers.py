@@ -420,17 +420,41 @@ class Prometheus(Server):
         return result
 
 
-def collector_config(grpc_port: int, http_port: int, backends: Sequence[str]) -> str:
+def collector_config(
+    grpc_port: int,
+    http_port: int,
+    backends: Sequence[str],
+    extra: Mapping[str, str] | None = None,
+    traces: str = "",
+) -> str:
     """A collector config: OTLP gRPC + HTTP in, batch, OTLP/HTTP out to each backend URL.
 
+    ``extra`` adds metrics exporters, by name, each with its settings (indented
+    lines); ``traces``, the exporter of a traces pipeline (``debug``: printed).
     ``otlphttp`` is the exporter's name in every collector version (0.152 calls
     it ``otlp_http`` and keeps ``otlphttp`` as an alias).
     """
-    exporters = "".join(
-        f"  otlphttp/backend{i}:\n    metrics_endpoint: {url}\n    compression: none\n"
+    exporters = {
+        f"otlphttp/backend{i}": f"    metrics_endpoint: {url}\n    compression: none\n"
         for i, url in enumerate(backends)
+    }
+    exporters.update(extra or {})
+    if traces == "debug":
+        exporters["debug"] = "    verbosity: detailed\n"
+    names = ", ".join(n for n in exporters if n != traces)
+    pipelines = (
+        "    metrics:\n"
+        "      receivers: [otlp]\n"
+        "      processors: [batch]\n"
+        f"      exporters: [{names}]\n"
     )
-    names = ", ".join(f"otlphttp/backend{i}" for i in range(len(backends)))
+    if traces:
+        pipelines += (
+            "    traces:\n"
+            "      receivers: [otlp]\n"
+            "      processors: [batch]\n"
+            f"      exporters: [{traces}]\n"
+        )
     return (
         "receivers:\n"
         "  otlp:\n"
@@ -441,16 +465,12 @@ def collector_config(grpc_port: int, http_port: int, backends: Sequence[str]) ->
         "  batch:\n"
         "    timeout: 100ms\n"
         "exporters:\n"
-        f"{exporters}"
-        "service:\n"
+        + "".join(f"  {name}:\n{settings}" for name, settings in exporters.items())
+        + "service:\n"
         "  telemetry:\n"
         "    metrics:\n"
         "      level: none\n"
-        "  pipelines:\n"
-        "    metrics:\n"
-        "      receivers: [otlp]\n"
-        "      processors: [batch]\n"
-        f"      exporters: [{names}]\n"
+        "  pipelines:\n" + pipelines
     )
 
 

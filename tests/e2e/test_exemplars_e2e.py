@@ -42,7 +42,7 @@ import pytest
 from opentelemetry.instrumentation.process.probes.gc_pauses import TIMED_BY_INTERPRETER
 
 from .checks import dashboard_queries
-from .launch import APPS, App
+from .launch import APPS, App, uvicorn_args
 from .servers import (
     IN_CI,
     VENV_BIN,
@@ -51,6 +51,7 @@ from .servers import (
     Prometheus,
     VictoriaMetrics,
     child_env,
+    collector_config,
     free_port,
     wait_until,
 )
@@ -100,37 +101,9 @@ class Run:
 
 
 def _collector_config(grpc: int, http: int, prometheus: Prometheus, vm: VictoriaMetrics) -> str:
-    return (
-        "receivers:\n"
-        "  otlp:\n"
-        "    protocols:\n"
-        f"      grpc:\n        endpoint: 127.0.0.1:{grpc}\n"
-        f"      http:\n        endpoint: 127.0.0.1:{http}\n"
-        "processors:\n"
-        "  batch:\n"
-        "    timeout: 100ms\n"
-        "exporters:\n"
-        "  remotewrite:\n"
-        f"    endpoint: {prometheus.remote_write_url}\n"
-        "  otlphttp/vm:\n"
-        f"    metrics_endpoint: {vm.otlp_url}\n"
-        "    compression: none\n"
-        "  debug:\n"
-        "    verbosity: detailed\n"
-        "service:\n"
-        "  telemetry:\n"
-        "    metrics:\n"
-        "      level: none\n"
-        "  pipelines:\n"
-        "    metrics:\n"
-        "      receivers: [otlp]\n"
-        "      processors: [batch]\n"
-        "      exporters: [remotewrite, otlphttp/vm]\n"
-        "    traces:\n"
-        "      receivers: [otlp]\n"
-        "      processors: [batch]\n"
-        "      exporters: [debug]\n"
-    )
+    # Prometheus by remote write (exemplars kept), VictoriaMetrics by OTLP; traces printed.
+    remotewrite = f"    endpoint: {prometheus.remote_write_url}\n"
+    return collector_config(grpc, http, [vm.otlp_url], {"remotewrite": remotewrite}, "debug")
 
 
 def _has_remote_write(binary: Path) -> None:
@@ -192,19 +165,8 @@ def run(
             port = free_port()
             service = f"e2e-exemplars-{uuid.uuid4().hex[:8]}"
             instance = str(uuid.uuid4())
-            argv = [
-                str(VENV_BIN / "uvicorn"),
-                "fastapi_app:app",
-                "--app-dir",
-                str(APPS),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--loop",
-                "asyncio",  # uvloop's loop is not probed (docs/runtime.md)
-                "--no-access-log",
-            ]
+            # uvloop's loop is not probed (docs/runtime.md)
+            argv = [str(VENV_BIN / "uvicorn"), *uvicorn_args("fastapi_app:app", port, "asyncio")]
             env = child_env(
                 OTEL_SERVICE_NAME=service,
                 OTEL_RESOURCE_ATTRIBUTES=f"service.instance.id={instance}",

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from .checks import DOTTED, PROMETHEUS, Naming, dashboard_queries
-from .launch import APPS, App
+from .launch import APPS, App, uvicorn_args
 from .servers import (
     REPO,
     VENV_BIN,
@@ -102,16 +102,7 @@ def _start(
     argv = [
         str(VENV_BIN / "opentelemetry-instrument"),
         "uvicorn",
-        "asgi_app:app",
-        "--app-dir",
-        str(APPS),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--loop",
-        loop,
-        "--no-access-log",
+        *uvicorn_args("asgi_app:app", port, loop),
     ]
     env = child_env(
         OTEL_SERVICE_NAME=service,
