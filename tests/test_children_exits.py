@@ -510,6 +510,24 @@ def test_a_pid_given_again_between_two_collections_is_another_end(
     counted(reader, {("error", None, 1): 1, ("error", None, 2): 1, **misses})
 
 
+@pytest.mark.skipif(
+    not (ON_LINUX and os.access(NS_LAST_PID, os.W_OK)),
+    reason="reusing a pid on purpose needs root (ns_last_pid)",
+)
+def test_a_pid_given_again_and_reaped_twice_within_one_collection_is_two_ends(
+    supervise: Callable[..., ProcessMetrics], reader: InMemoryMetricReader
+) -> None:
+    """Both reaps come before the collection that counts them: neither end is lost."""
+    supervise()
+    collect(reader)
+    first = _exited(1)
+    os.waitpid(first, 0)
+    again, missed = _fork_at(first, 2)
+    os.waitpid(again, 0)
+    misses = {("error", None, MISSED): missed} if missed else {}
+    counted(reader, {("error", None, 1): 1, ("error", None, 2): 1, **misses})
+
+
 def test_each_subscriber_gets_every_note_and_keeps_at_most_the_latest() -> None:
     from opentelemetry.instrumentation.process.probes.reaps import MAX_KEPT
 

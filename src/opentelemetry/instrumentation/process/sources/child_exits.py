@@ -252,8 +252,14 @@ class Exits:
                 ending = self.ending[pid] = Ending(0, None, now, True)
             if status is None:
                 ending.timeout = ending.timeout or timeout
-            else:
-                ending.status, ending.reaped_at = status, at
+                continue
+            if ending.status is not None and at > ending.reaped_at:
+                # Its pid was given again, and reaped again, before a collection: the
+                # first end is counted now, by its status (no OOM match, no late mark).
+                first = cause(ending.status, ending.timeout)
+                self.totals[first] = self.totals.get(first, 0) + 1
+                ending = self.ending[pid] = Ending(0, None, now, True)
+            ending.status, ending.reaped_at = status, at
 
     def _oom_killed(
         self, now: float, killed: dict[bytes, list[tuple[int, int]]], live: Iterable[bytes | None]
