@@ -13,8 +13,8 @@ about OpenTelemetry.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
 
+from ..record import Record
 from .files import (
     KernelFile,
     Key,
@@ -64,13 +64,23 @@ MEMORY_FAILCNT = "memory.failcnt"
 """v1: times the usage hit the limit (count)."""
 
 
-class Hierarchy(NamedTuple):
+class Hierarchy(Record):
     """One controller's folders in one cgroup hierarchy."""
 
-    version: int
-    """1 or 2."""
-    dirs: tuple[Path, ...]
-    """The process's own cgroup folder first, then its ancestors up to the mount point."""
+    __slots__ = (  # noqa: RUF023 - in their order: the repr and _asdict follow it
+        "version",
+        "dirs",
+    )
+
+    def __init__(
+        self,
+        version: int,
+        dirs: tuple[Path, ...],
+    ) -> None:
+        self.version = version
+        """1 or 2."""
+        self.dirs = dirs
+        """The process's own cgroup folder first, then its ancestors up to the mount point."""
 
     @property
     def own(self) -> Path:
@@ -78,17 +88,31 @@ class Hierarchy(NamedTuple):
         return self.dirs[0]
 
 
-class CgroupPaths(NamedTuple):
+class CgroupPaths(Record):
     """Where the process's cgroups are, per controller; ``None`` where there is none."""
 
-    cpu: Hierarchy | None = None
-    """Quota and throttling: v2 ``cpu.max``/``cpu.stat``, v1 ``cpu.cfs_*``/``cpu.stat``."""
-    cpuacct: Hierarchy | None = None
-    """The cgroup's CPU time: v2 ``cpu.stat``, v1 ``cpuacct.stat``/``cpuacct.usage``."""
-    memory: Hierarchy | None = None
-    """Usage, limit, events: v2 ``memory.*``, v1 ``memory.*_in_bytes`` and others."""
-    unified: Hierarchy | None = None
-    """The v2 hierarchy, with or without controllers: it holds ``*.pressure``."""
+    __slots__ = (
+        "cpu",
+        "cpuacct",
+        "memory",
+        "unified",
+    )
+
+    def __init__(
+        self,
+        cpu: Hierarchy | None = None,
+        cpuacct: Hierarchy | None = None,
+        memory: Hierarchy | None = None,
+        unified: Hierarchy | None = None,
+    ) -> None:
+        self.cpu = cpu
+        """Quota and throttling: v2 ``cpu.max``/``cpu.stat``, v1 ``cpu.cfs_*``/``cpu.stat``."""
+        self.cpuacct = cpuacct
+        """The cgroup's CPU time: v2 ``cpu.stat``, v1 ``cpuacct.stat``/``cpuacct.usage``."""
+        self.memory = memory
+        """Usage, limit, events: v2 ``memory.*``, v1 ``memory.*_in_bytes`` and others."""
+        self.unified = unified
+        """The v2 hierarchy, with or without controllers: it holds ``*.pressure``."""
 
 
 def discover(
