@@ -234,7 +234,7 @@ ATTRIBUTES = Form(lambda _name, value: _check_attributes(value), kind="attribute
 
 
 class Declared:
-    """What :func:`option` adds to a field (its ``metadata["option"]``)."""
+    """What :func:`option` declares of a field besides its default (:func:`declared`)."""
 
     __slots__ = ("form", "gates")
 
@@ -256,10 +256,16 @@ def option(
     factory: Callable[[], Any] | None = None,
 ) -> Any:
     """A field of :class:`ProcessMetricsOptions`: its default, its form, if it gates metrics."""
-    metadata = {"option": Declared(form, gates)}
+    # Kept in the order of the fields, not in each field's metadata: a metadata
+    # mapping is two objects per field that every full garbage collection walks.
+    _DECLARED.append(Declared(form, gates))
     if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+        return dataclasses.field(default_factory=factory)
+    return default
+
+
+_DECLARED: list[Declared] = []
+"""What :func:`option` declared, in the order of the fields."""
 
 
 # --- the options --------------------------------------------------------------
@@ -366,22 +372,21 @@ class ProcessMetricsOptions:
     """
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            declared: Declared = f.metadata["option"]
-            value = getattr(self, f.name)
-            kept = declared.form.check(f.name, value)
+        for name, declaration in _BY_NAME.items():
+            value = getattr(self, name)
+            kept = declaration.form.check(name, value)
             if kept is not value:
-                object.__setattr__(self, f.name, kept)
+                object.__setattr__(self, name, kept)
 
 
 def declared(name: str) -> Declared:
     """The declaration of option ``name``."""
-    found: Declared = _FIELDS[name].metadata["option"]
-    return found
+    return _BY_NAME[name]
 
 
-_FIELDS = {f.name: f for f in fields(ProcessMetricsOptions)}
-OPTION_NAMES = tuple(_FIELDS)
+OPTION_NAMES = tuple(f.name for f in fields(ProcessMetricsOptions))
+# Every field is declared with option(), in order: a field without one fails here.
+_BY_NAME = dict(zip(OPTION_NAMES, _DECLARED, strict=True))
 GATING_OPTIONS = tuple(n for n in OPTION_NAMES if declared(n).gates)
 """Options that alone turn metrics on or off; a metric row's ``option`` must be one of them."""
 
