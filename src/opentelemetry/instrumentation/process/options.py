@@ -258,13 +258,15 @@ def option(
     """A field of :class:`ProcessMetricsOptions`: its default, its form, if it gates metrics."""
     # Kept in the order of the fields, not in each field's metadata: a metadata
     # mapping is two objects per field that every full garbage collection walks.
-    _DECLARED.append(Declared(form, gates))
+    _FORMS.append(form)
+    _GATES.append(gates)
     if factory is not None:
         return dataclasses.field(default_factory=factory)
     return default
 
 
-_DECLARED: list[Declared] = []
+_FORMS: list[Form] = []
+_GATES: list[bool] = []
 """What :func:`option` declared, in the order of the fields."""
 
 
@@ -372,22 +374,22 @@ class ProcessMetricsOptions:
     """
 
     def __post_init__(self) -> None:
-        for name, declaration in _BY_NAME.items():
+        for name, form in _FORM_OF.items():
             value = getattr(self, name)
-            kept = declaration.form.check(name, value)
+            kept = form.check(name, value)
             if kept is not value:
                 object.__setattr__(self, name, kept)
 
 
 def declared(name: str) -> Declared:
-    """The declaration of option ``name``."""
-    return _BY_NAME[name]
+    """The declaration of option ``name`` (made at each call: nothing kept per option)."""
+    return Declared(_FORM_OF[name], name in GATING_OPTIONS)
 
 
 OPTION_NAMES = tuple(f.name for f in fields(ProcessMetricsOptions))
 # Every field is declared with option(), in order: a field without one fails here.
-_BY_NAME = dict(zip(OPTION_NAMES, _DECLARED, strict=True))
-GATING_OPTIONS = tuple(n for n in OPTION_NAMES if declared(n).gates)
+_FORM_OF = dict(zip(OPTION_NAMES, _FORMS, strict=True))
+GATING_OPTIONS = tuple(n for n, gates in zip(OPTION_NAMES, _GATES, strict=True) if gates)
 """Options that alone turn metrics on or off; a metric row's ``option`` must be one of them."""
 
 
