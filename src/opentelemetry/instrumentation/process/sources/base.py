@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import errno
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeAlias, TypeVar, cast
@@ -282,11 +283,12 @@ def psutil_has(name: str) -> Callable[[], bool]:
     Checked when called, not when made: psutil can be patched in between.
     """
     owner, _, attr = name.rpartition(".")
+    # A partial, not a closure: one object, not four, for every full collection to walk.
+    return functools.partial(_psutil_has, owner, attr)
 
-    def check() -> bool:
-        return hasattr(getattr(psutil, owner) if owner else psutil, attr)
 
-    return check
+def _psutil_has(owner: str, attr: str) -> bool:
+    return hasattr(getattr(psutil, owner) if owner else psutil, attr)
 
 
 class DirectRead:
