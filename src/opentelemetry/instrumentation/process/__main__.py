@@ -292,12 +292,12 @@ class Snapshot:
 
 def _cgroup(facts: Facts) -> dict[str, Any] | None:
     """The process's cgroup folder per controller, with the hierarchy's version."""
-    paths = facts.cgroup_paths
-    if paths is None or not any(paths):
+    found = {} if facts.cgroup_paths is None else facts.cgroup_paths._asdict()
+    if not any(found.values()):
         return None
     return {
         controller: None if h is None else {"version": h.version, "path": str(h.own)}
-        for controller, h in paths._asdict().items()
+        for controller, h in found.items()
     }
 
 

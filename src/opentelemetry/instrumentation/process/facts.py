@@ -13,19 +13,20 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple, TypeVar
+from typing import TypeVar
 
 import psutil
 
 from .faultlog import FaultLog
 from .linux import cgroup, stat
 from .linux.cgroup import CGROUP_ROOT, PROC_SELF_CGROUP
+from .record import Record
 
 _logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 
-class Facts(NamedTuple):
+class Facts(Record):
     """What does not change while a process lives.
 
     Times are seconds since the epoch, sizes are bytes, frequencies are Hz.
@@ -33,34 +34,68 @@ class Facts(NamedTuple):
     (:func:`after_fork`), but the host's CPU frequency limits.
     """
 
-    pid: int
-    create_time: float | None
-    start_boottime: float | None
-    """Seconds after boot at which the process started (Linux), for a precise uptime."""
-    logical_cpus: int | None
-    """Of the host."""
-    physical_cpus: int | None
-    """Of the host."""
-    available_cpus: float | None
-    """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota."""
-    memory_limit: int | None
-    """Bytes this process may use: host memory, capped by a cgroup memory limit."""
-    fd_limit: int | None
-    """The soft RLIMIT_NOFILE."""
-    cpu_freq_min_hz: int | None
-    """Of the host's CPUs."""
-    cpu_freq_max_hz: int | None
-    """Of the host's CPUs."""
-    # What the two limits above were derived from, for a report of what was found
-    # (``python -m opentelemetry.instrumentation.process``); no metric reads them.
-    affinity_cpus: int | None = None
-    """CPUs in the affinity mask."""
-    cgroup_paths: cgroup.CgroupPaths | None = None
-    """The process's cgroup folders, per controller (Linux)."""
-    cpu_quota: float | None = None
-    """CPUs allowed by the tightest cgroup CPU quota; ``None``: no quota."""
-    cgroup_memory_limit: int | None = None
-    """Bytes allowed by the tightest cgroup memory limit; ``None``: no limit."""
+    __slots__ = (  # noqa: RUF023 - in their order: the repr and _asdict follow it
+        "pid",
+        "create_time",
+        "start_boottime",
+        "logical_cpus",
+        "physical_cpus",
+        "available_cpus",
+        "memory_limit",
+        "fd_limit",
+        "cpu_freq_min_hz",
+        "cpu_freq_max_hz",
+        "affinity_cpus",
+        "cgroup_paths",
+        "cpu_quota",
+        "cgroup_memory_limit",
+    )
+
+    def __init__(
+        self,
+        pid: int,
+        create_time: float | None,
+        start_boottime: float | None,
+        logical_cpus: int | None,
+        physical_cpus: int | None,
+        available_cpus: float | None,
+        memory_limit: int | None,
+        fd_limit: int | None,
+        cpu_freq_min_hz: int | None,
+        cpu_freq_max_hz: int | None,
+        affinity_cpus: int | None = None,
+        cgroup_paths: cgroup.CgroupPaths | None = None,
+        cpu_quota: float | None = None,
+        cgroup_memory_limit: int | None = None,
+    ) -> None:
+        self.pid = pid
+        self.create_time = create_time
+        self.start_boottime = start_boottime
+        """Seconds after boot at which the process started (Linux), for a precise uptime."""
+        self.logical_cpus = logical_cpus
+        """Of the host."""
+        self.physical_cpus = physical_cpus
+        """Of the host."""
+        self.available_cpus = available_cpus
+        """CPUs this process may use: the affinity mask, capped by a cgroup CPU quota."""
+        self.memory_limit = memory_limit
+        """Bytes this process may use: host memory, capped by a cgroup memory limit."""
+        self.fd_limit = fd_limit
+        """The soft RLIMIT_NOFILE."""
+        self.cpu_freq_min_hz = cpu_freq_min_hz
+        """Of the host's CPUs."""
+        self.cpu_freq_max_hz = cpu_freq_max_hz
+        """Of the host's CPUs."""
+        # What the two limits above were derived from, for a report of what was found
+        # (``python -m opentelemetry.instrumentation.process``); no metric reads them.
+        self.affinity_cpus = affinity_cpus
+        """CPUs in the affinity mask."""
+        self.cgroup_paths = cgroup_paths
+        """The process's cgroup folders, per controller (Linux)."""
+        self.cpu_quota = cpu_quota
+        """CPUs allowed by the tightest cgroup CPU quota; ``None``: no quota."""
+        self.cgroup_memory_limit = cgroup_memory_limit
+        """Bytes allowed by the tightest cgroup memory limit; ``None``: no limit."""
 
 
 def this_process() -> psutil.Process:

@@ -13,7 +13,8 @@ This module is internal: its names may change between releases.
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+
+from .record import Record
 
 EXTENSION_PREFIX = "process_metrics."
 
@@ -28,30 +29,61 @@ class Kind(enum.Enum):
     """Synchronous: each event of the field (a stall) recorded at the collection that finds it."""
 
 
-class Metric(NamedTuple):
+class Metric(Record):
     """One row of the table; ``_replace`` makes a changed copy."""
 
-    name: str
-    kind: Kind
-    unit: str
-    description: str
-    group: str
-    """The section of the metric reference it is listed in."""
-    source: str
-    """Id of the snapshot source (see ``sources.SOURCES``); ``catalog.py`` joins the two."""
-    field: str
-    """Field of that source's reading that holds the value."""
-    default: bool = False
-    value_type: type = int
-    option: str | None = None
-    """Option that alone turns this metric on (``include`` does not), declared with ``gates=True``.
+    __slots__ = (  # noqa: RUF023 - in their order: the repr and _asdict follow it
+        "name",
+        "kind",
+        "unit",
+        "description",
+        "group",
+        "source",
+        "field",
+        "default",
+        "value_type",
+        "option",
+        "exact_only",
+        "note",
+    )
 
-    The metric is on unless the option is ``False``: ``None`` (auto) leaves the
-    decision to the snapshot side, which then may report nothing.
-    """
-    exact_only: bool = False
-    """Enabled by ``include`` only when named exactly, never by a glob."""
-    note: str = ""
+    def __init__(
+        self,
+        name: str,
+        kind: Kind,
+        unit: str,
+        description: str,
+        group: str,
+        source: str,
+        field: str,
+        default: bool = False,
+        value_type: type = int,
+        option: str | None = None,
+        exact_only: bool = False,
+        note: str = "",
+    ) -> None:
+        self.name = name
+        self.kind = kind
+        self.unit = unit
+        self.description = description
+        self.group = group
+        """The section of the metric reference it is listed in."""
+        self.source = source
+        """Id of the snapshot source (see ``sources.SOURCES``); ``catalog.py`` joins the two."""
+        self.field = field
+        """Field of that source's reading that holds the value."""
+        self.default = default
+        self.value_type = value_type
+        self.option = option
+        """Option that alone turns this metric on (``include`` does not), declared with
+        ``gates=True``.
+
+        The metric is on unless the option is ``False``: ``None`` (auto) leaves the
+        decision to the snapshot side, which then may report nothing.
+        """
+        self.exact_only = exact_only
+        """Enabled by ``include`` only when named exactly, never by a glob."""
+        self.note = note
 
     @property
     def extension(self) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import functools
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
@@ -153,17 +154,25 @@ def _words_or(
         expected = expected_text = f"one of {quoted}"
     else:
         expected, expected_text = values, f"{values}, or one of the strings {quoted}"
+    # Partials, not closures: one object each, for every full collection to walk.
+    return functools.partial(_check_words, native, parse, expected, expected_text)
 
-    def check(name: str, value: object) -> Any:
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                return parse(value)
-            raise ValueError(f"{name}: expected {expected_text}, got {excerpt(value)}")
-        if native(value):
-            return value
-        raise ValueError(f"{name}: expected {expected}, got {excerpt(value)}")
 
-    return check
+def _check_words(
+    native: Callable[[object], bool],
+    parse: Callable[[str], Any],
+    expected: str,
+    expected_text: str,
+    name: str,
+    value: object,
+) -> Any:
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return parse(value)
+        raise ValueError(f"{name}: expected {expected_text}, got {excerpt(value)}")
+    if native(value):
+        return value
+    raise ValueError(f"{name}: expected {expected}, got {excerpt(value)}")
 
 
 _IS_BOOL = _words_or(lambda v: isinstance(v, bool), _boolean, "True or False", _BOOLEAN_WORDS)
@@ -190,29 +199,35 @@ def _whole_number(raw: str) -> int:
 
 def whole_number(*, even_because: str = "") -> Form:
     """A whole number >= 0; with ``even_because``, an even one, for that reason."""
-
-    def check(name: str, value: object) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ValueError(f"{name}: expected a whole number >= 0, got {excerpt(value)}")
-        if even_because and value % 2:
-            raise ValueError(f"{name}: expected an even number ({even_because}), got {value}")
-        return value
-
     written = "a whole, even number" if even_because else "a whole number"
+    check = functools.partial(_check_whole_number, even_because)
     return Form(check, _whole_number, written, kind="int", even=bool(even_because))
+
+
+def _check_whole_number(even_because: str, name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}: expected a whole number >= 0, got {excerpt(value)}")
+    if even_because and value % 2:
+        raise ValueError(f"{name}: expected an even number ({even_because}), got {value}")
+    return value
 
 
 def choice(values: tuple[str, ...]) -> Form:
     """One of ``values`` (lower-case words), from code or the environment, in any case."""
-
-    def parse(raw: str) -> str:
-        word = raw.strip().lower()
-        if word not in values:
-            raise ValueError(f"expected one of {', '.join(values)} (any case)")
-        return word
-
-    check = _words_or(lambda _v: False, parse, None, values)
+    parse = functools.partial(_choice_word, values)
+    check = _words_or(_never, parse, None, values)
     return Form(check, parse, _written(values), "choice", values)
+
+
+def _choice_word(values: tuple[str, ...], raw: str) -> str:
+    word = raw.strip().lower()
+    if word not in values:
+        raise ValueError(f"expected one of {', '.join(values)} (any case)")
+    return word
+
+
+def _never(_value: object) -> bool:
+    return False
 
 
 def _patterns(raw: str) -> tuple[str, ...]:
@@ -234,7 +249,7 @@ ATTRIBUTES = Form(lambda _name, value: _check_attributes(value), kind="attribute
 
 
 class Declared:
-    """What :func:`option` adds to a field (its ``metadata["option"]``)."""
+    """What :func:`option` declares of a field besides its default (:func:`declared`)."""
 
     __slots__ = ("form", "gates")
 
@@ -256,10 +271,18 @@ def option(
     factory: Callable[[], Any] | None = None,
 ) -> Any:
     """A field of :class:`ProcessMetricsOptions`: its default, its form, if it gates metrics."""
-    metadata = {"option": Declared(form, gates)}
+    # Kept in the order of the fields, not in each field's metadata: a metadata
+    # mapping is two objects per field that every full garbage collection walks.
+    _FORMS.append(form)
+    _GATES.append(gates)
     if factory is not None:
-        return dataclasses.field(default_factory=factory, metadata=metadata)
-    return dataclasses.field(default=default, metadata=metadata)
+        return dataclasses.field(default_factory=factory)
+    return default
+
+
+_FORMS: list[Form] = []
+_GATES: list[bool] = []
+"""What :func:`option` declared, in the order of the fields."""
 
 
 # --- the options --------------------------------------------------------------
@@ -366,23 +389,22 @@ class ProcessMetricsOptions:
     """
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            declared: Declared = f.metadata["option"]
-            value = getattr(self, f.name)
-            kept = declared.form.check(f.name, value)
+        for name, form in _FORM_OF.items():
+            value = getattr(self, name)
+            kept = form.check(name, value)
             if kept is not value:
-                object.__setattr__(self, f.name, kept)
+                object.__setattr__(self, name, kept)
 
 
 def declared(name: str) -> Declared:
-    """The declaration of option ``name``."""
-    found: Declared = _FIELDS[name].metadata["option"]
-    return found
+    """The declaration of option ``name`` (made at each call: nothing kept per option)."""
+    return Declared(_FORM_OF[name], name in GATING_OPTIONS)
 
 
-_FIELDS = {f.name: f for f in fields(ProcessMetricsOptions)}
-OPTION_NAMES = tuple(_FIELDS)
-GATING_OPTIONS = tuple(n for n in OPTION_NAMES if declared(n).gates)
+OPTION_NAMES = tuple(f.name for f in fields(ProcessMetricsOptions))
+# Every field is declared with option(), in order: a field without one fails here.
+_FORM_OF = dict(zip(OPTION_NAMES, _FORMS, strict=True))
+GATING_OPTIONS = tuple(n for n, gates in zip(OPTION_NAMES, _GATES, strict=True) if gates)
 """Options that alone turn metrics on or off; a metric row's ``option`` must be one of them."""
 
 

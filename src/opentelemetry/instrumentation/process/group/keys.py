@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import socket
 import sys
-from typing import NamedTuple
 
 import psutil
 
 from ..linux import stat
 from ..platforms import ON_LINUX
+from ..record import Record
 from .rundir import euid
 
 # CPython's built-in SHA-256, as the random module takes its SHA-512: hashlib
@@ -106,7 +106,7 @@ def _digest(text: str) -> str:
     return str(sha256(text.encode("utf-8", "surrogateescape")).hexdigest())[:8]
 
 
-class Group(NamedTuple):
+class Group(Record):
     """The processes that elect one reporter of the shared metrics.
 
     One service (``service``, the identity the caller gives: its name,
@@ -114,10 +114,24 @@ class Group(NamedTuple):
     host. ``key`` hashes all of it: the name of the group's lock file.
     """
 
-    service: str
-    user: int
-    cgroup: str
-    key: str
+    __slots__ = (  # noqa: RUF023 - in their order: the repr and _asdict follow it
+        "service",
+        "user",
+        "cgroup",
+        "key",
+    )
+
+    def __init__(
+        self,
+        service: str,
+        user: int,
+        cgroup: str,
+        key: str,
+    ) -> None:
+        self.service = service
+        self.user = user
+        self.cgroup = cgroup
+        self.key = key
 
 
 def group_of(service: str) -> Group:

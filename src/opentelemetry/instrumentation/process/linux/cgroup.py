@@ -13,8 +13,8 @@ about OpenTelemetry.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import NamedTuple
 
+from ..record import Record
 from .files import (
     KernelFile,
     Key,
@@ -64,13 +64,23 @@ MEMORY_FAILCNT = "memory.failcnt"
 """v1: times the usage hit the limit (count)."""
 
 
-class Hierarchy(NamedTuple):
+class Hierarchy(Record):
     """One controller's folders in one cgroup hierarchy."""
 
-    version: int
-    """1 or 2."""
-    dirs: tuple[Path, ...]
-    """The process's own cgroup folder first, then its ancestors up to the mount point."""
+    __slots__ = (  # noqa: RUF023 - in their order: the repr and _asdict follow it
+        "version",
+        "dirs",
+    )
+
+    def __init__(
+        self,
+        version: int,
+        dirs: tuple[Path, ...],
+    ) -> None:
+        self.version = version
+        """1 or 2."""
+        self.dirs = dirs
+        """The process's own cgroup folder first, then its ancestors up to the mount point."""
 
     @property
     def own(self) -> Path:
@@ -78,17 +88,31 @@ class Hierarchy(NamedTuple):
         return self.dirs[0]
 
 
-class CgroupPaths(NamedTuple):
+class CgroupPaths(Record):
     """Where the process's cgroups are, per controller; ``None`` where there is none."""
 
-    cpu: Hierarchy | None = None
-    """Quota and throttling: v2 ``cpu.max``/``cpu.stat``, v1 ``cpu.cfs_*``/``cpu.stat``."""
-    cpuacct: Hierarchy | None = None
-    """The cgroup's CPU time: v2 ``cpu.stat``, v1 ``cpuacct.stat``/``cpuacct.usage``."""
-    memory: Hierarchy | None = None
-    """Usage, limit, events: v2 ``memory.*``, v1 ``memory.*_in_bytes`` and others."""
-    unified: Hierarchy | None = None
-    """The v2 hierarchy, with or without controllers: it holds ``*.pressure``."""
+    __slots__ = (
+        "cpu",
+        "cpuacct",
+        "memory",
+        "unified",
+    )
+
+    def __init__(
+        self,
+        cpu: Hierarchy | None = None,
+        cpuacct: Hierarchy | None = None,
+        memory: Hierarchy | None = None,
+        unified: Hierarchy | None = None,
+    ) -> None:
+        self.cpu = cpu
+        """Quota and throttling: v2 ``cpu.max``/``cpu.stat``, v1 ``cpu.cfs_*``/``cpu.stat``."""
+        self.cpuacct = cpuacct
+        """The cgroup's CPU time: v2 ``cpu.stat``, v1 ``cpuacct.stat``/``cpuacct.usage``."""
+        self.memory = memory
+        """Usage, limit, events: v2 ``memory.*``, v1 ``memory.*_in_bytes`` and others."""
+        self.unified = unified
+        """The v2 hierarchy, with or without controllers: it holds ``*.pressure``."""
 
 
 def discover(
@@ -247,7 +271,8 @@ def limited(paths: CgroupPaths) -> bool:
     return cpu_quota(paths) is not None or memory_limit(paths) is not None
 
 
-# Files read at each collection.
+# Files read at each collection. Their keys are made when the files are found (only
+# where the cgroup metrics are on), not kept in tables at import.
 
 
 def cgroup_files(paths: CgroupPaths) -> tuple[KernelFile, ...]:
@@ -265,7 +290,12 @@ def _cpu_files(paths: CgroupPaths) -> list[KernelFile | None]:
     files: list[KernelFile | None] = []
     cpu, acct = paths.cpu, paths.cpuacct
     if cpu is not None and cpu.version == 1:
-        files.append(flat_keyed_file(str(cpu.own / "cpu.stat"), _V1_CPU_STAT))
+        v1_stat = (
+            Key("nr_periods", CPU_PERIODS),
+            Key("nr_throttled", CPU_THROTTLED_PERIODS),
+            Key("throttled_time", CPU_THROTTLED_TIME, 1e9),
+        )
+        files.append(flat_keyed_file(str(cpu.own / "cpu.stat"), v1_stat))
     if acct is not None and acct.version == 1:
         stat = (
             Key("user", CPU_TIME_USER, float(CLOCK_TICKS)),
@@ -275,9 +305,20 @@ def _cpu_files(paths: CgroupPaths) -> list[KernelFile | None]:
         usage = str(acct.own / "cpuacct.usage")
         files.append(KernelFile(usage, scaled_value(CPU_TIME_TOTAL, 1e9), (CPU_TIME_TOTAL,)))
     v2_dirs = {h.own for h in (cpu, acct) if h is not None and h.version == 2}
+    v2_time = (
+        Key("usage_usec", CPU_TIME_TOTAL, 1e6),
+        Key("user_usec", CPU_TIME_USER, 1e6),
+        Key("system_usec", CPU_TIME_SYSTEM, 1e6),
+    )
+    # Only where the cpu controller is enabled.
+    v2_throttling = (
+        Key("nr_periods", CPU_PERIODS),
+        Key("nr_throttled", CPU_THROTTLED_PERIODS),
+        Key("throttled_usec", CPU_THROTTLED_TIME, 1e6),
+    )
     for folder in sorted(v2_dirs):
         stat_file = str(folder / "cpu.stat")
-        files.append(flat_keyed_file(stat_file, _V2_CPU_TIME, _V2_CPU_THROTTLING))
+        files.append(flat_keyed_file(stat_file, v2_time, v2_throttling))
     return files
 
 
@@ -286,45 +327,26 @@ def _memory_files(paths: CgroupPaths) -> list[KernelFile | None]:
     if h is None:
         return []
     own = h.own
+    oom_kill = (Key("oom_kill", MEMORY_EVENTS_OOM_KILL),)  # Linux 4.13+
     if h.version == 2:
+        events = (
+            Key("high", MEMORY_EVENTS_HIGH),
+            Key("max", MEMORY_EVENTS_MAX),
+            Key("oom", MEMORY_EVENTS_OOM),
+        )
         return [
             _single(own / "memory.current", MEMORY_USAGE),
             _long(own / "memory.stat", "inactive_file", MEMORY_INACTIVE_FILE),
             _single(own / "memory.peak", MEMORY_PEAK),
-            flat_keyed_file(str(own / "memory.events"), _V2_MEMORY_EVENTS, _V2_OOM_KILL),
+            flat_keyed_file(str(own / "memory.events"), events, oom_kill),
         ]
     return [
         _single(own / "memory.usage_in_bytes", MEMORY_USAGE),
         _long(own / "memory.stat", "total_inactive_file", MEMORY_INACTIVE_FILE),
         _single(own / "memory.max_usage_in_bytes", MEMORY_PEAK),
         _single(own / "memory.failcnt", MEMORY_FAILCNT),
-        flat_keyed_file(str(own / "memory.oom_control"), (), _V1_OOM_KILL),
+        flat_keyed_file(str(own / "memory.oom_control"), (), oom_kill),
     ]
-
-
-_V2_CPU_TIME = (
-    Key("usage_usec", CPU_TIME_TOTAL, 1e6),
-    Key("user_usec", CPU_TIME_USER, 1e6),
-    Key("system_usec", CPU_TIME_SYSTEM, 1e6),
-)
-# Only where the cpu controller is enabled.
-_V2_CPU_THROTTLING = (
-    Key("nr_periods", CPU_PERIODS),
-    Key("nr_throttled", CPU_THROTTLED_PERIODS),
-    Key("throttled_usec", CPU_THROTTLED_TIME, 1e6),
-)
-_V1_CPU_STAT = (
-    Key("nr_periods", CPU_PERIODS),
-    Key("nr_throttled", CPU_THROTTLED_PERIODS),
-    Key("throttled_time", CPU_THROTTLED_TIME, 1e9),
-)
-_V1_OOM_KILL = (Key("oom_kill", MEMORY_EVENTS_OOM_KILL),)  # Linux 4.13+
-_V2_MEMORY_EVENTS = (
-    Key("high", MEMORY_EVENTS_HIGH),
-    Key("max", MEMORY_EVENTS_MAX),
-    Key("oom", MEMORY_EVENTS_OOM),
-)
-_V2_OOM_KILL = (Key("oom_kill", MEMORY_EVENTS_OOM_KILL),)  # Linux 4.13+
 
 
 def _single(path: Path, field: str) -> KernelFile:

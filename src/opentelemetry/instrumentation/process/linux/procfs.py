@@ -7,7 +7,9 @@ Each function opens, reads and closes on every call, and reads ``/proc/self``
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from typing import Any
+
+from ..record import Record
 
 
 def thread_ids() -> list[int]:
@@ -20,13 +22,23 @@ def thread_ids() -> list[int]:
     return [int(name) for name in os.listdir("/proc/self/task")]
 
 
-class Status(NamedTuple):
+class Status(Record):
     """What is read of ``/proc/self/status``, in one read: each value a source wants of it."""
 
-    pending: int
-    """Pending signals: the bits set in ``SigPnd`` or ``ShdPnd`` (psutil has no API)."""
-    threads: int
-    """``Threads``: the thread count, read with them, so that ``status`` is not read twice."""
+    __slots__ = (
+        "pending",
+        "threads",
+    )
+
+    def __init__(
+        self,
+        pending: int,
+        threads: int,
+    ) -> None:
+        self.pending = pending
+        """Pending signals: the bits set in ``SigPnd`` or ``ShdPnd`` (psutil has no API)."""
+        self.threads = threads
+        """``Threads``: the thread count, read with them, so that ``status`` is not read twice."""
 
 
 def status() -> Status:

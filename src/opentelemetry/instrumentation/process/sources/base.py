@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 import errno
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Generic, NamedTuple, TypeAlias, TypeVar, cast
+from typing import Any, ClassVar, Generic, TypeAlias, TypeVar, cast
 
 import psutil
 
@@ -21,6 +22,7 @@ from ..facts import Facts
 from ..faultlog import FaultLog
 from ..options import ProcessMetricsOptions
 from ..platforms import ALL, current_platform
+from ..record import Record
 
 
 class Key(tuple[str | int | None, ...]):
@@ -281,11 +283,12 @@ def psutil_has(name: str) -> Callable[[], bool]:
     Checked when called, not when made: psutil can be patched in between.
     """
     owner, _, attr = name.rpartition(".")
+    # A partial, not a closure: one object, not four, for every full collection to walk.
+    return functools.partial(_psutil_has, owner, attr)
 
-    def check() -> bool:
-        return hasattr(getattr(psutil, owner) if owner else psutil, attr)
 
-    return check
+def _psutil_has(owner: str, attr: str) -> bool:
+    return hasattr(getattr(psutil, owner) if owner else psutil, attr)
 
 
 class DirectRead:
@@ -302,65 +305,111 @@ class DirectRead:
         """The psutil call it replaces, and what that call costs that this read does not."""
 
 
-class Source(NamedTuple):
+_NO_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType({})
+
+
+class Source(Record):
     """One read from the OS or the runtime, named so that metrics can point at it."""
 
-    name: str
-    """Its id, in snake case (``process_rusage``): never dotted, so never read as a metric name."""
-    read: Callable[[ReadContext], Reading]
-    fields: Fields
-    """The fields its reading may hold (absent ones are unknown, never 0), with their keys."""
-    cost: str
-    """What one read costs, in words, for the metric reference."""
-    platforms: frozenset[str] = ALL
-    """Where it can be read; the metric reference says so for each metric."""
-    field_platforms: Mapping[str, frozenset[str]] = MappingProxyType({})
-    """Fields given on fewer platforms than the source is read on."""
-    in_process: bool = False
-    """Read inside the one ``Process.oneshot()`` of a refresh."""
-    stateful: bool = False
-    """Keeps a baseline: read once at start, so the first collection has a delta."""
-    shared: bool = False
-    """The same in every process of a group (host, cgroup, pressure): with
-    ``shared_metrics="once"`` only the group's elected process reads it."""
-    available: Callable[[], bool] = _always
-    """A run-time check on top of ``platforms`` (a psutil call that may be missing)."""
-    modules: tuple[str, ...] = ()
-    """Modules it reads with, imported when it opens (relative to the package: ``.linux.smaps``).
+    __slots__ = (  # noqa: RUF023 - in their order: the repr and _asdict follow it
+        "name",
+        "read",
+        "fields",
+        "cost",
+        "platforms",
+        "field_platforms",
+        "in_process",
+        "stateful",
+        "shared",
+        "available",
+        "modules",
+        "open",
+        "close",
+        "needs",
+        "direct",
+        "keeps",
+        "auto",
+        "after_fork",
+    )
 
-    A module that only an option needs is imported then, at ``instrument()``,
-    never at a collection (the test of it derives from every source).
-    """
-    open: Callable[[ReadContext], bool] | None = None
-    """Called before the first read in each process: installs hooks, finds paths.
+    def __init__(
+        self,
+        name: str,
+        read: Callable[[ReadContext], Reading],
+        fields: Fields,
+        cost: str,
+        platforms: frozenset[str] = ALL,
+        field_platforms: Mapping[str, frozenset[str]] = _NO_FIELDS,
+        in_process: bool = False,
+        stateful: bool = False,
+        shared: bool = False,
+        available: Callable[[], bool] = _always,
+        modules: tuple[str, ...] = (),
+        open: Callable[[ReadContext], bool] | None = None,
+        close: Callable[[ReadContext], None] | None = None,
+        needs: tuple[str, ...] = (),
+        direct: tuple[DirectRead, ...] = (),
+        keeps: tuple[State[Any], ...] = (),
+        auto: str = "",
+        after_fork: Callable[[ReadContext, float | None], None] | None = None,
+    ) -> None:
+        self.name = name
+        """Its id, in snake case (``process_rusage``): never dotted, never read as a metric name."""
+        self.read = read
+        self.fields = fields
+        """The fields its reading may hold (absent ones are unknown, never 0), with their keys."""
+        self.cost = cost
+        """What one read costs, in words, for the metric reference."""
+        self.platforms = platforms
+        """Where it can be read; the metric reference says so for each metric."""
+        self.field_platforms = field_platforms
+        """Fields given on fewer platforms than the source is read on."""
+        self.in_process = in_process
+        """Read inside the one ``Process.oneshot()`` of a refresh."""
+        self.stateful = stateful
+        """Keeps a baseline: read once at start, so the first collection has a delta."""
+        self.shared = shared
+        """The same in every process of a group (host, cgroup, pressure): with
+        ``shared_metrics="once"`` only the group's elected process reads it."""
+        self.available = available
+        """A run-time check on top of ``platforms`` (a psutil call that may be missing)."""
+        self.modules = modules
+        """Modules it reads with, imported when it opens (relative to the package:
+        ``.linux.smaps``).
 
-    Returns whether there is anything to read in this process; a source that
-    has nothing is not read, and its metrics are not registered.
-    """
-    close: Callable[[ReadContext], None] | None = None
-    """Called when reporting stops (``uninstrument()``)."""
-    needs: tuple[str, ...] = ()
-    """Sources whose readings of the same refresh it reads (``ReadContext.readings``).
+        A module that only an option needs is imported then, at ``instrument()``,
+        never at a collection (the test of it derives from every source).
+        """
+        self.open = open
+        """Called before the first read in each process: installs hooks, finds paths.
 
-    Each comes earlier in ``SOURCES``, and is read in the oneshot if this one is;
-    one that is not enabled, or failed, is simply absent.
-    """
-    direct: tuple[DirectRead, ...] = ()
-    """The direct Linux reads it may make (``ctx.direct_read(name, ...)``), each with a
-    psutil fallback: a read it has not declared here fails it."""
-    keeps: tuple[State[Any], ...] = ()
-    """The states it keeps between reads (:class:`State`); a state of several sources is
-    declared by each."""
-    auto: str = ""
-    """For a source its option turns on by itself (``None``, auto): when it has anything
-    to read, in words (the metric reference says it)."""
-    after_fork: Callable[[ReadContext, float | None], None] | None = None
-    """Called in a forked child, before its first read: drops the parent's state.
+        Returns whether there is anything to read in this process; a source that
+        has nothing is not read, and its metrics are not registered.
+        """
+        self.close = close
+        """Called when reporting stops (``uninstrument()``)."""
+        self.needs = needs
+        """Sources whose readings of the same refresh it reads (``ReadContext.readings``).
 
-    It gets the time of the fork on the ``time.monotonic()`` clock (``None``
-    if unknown). State that a fork does not change (the host's counters,
-    paths the open hook found) stays.
-    """
+        Each comes earlier in ``SOURCES``, and is read in the oneshot if this one is;
+        one that is not enabled, or failed, is simply absent.
+        """
+        self.direct = direct
+        """The direct Linux reads it may make (``ctx.direct_read(name, ...)``), each with a
+        psutil fallback: a read it has not declared here fails it."""
+        self.keeps = keeps
+        """The states it keeps between reads (:class:`State`); a state of several sources is
+        declared by each."""
+        self.auto = auto
+        """For a source its option turns on by itself (``None``, auto): when it has anything
+        to read, in words (the metric reference says it)."""
+        self.after_fork = after_fork
+        """Called in a forked child, before its first read: drops the parent's state.
+
+        It gets the time of the fork on the ``time.monotonic()`` clock (``None``
+        if unknown). State that a fork does not change (the host's counters,
+        paths the open hook found) stays.
+        """
 
     def supported(self, platform: str | None = None, field: str | None = None) -> bool:
         """Whether this source (or its ``field``) can be read on ``platform`` (default: here)."""
