@@ -50,8 +50,10 @@ from ..probes.reaps import Reaped
 from .base import Key
 from .exit_causes import OOM_KILLED, SEEDED, cause
 
-SETTLE = 1.0
-"""Seconds a reaped status waits before it is counted, for a server's mark to come in."""
+SETTLE = 5.0
+"""Seconds a reaped status waits before it is counted, for a server's mark to come in
+(one second let a gunicorn master, preempted between its reap and its hook on a loaded
+machine, count 2 timeouts of 20 as plain kills)."""
 CARRY = 3
 """Collections (and :data:`CARRY_TIME` seconds) during which an OOM kill that a cgroup
 counted may be matched to an end: its victim's status settles later than the count."""
