@@ -427,10 +427,10 @@ def test_the_figures_of_the_supervisor_page_are_the_code_constants() -> None:
     )
 
     page = " ".join((Path(__file__).parent.parent / "docs" / "supervisor.md").read_text().split())
-    assert SETTLE == 1.0 and "at least one second after the master reaped" in page
+    assert SETTLE == 5.0 and "at least five seconds after the master reaped" in page
     assert FIRST_MINUTE == 60.0 and "during the child's first minute" in page
-    assert CARRY == 3 and CARRY_TIME == 3.0
-    assert "with those of the two collections before (and the last three seconds)" in page
+    assert CARRY == 3 and CARRY_TIME == 15.0
+    assert "with those of the two collections before (and the last fifteen seconds)" in page
     assert "within three collections" in page
     assert f"({MAX_KEPT:,} notes between two collections)" in page
     assert "(field 52, Linux 3.5+)" in page
