@@ -14,7 +14,8 @@ known, or can no longer be:
 - ``unknown`` when neither is to be had: a child that another process reaped
   (a grandchild, a worker of uWSGI's C master), or that this process reaped
   through a reference to ``os.waitpid`` taken before the wrapper was put in.
-  A child of this process waits one collection for its status first.
+  A child of this process waits :data:`SETTLE` seconds for its status first (a
+  master on a loaded machine reaps late; collections may come every 0.2 s).
 
 OOM kills
     The OOM killer's ``SIGKILL`` looks like any other; the cgroup counts it,
@@ -224,8 +225,8 @@ class Exits:
             if ending.status is not None:
                 if now - ending.reaped_at >= SETTLE:
                     done.append((pid, ending))
-            elif not (reaping and ending.ours) or ending.noted < now:
-                done.append((pid, ending))  # no status will come, or none came in a collection
+            elif not (reaping and ending.ours) or now - ending.noted >= SETTLE:
+                done.append((pid, ending))  # no status will come, or none came in time
         for pid, _ in done:
             del self.ending[pid]
         keys: dict[int, Key] = {}
