@@ -743,13 +743,6 @@ def test_a_fork_keeps_the_sdk_locks_that_were_free_and_never_breaks_on_other_pro
 
     from opentelemetry.instrumentation.process import ProcessMetrics
 
-    periodic = PeriodicExportingMetricReader(Exporter(), export_interval_millis=math.inf)
-    provider = MeterProvider(metric_readers=[periodic])
-    # A provider that is not the SDK's is guarded too: the hooks must not trip on it.
-    others = [ProcessMetrics(meter_provider=NoOpMeterProvider())]
-    metrics = ProcessMetrics(meter_provider=provider)
-    export_lock = periodic._export_lock
-    consumer_lock = provider._measurement_consumer._lock
     unraisable: list[str] = []
 
     def hook(u: Any) -> None:
@@ -759,7 +752,15 @@ def test_a_fork_keeps_the_sdk_locks_that_were_free_and_never_breaks_on_other_pro
         if any("instrumentation/process" in f.filename for f in frames):
             unraisable.append(repr(u.exc_value))
 
+    # Before the recorders start: ours chains to it, and gives it back at close().
     monkeypatch.setattr(sys, "unraisablehook", hook)
+    periodic = PeriodicExportingMetricReader(Exporter(), export_interval_millis=math.inf)
+    provider = MeterProvider(metric_readers=[periodic])
+    # A provider that is not the SDK's is guarded too: the hooks must not trip on it.
+    others = [ProcessMetrics(meter_provider=NoOpMeterProvider())]
+    metrics = ProcessMetrics(meter_provider=provider)
+    export_lock = periodic._export_lock
+    consumer_lock = provider._measurement_consumer._lock
 
     def child() -> dict[str, Any]:
         return {
