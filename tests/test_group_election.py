@@ -329,3 +329,27 @@ def test_a_file_pruned_before_its_lock_is_taken_elects_from_the_new_one(
         assert voter(kids).result is False  # its lock is on the file at the path
     finally:
         mine.close()
+
+
+def test_a_descriptor_the_program_closed_during_a_turn_loses_that_turn_only(
+    rundir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython's test_interpreters closes descriptors by number: our lock's, in a turn."""
+    mine = Election(group_of(SERVICE))
+    try:
+        assert mine.leader()  # alone: it leads
+        real = election.fcntl.flock
+
+        def closed_by_the_program(fd: int, how: int) -> None:
+            os.close(fd)  # as closerange() would, between our open and our lock
+            real(fd, how)  # EBADF
+
+        with log_lines() as logs:
+            monkeypatch.setattr(election.fcntl, "flock", closed_by_the_program)
+            assert mine.leader()  # the turn is lost: the last answer stands
+            monkeypatch.setattr(election.fcntl, "flock", real)
+            assert mine.leader()
+        assert not [line for line in logs.lines if not line.startswith("DEBUG ")], logs.lines
+        assert mine.holder() is not None and mine.holder().pid == os.getpid()  # type: ignore[union-attr]
+    finally:
+        mine.close()

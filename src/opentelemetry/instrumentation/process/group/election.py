@@ -23,6 +23,7 @@ the path still names the file it opened, and opens it again if not.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -176,15 +177,19 @@ def _turn(state: _Lock) -> tuple[Holder | None, int] | None:
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError as exc:  # a file system that has no flock (some network ones)
+        if not _still_named(state.path, fd):
+            os.close(fd)  # pruned before the lock: its record elects no one
+            return None
+        return _live(os.pread(fd, _RECORD_SIZE, 0)), fd
+    except OSError as exc:
+        if exc.errno == errno.EBADF:
+            # The program closed our descriptor by its number (closerange(), dup2()):
+            # nothing to close, and nothing wrong with the file. This turn is lost.
+            return None
         os.close(fd)
-        warn_unusable(state.path, exc)
+        warn_unusable(state.path, exc)  # a file system that has no flock (some network ones)
         state.path = None
         return None
-    if not _still_named(state.path, fd):
-        os.close(fd)  # pruned before the lock: its record elects no one
-        return None
-    return _live(os.pread(fd, _RECORD_SIZE, 0)), fd
 
 
 def _is_me(named: Holder) -> bool:
