@@ -76,7 +76,7 @@ def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: L
     assert "'threads' failed (PermissionError: [Errno 13] Permission denied)" in lines.lines[1]
 
 
-@pytest.mark.parametrize("code", [errno.EBADF, errno.ENOTSOCK])
+@pytest.mark.parametrize("code", [errno.EBADF, errno.ENOTSOCK, errno.ENOTDIR])
 def test_a_read_whose_descriptor_another_thread_took_is_made_again_not_given_up(
     lines: LogLines, code: int
 ) -> None:

@@ -224,10 +224,11 @@ class ReadContext:
         """``read()``, the direct read ``name``; ``None`` when it is off or given up.
 
         A read that raises ``OSError`` is given up for this process (said once),
-        and its caller falls back to psutil. But for ``EBADF`` or ``ENOTSOCK``:
-        another thread of the program closed or replaced the read's own
-        descriptor meanwhile (CPython's ``test_subprocess`` moves descriptors
-        with ``dup2``), which says nothing of the read: it is made once more,
+        and its caller falls back to psutil. But for ``EBADF``, ``ENOTSOCK`` or
+        ``ENOTDIR``: another thread of the program closed or replaced the read's
+        own descriptor meanwhile (CPython's ``test_subprocess`` moves descriptors
+        with ``dup2``; a directory listing then finds a file under its number),
+        which says nothing of the read: it is made once more,
         and if that too is raced, psutil stands in for this collection only.
         """
         source = self.source
@@ -269,7 +270,7 @@ class ReadContext:
         )
 
 
-_RACED = frozenset({errno.EBADF, errno.ENOTSOCK})
+_RACED = frozenset({errno.EBADF, errno.ENOTSOCK, errno.ENOTDIR})
 """Errors of a descriptor that another thread closed or replaced under a read of ours."""
 
 
