@@ -1004,7 +1004,9 @@ def test_a_full_collection_lands_in_the_bucket_of_the_time_around_it() -> None:
             pytest.fail(
                 f"no attempt with one collection in a bucket of the time around it ({around} s)"
             )
-        assert quantile_bound(r0, r1, 2, 0.99) == BOUNDS[ours] >= pause
+        # Above the last bound (a collection over 1 s on a busy machine), the longest pause.
+        bound = BOUNDS[ours] if ours < len(BOUNDS) else r1.longest[2]
+        assert quantile_bound(r0, r1, 2, 0.99) == bound >= pause
         for g in range(len(r1.pauses)):
             assert sum(r1.buckets[g]) == r1.pauses[g]
         rec.stop()
