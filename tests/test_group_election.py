@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -353,3 +354,38 @@ def test_a_descriptor_the_program_closed_during_a_turn_loses_that_turn_only(
         assert mine.holder() is not None and mine.holder().pid == os.getpid()  # type: ignore[union-attr]
     finally:
         mine.close()
+
+
+@pytest.mark.parametrize("at", [1, 2], ids=["before-the-check", "before-the-lock-is-named"])
+def test_a_descriptor_the_program_replaced_during_a_turn_is_left_to_it(
+    rundir: Path, monkeypatch: pytest.MonkeyPatch, at: int
+) -> None:
+    """CPython's test_subprocess moves its own files onto numbers with dup2: one may land
+    on our lock file's, in a turn (before the file's check, or before the check that the
+    path still names it). That file is the program's now: left open, and nothing said."""
+    mine = Election(group_of(SERVICE))
+    r, w = os.pipe()
+    replaced: list[int] = []
+    calls: list[int] = []
+    real = os.fstat
+
+    def dup2_first(fd: int) -> os.stat_result:
+        calls.append(fd)
+        if len(calls) == at:
+            os.dup2(r, fd)  # the program's pipe, under our number
+            replaced.append(fd)
+        return real(fd)
+
+    try:
+        assert mine.leader()
+        with log_lines() as logs:
+            monkeypatch.setattr(rundir_module.os, "fstat", dup2_first)
+            assert mine.leader()  # that turn is lost: the last answer stands
+            monkeypatch.setattr(rundir_module.os, "fstat", real)
+            assert mine.leader()
+        assert replaced and stat.S_ISFIFO(real(replaced[0]).st_mode)  # not closed by us
+        assert not [line for line in logs.lines if not line.startswith("DEBUG ")], logs.lines
+    finally:
+        mine.close()
+        for fd in {r, w, *replaced}:
+            os.close(fd)

@@ -172,14 +172,17 @@ def _turn(state: _Lock) -> tuple[Holder | None, int] | None:
     try:
         fd = open_private(state.path)
     except OSError as exc:
+        if exc.errno == errno.EBADF:
+            return None  # the program closed or replaced it by its number: this turn is lost
         warn_unusable(state.path, exc)
         state.path = None
         return None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         if not _still_named(state.path, fd):
-            os.close(fd)  # pruned before the lock: its record elects no one
-            return None
+            if _private_file(fd, state.path):
+                os.close(fd)  # pruned before the lock: its record elects no one
+            return None  # else the program's file under our number (dup2): left to it
         return _live(os.pread(fd, _RECORD_SIZE, 0)), fd
     except OSError as exc:
         if exc.errno == errno.EBADF:
@@ -254,6 +257,15 @@ def _still_named(path: Path, fd: int) -> bool:
         return False
     held = os.fstat(fd)
     return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _private_file(fd: int, path: Path) -> bool:
+    """Whether ``fd`` is a private regular file, as the lock files are (not a program's)."""
+    try:
+        check_private(os.fstat(fd), path, want_dir=False)
+    except OSError:
+        return False
+    return True
 
 
 def _write_holder(fd: int, state: _Lock, group: Group) -> None:

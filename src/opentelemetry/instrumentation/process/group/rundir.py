@@ -113,12 +113,27 @@ def open_private(path: Path, flags: int = os.O_RDWR) -> int:
     a regular file of this user, mode 0600 or tighter. Raises ``OSError``.
     """
     fd = os.open(path, flags | os.O_CREAT | NOFOLLOW, 0o600)
+    st = os.fstat(fd)  # EBADF: the program closed it by its number; not ours to close
     try:
-        check_private(os.fstat(fd), path, want_dir=False)
-    except BaseException:
+        check_private(st, path, want_dir=False)
+    except UnsafeError:
+        if _replaced(path, st):
+            # The program put a file of its own under our number (dup2): not ours to
+            # close, and nothing wrong with the path.
+            raise OSError(errno.EBADF, "the descriptor was replaced", str(path)) from None
         os.close(fd)
         raise
     return fd
+
+
+def _replaced(path: Path, opened: os.stat_result) -> bool:
+    """Whether ``path`` is a private file other than the one ``opened`` now describes."""
+    try:
+        st = os.stat(path, follow_symlinks=False)
+        check_private(st, path, want_dir=False)
+    except OSError:
+        return False
+    return (st.st_dev, st.st_ino) != (opened.st_dev, opened.st_ino)
 
 
 def warn_unusable(path: Path, exc: BaseException) -> None:
