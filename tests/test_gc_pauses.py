@@ -1454,7 +1454,14 @@ def _signalled(program: Path, probe: str, case: str) -> tuple[int, str, str]:
     if case != "ctrl-c":
         done = subprocess.run(args, capture_output=True, text=True, timeout=60)
         return done.returncode, done.stdout, done.stderr
-    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+    with subprocess.Popen(
+        args,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        # SIGINT's default action: a child of a shell without job control ignores it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    ) as child:
         assert child.stdout is not None
         took = float(child.stdout.readline())
         time.sleep(took / 3)
