@@ -27,6 +27,7 @@ PAGE = ROOT / "docs" / "application-cost.md"
 sys.path.insert(0, str(HERE))
 
 import heap  # noqa: E402
+import instructions  # noqa: E402
 import machine  # noqa: E402
 import overhead  # noqa: E402
 import webapp  # noqa: E402
@@ -223,17 +224,6 @@ def goals_table(rows: list[tuple[str, str, str, str]]) -> str:
 # --- the page -------------------------------------------------------------------
 
 
-def _commit() -> str:
-    def git(*args: str) -> str:
-        done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
-        return done.stdout.strip()
-
-    # The last commit that changed src/: what the figures measured.
-    sha = git("log", "-1", "--format=%h", "--abbrev=10", "--", "src") or "unknown"
-    dirty = " with uncommitted changes" if git("status", "--porcelain", "--", "src") else ""
-    return f"`{sha}`{dirty}"
-
-
 def values() -> dict[str, str]:
     """The page's placeholders, from the results folders."""
     ov = json.loads((overhead.RESULTS / "overhead.json").read_text())
@@ -285,7 +275,7 @@ def values() -> dict[str, str]:
         if heap.RESULT.exists()
         else "(not run)",
         "subset_rule": _rule(),
-    }
+    } | instructions.page()
 
 
 def _done(ov: dict[str, Any]) -> int:
@@ -314,7 +304,7 @@ def record_meta(note: str = "") -> None:
     meta = {
         "note": note,
         "when": info["date"],
-        "commit": _commit(),
+        "commit": machine.src_commit(),
         "machine": f"{machine.cpu(info)}, {info['logical_cpus']} CPUs, {info['python']}, "
         f"{info['os']}; load average at the start {info['loadavg_start'][0]:.1f}",
     }

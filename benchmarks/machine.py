@@ -86,6 +86,19 @@ def describe() -> dict[str, Any]:
     }
 
 
+def src_commit() -> str:
+    """The last commit that changed src/ (what the figures measured), and whether it is dirty."""
+
+    def git(*args: str) -> str:
+        root = Path(__file__).resolve().parent.parent
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    sha = git("log", "-1", "--format=%h", "--abbrev=10", "--", "src") or "unknown"
+    dirty = " with uncommitted changes" if git("status", "--porcelain", "--", "src") else ""
+    return f"`{sha}`{dirty}"
+
+
 def cpu(info: dict[str, Any]) -> str:
     """The CPU, as the machine table names it."""
     found = str(info["cpu_model"])

@@ -9,6 +9,7 @@ from typing import Any
 
 import analysis
 import configs
+import instructions
 from analysis import Check, Goal, MainRun
 from breakdown import Breakdown
 from components import Component
@@ -39,6 +40,7 @@ class Results:
     rss: list[Rss]
     leaks: list[Leak]
     components: list[Component]
+    instructions: dict[str, Any] = field(default_factory=dict)
     goals: list[Goal] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     breakdowns: list[Breakdown] = field(default_factory=list)
@@ -274,7 +276,7 @@ def count_tables(rows: Sequence[Count], info: dict[str, Any]) -> dict[str, str]:
         "opens_everything_psutil": paths(rows, "everything_psutil"),
         "opens_peer_default": paths(rows, "peer_default"),
         "counts_when": f"{info['date']} on {counted_on(info)}",
-    }
+    } | instructions.page()
 
 
 def figures(r: Results) -> dict[str, str]:

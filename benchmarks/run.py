@@ -30,6 +30,7 @@ import components  # noqa: E402
 import configs  # noqa: E402
 import counts  # noqa: E402
 import crowds  # noqa: E402
+import instructions  # noqa: E402
 import latency  # noqa: E402
 import machine  # noqa: E402
 import memory  # noqa: E402
@@ -64,6 +65,7 @@ class Plan:
     leak_collections: int
     count_collections: int
     quick_components: bool
+    smoke: bool = False
 
 
 FULL = Plan(
@@ -95,6 +97,7 @@ SMOKE = Plan(
     leak_collections=200,
     count_collections=1,
     quick_components=True,
+    smoke=True,
 )
 
 
@@ -151,9 +154,19 @@ def thread_phase(plan: Plan) -> tuple[scaling.Sweep, list[Lateness]]:
     return threads, late
 
 
+def count_instructions(smoke: bool) -> dict[str, Any]:
+    """Instructions between collections and per collection (instructions.py); {} without a
+    counter, except under CI, where that fails the run."""
+    if not instructions.counter().tool and os.environ.get("CI") != "true":
+        log("instructions: not counted, no valgrind (benchmarks/get-valgrind.sh) nor perf counter")
+        return {}
+    return instructions.measure(instructions.plan(smoke), log)
+
+
 def measure(plan: Plan, info: dict[str, Any]) -> Results:
     log("counts: opens and psutil calls per collection (child processes)")
     found = counts.measure(plan.count_collections)
+    counted = count_instructions(plan.smoke)
     run = main_run(plan)
     threads, late = thread_phase(plan)
     log(f"sockets: {plan.socket_xs} loopback sockets")
@@ -168,7 +181,7 @@ def measure(plan: Plan, info: dict[str, Any]) -> Results:
     )
     log("components: the standalone benchmarks, each in a child process")
     parts = components.measure_all(plan.quick_components)
-    return Results(info, run, threads, sockets, cpus, late, found, rss, leaks, parts)
+    return Results(info, run, threads, sockets, cpus, late, found, rss, leaks, parts, counted)
 
 
 def analyse(r: Results) -> None:
@@ -233,7 +246,7 @@ def update_components(names: list[str], path: Path) -> int:
 
 def render_only(path: Path) -> int:
     data = json.loads(path.read_text())
-    values = data["placeholders"] | sweep_tables(data["results"])
+    values = data["placeholders"] | sweep_tables(data["results"]) | instructions.page()
     (path.parent / "summary.md").write_text(report.summary(values))
     render(values)
     return 0
@@ -270,6 +283,8 @@ def counts_only(path: Path) -> int:
     data = json.loads(path.read_text())
     found = counts.measure(FULL.count_collections)
     info = machine.describe()
+    log("instructions: between collections and per collection (about 15 minutes)")
+    instructions.record(count_instructions(smoke=False), info)
     values = data["placeholders"] | sweep_tables(data["results"])
     values |= report.count_tables(found, info)
     # The peer's and the bare baselines' rows stay as counted: this package's change
@@ -287,6 +302,9 @@ def counts_only(path: Path) -> int:
     path.write_text(json.dumps(data, indent=1, default=str))
     (path.parent / "summary.md").write_text(report.summary(values))
     render(values)
+    import app_cost
+
+    app_cost.render()
     checks = analysis.checks(found)
     for c in checks:
         log(f"{'ok' if c.ok else 'FAILED'}: {c.what}: {c.measured}")
@@ -378,6 +396,8 @@ def run(plan: Plan, out: Path, *, smoke: bool, docs: bool) -> int:
     info["loadavg_end"] = os.getloadavg()
     info["duration_s"] = round(time.monotonic() - started)
     analyse(r)
+    if r.instructions and not smoke:
+        instructions.record(r.instructions, info)
     if docs:
         import plots
 
@@ -389,6 +409,9 @@ def run(plan: Plan, out: Path, *, smoke: bool, docs: bool) -> int:
         page = page_check.PAGE.read_text()
         ok, measured = page_check.counts_check(page, values["counts"], r.counts, info)
         r.checks.append(Check(page_check.WHAT, measured, ok))
+        if r.instructions:
+            ok, measured = instructions.check(r.instructions, info)
+            r.checks.append(Check(instructions.WHAT, measured, ok))
         print(report.smoke(r.checks, r.main.samples.rounds, info["duration_s"]))
         print(page_check.staleness(page))
     failed = [c for c in r.checks if not c.ok]
