@@ -3,7 +3,7 @@
 # a cache folder: $SERVERS_CACHE_DIR/valgrind (default <repo root>/.cache/servers/valgrind).
 # Prints the path of a `valgrind` wrapper that sets VALGRIND_LIB. Through a *private*
 # apt configuration, as scripts/get-servers.sh does: the system's apt sources, lists
-# and dpkg database are never touched. Suite: this machine's Debian release.
+# and dpkg database are never touched.
 #
 # Exit status: non-zero (with the reason on stderr) when valgrind could not be
 # installed; instructions.py then says so, and the smoke run fails under CI only.
@@ -22,7 +22,9 @@ done
 # shellcheck source=../scripts/lib/debian-mirror.sh
 source "$REPO_ROOT/scripts/lib/debian-mirror.sh"
 MIRROR="$(detect_mirror)"
-SUITE="$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")"
+# This machine's Debian release; elsewhere (Ubuntu's CI runners) bookworm's valgrind,
+# which needs only a libc of 2.34 or later.
+SUITE="$(. /etc/os-release && { [[ "${ID:-}" == debian ]] && echo "${VERSION_CODENAME:-bookworm}" || echo bookworm; })"
 APT="$DIR/apt"
 mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial" "$APT/debs" "$DIR/root"
 signed=""

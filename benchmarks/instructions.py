@@ -1,33 +1,24 @@
-"""What the package costs, in instructions: between collections, and per collection.
+"""What the package costs, in instructions: between collections, per collection, its probes.
 
 Times on a shared 2-core machine move by a percent between rounds; instruction
-counts of the same work do not. Each count is the instructions of a whole
-child process under Valgrind's cachegrind (``--cache-sim=no``), or under
-``perf stat -e instructions:u`` where valgrind is missing and the machine has a
-hardware counter, less the same process without the work:
+counts of the same work do not. Each count is the instructions of a child
+process (Valgrind's cachegrind, ``--cache-sim=no``; or ``perf stat -e
+instructions:u`` where valgrind is missing and there is a hardware counter),
+less the same process without the work: the SDK set up (an in-memory reader,
+one collection), a mode (``sdk`` alone, ``defaults``, ``peer``, a probe's
+option), then deterministic work with no collection inside it (four kinds of
+our own; a pyperformance subset at fixed loops, through a stand-in for
+``pyperf.Runner``; the probes' work, compared with itself at 0 loops). Per
+collection: ``COLLECTIONS`` collections 0.15 s apart, less the same sleeps.
 
-- **between collections**: the SDK (a ``MeterProvider``, an in-memory reader,
-  one collection), then ``sdk`` nothing more, ``defaults`` the package's
-  ``ProcessInstrumentor().instrument()``, or ``peer``
-  ``SystemMetricsInstrumentor().instrument()``; then deterministic work, with
-  no collection inside it: four kinds of work of our own, and a subset of
-  pyperformance's benchmarks at fixed loop counts (their scripts run with a
-  stand-in for ``pyperf.Runner`` that calls each benchmark's function with the
-  given loops: no calibration, no worker). Every process of a suite loads the
-  whole suite first, so that a work's count holds nothing but its loops.
-- **per collection**: each configuration of ``configs.counted()`` and the
-  peer's, collected ``COLLECTIONS`` times 0.15 s apart, less the same process
-  that sleeps as long without collecting.
+With ``PYTHONHASHSEED=0``, no address randomisation (``setarch -R``), a network
+and PID namespace of its own (``unshare``: no host sockets or processes to walk)
+and a runtime directory of its own; the median of 3, with the spread. Counts
+depend on the interpreter's build and on the machine: ``results/instructions.json``
+keeps them by both, and the gate compares only on the same.
 
-Counts are made with ``PYTHONHASHSEED=0``, without address randomisation
-(``setarch -R``), in a private network and PID namespace (``unshare``: the
-host's sockets and processes, which connection counts walk, are not there), in
-a runtime directory of its own; the median of ``repeats`` runs, with their
-spread. They depend on the interpreter's version and build and on the machine,
-so they are recorded under both in ``results/instructions.json``.
-
-    python benchmarks/instructions.py             # everything, 3 repeats (about 15 minutes)
-    python benchmarks/instructions.py --smoke     # what the gate counts (make test), once
+    python benchmarks/instructions.py          # everything, 3 repeats (20 minutes on 2 quiet CPUs)
+    python benchmarks/instructions.py --smoke  # what make test counts, once, against the record
 """
 
 from __future__ import annotations
@@ -40,6 +31,7 @@ import math
 import os
 import platform
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -58,14 +50,28 @@ HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "instructions.json"
 TOLERANCE = 0.005
 """The gate: a count that differs from the recorded one by more than this fails."""
-COLLECTIONS = 10
+REGENERATE = "python benchmarks/run.py --counts-only benchmarks/results/results.json"
+WHAT = f"instruction counts within {TOLERANCE:.1%} of those recorded for this interpreter"
+COLLECTIONS = 20
 GAP = 0.15
 """Seconds between two collections: above the package's 0.1 s utilisation window."""
 IDLE_THREADS = 8
 MODES = ("sdk", "defaults", "peer")
+OPTIONS = {"gc_pause_histogram", "event_loop", "gil_wait"}
+"""Modes that are the defaults with one option on."""
 
 
-# --- the work: deterministic, each with its loops and what one operation is ----------
+@dataclass(frozen=True)
+class Work:
+    run: Callable[[int], object]
+    loops: int
+    ops: int
+    """Operations in ``loops``: what a cost per operation divides by."""
+    op: str
+    modes: tuple[str, ...] = MODES
+
+
+# --- the work: deterministic ----------------------------------------------------------
 
 
 def allocation(loops: int) -> None:
@@ -94,13 +100,44 @@ def asyncio_tasks(loops: int) -> None:
     asyncio.run(tasks())
 
 
-@dataclass(frozen=True)
-class Work:
-    run: Callable[[int], object]
-    loops: int
-    ops: int
-    """Operations in ``loops``: what a cost per operation divides by."""
-    op: str
+def gc_collect0(loops: int) -> None:
+    collect = gc.collect
+    for _ in range(loops):
+        collect(0)
+
+
+def idle(loop: str) -> Callable[[int], None]:
+    """A loop that only sleeps ``seconds``."""
+
+    def run(seconds: int) -> None:
+        if loop == "uvloop":
+            import uvloop
+
+            uvloop.run(asyncio.sleep(seconds))
+        else:
+            asyncio.run(asyncio.sleep(seconds))
+
+    return run
+
+
+def callbacks(loops: int) -> None:
+    """One trivial callback per loop iteration, each scheduling the next."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        done, left = loop.create_future(), [loops]
+
+        def step() -> None:
+            left[0] -= 1
+            if left[0] > 0:
+                loop.call_soon(step)
+            else:
+                done.set_result(None)
+
+        loop.call_soon(step)
+        await done
+
+    asyncio.run(main())
 
 
 KINDS = {
@@ -123,13 +160,21 @@ PYPERFORMANCE = {  # benchmark: (its folder, its arguments, loops)
     "deepcopy": ("deepcopy", (), 200),
     "json_loads": ("json_loads", (), 100),
 }
-SUITES = {"kinds": tuple(KINDS), "pyperformance": tuple(PYPERFORMANCE)}
+PROBES = {
+    "gc_collect0": Work(gc_collect0, 20_000, 20_000, "gc.collect(0)",
+                        ("sdk", "gc_callback", "defaults", "gc_pause_histogram")),
+    "idle_asyncio": Work(idle("asyncio"), 2, 2, "second", ("defaults", "event_loop", "gil_wait")),
+    "idle_uvloop": Work(idle("uvloop"), 2, 2, "second", ("defaults", "event_loop")),
+    "callbacks": Work(callbacks, 20_000, 20_000, "loop iteration", ("defaults", "event_loop")),
+}  # fmt: skip
+SUITES = {"kinds": tuple(KINDS), "pyperformance": tuple(PYPERFORMANCE), "probes": tuple(PROBES)}
 
 
 class FixedLoops:
     """Stands in for ``pyperf.Runner`` in a pyperformance script: records its benchmarks."""
 
     found: ClassVar[dict[str, Callable[[int], object]]] = {}
+    argv: ClassVar[Sequence[str]] = ()
 
     def __init__(self, *_args: Any, **_kwargs: Any) -> None:
         self.argparser = argparse.ArgumentParser()
@@ -144,30 +189,23 @@ class FixedLoops:
     def bench_time_func(self, name: str, func: Callable[..., Any], *args: Any, **_kw: Any) -> None:
         self.found[name] = lambda loops: func(loops, *args)
 
-    def bench_async_func(self, name: str, func: Callable[..., Any], *args: Any, **_kw: Any) -> None:
-        async def many(loops: int) -> None:
-            for _ in range(loops):
-                await func(*args)
 
-        self.found[name] = lambda loops: asyncio.run(many(loops))
-
-    argv: ClassVar[Sequence[str]] = ()
-
-
-def pyperformance_works() -> dict[str, Work]:
-    """Every benchmark of the subset, loaded (its set-up run), at its fixed loops."""
+def works(suite: str) -> dict[str, Work]:
+    """The suite's work; pyperformance's scripts loaded (their set-up run) at fixed loops."""
+    if suite != "pyperformance":
+        return KINDS if suite == "kinds" else PROBES
     import runpy
 
     import pyperf
 
     pyperf.Runner = FixedLoops  # type: ignore[misc,assignment]
     root = resources.files("pyperformance") / "data-files" / "benchmarks"
-    works = {}
+    found = {}
     for name, (folder, argv, loops) in PYPERFORMANCE.items():
         FixedLoops.argv = argv
         runpy.run_path(str(root / f"bm_{folder}" / "run_benchmark.py"), run_name="__main__")
-        works[name] = Work(FixedLoops.found[name], loops, loops, "loop")
-    return works
+        found[name] = Work(FixedLoops.found[name], loops, loops, "loop")
+    return found
 
 
 # --- the child: one counted process ---------------------------------------------------
@@ -179,30 +217,47 @@ def setup(mode: str) -> Any:
 
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
-    if mode == "defaults":
+    if mode == "defaults" or mode in OPTIONS:
         from opentelemetry.instrumentation.process import ProcessInstrumentor
 
-        ProcessInstrumentor().instrument(meter_provider=provider)
+        options = {mode: True} if mode in OPTIONS else {}
+        ProcessInstrumentor().instrument(meter_provider=provider, **options)
     elif mode == "peer":
         from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
 
         SystemMetricsInstrumentor().instrument(meter_provider=provider)
+    elif mode == "gc_callback":
+        gc.callbacks.append(lambda _phase, _info: None)
     reader.get_metrics_data()
     return provider
 
 
-def between(mode: str, suite: str, work: str) -> dict[str, Any]:
-    """Set up ``mode``, load ``suite``, run ``work`` (or none) with no collection inside."""
+def between(mode: str, suite: str, work: str, loops: str = "") -> dict[str, Any]:
+    """Set up ``mode``, load ``suite``, run ``work`` (``none``: nothing) with no collection."""
     provider = setup(mode)
-    works = KINDS if suite == "kinds" else pyperformance_works()
+    found = works(suite)
+    gc.collect()  # the work starts from empty generations, whatever the set-up allocated
     before = [s["collections"] for s in gc.get_stats()]
-    started = time.process_time()
+    started, switches = time.process_time(), resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
     if work != "none":
-        works[work].run(works[work].loops)
+        found[work].run(int(loops) if loops else found[work].loops)
     seconds = time.process_time() - started
+    wakes = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - switches
     collected = [s["collections"] - b for s, b in zip(gc.get_stats(), before, strict=True)]
     provider.shutdown()
-    return {"seconds": seconds, "gc": collected}
+    return {"seconds": seconds, "wakes": wakes, "gc": collected, "mode": describe()}
+
+
+def describe() -> dict[str, Any]:
+    """What this process runs: whether ours, with which options (a test checks each mode)."""
+    package = sys.modules.get("opentelemetry.instrumentation.process")  # not imported: not ours
+    ours = package.ProcessInstrumentor() if package else None
+    options = ours.options if ours and ours.is_instrumented_by_opentelemetry else None
+    return {
+        "ours": options is not None,
+        "options": {k: getattr(options, k) for k in OPTIONS} if options else {},
+        "gc_callbacks": len(gc.callbacks),
+    }
 
 
 def collections(name: str, n: int, collect: bool) -> dict[str, Any]:
@@ -214,6 +269,7 @@ def collections(name: str, n: int, collect: bool) -> dict[str, Any]:
     idle.resize(IDLE_THREADS)  # more threads than the per-thread cap of 10 series
     subject = configs.build_one(name)
     subject.warm_up()
+    gc.collect()  # the collections start from empty generations, whatever the set-up allocated
     started = time.process_time()
     for _ in range(n):
         time.sleep(GAP)
@@ -317,46 +373,65 @@ def plan(smoke: bool) -> Plan:
 
     if smoke:  # what the gate compares
         return Plan(1, ("defaults",), ("kinds",), configs.instruction_configs(ours_only=True), 0)
-    return Plan(3, MODES, tuple(SUITES), configs.instruction_configs(ours_only=False), 3)
+    every = ("sdk", "defaults", "peer", "gc_callback", *sorted(OPTIONS))
+    return Plan(3, every, tuple(SUITES), configs.instruction_configs(ours_only=False), 3)
+
+
+def jobs(p: Plan) -> dict[str, tuple[tuple[str, ...], str]]:
+    """Every child of ``p`` by its key: its arguments, and the key it is less (none: "")."""
+    found: dict[str, tuple[tuple[str, ...], str]] = {}
+    for suite in p.suites:
+        for w in SUITES[suite]:
+            for mode in (
+                m for m in (PROBES[w].modes if suite == "probes" else MODES) if m in p.modes
+            ):
+                base = f"between/{mode}/{suite}/" + (f"{w}@0" if suite == "probes" else "none")
+                found[f"between/{mode}/{suite}/{w}"] = (("between", mode, suite, w), base)
+                found[base] = (
+                    ("between", mode, suite, *((w, "0") if suite == "probes" else ("none",))),
+                    "",
+                )
+    for config in p.configs:
+        found[f"collection/{config}/skip"] = (("collection", config, "skip"), "")
+        found[f"collection/{config}/collect"] = (
+            ("collection", config, "collect"),
+            f"collection/{config}/skip",
+        )
+    return found
 
 
 def measure(p: Plan, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Count every child of plan ``p``, two at a time: medians and spreads."""
+    """Count every child of plan ``p``, as many at a time as there are CPUs."""
     c = counter()
     if not c.tool:
         raise RuntimeError("no instruction counter: valgrind (benchmarks/get-valgrind.sh) or perf")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env |= {"PYTHONHASHSEED": "0", "PYTHONPATH": str(HERE)}
-    jobs = [
-        (f"between/{mode}/{suite}/{w}", ("between", mode, suite, w))
-        for suite in p.suites
-        for mode in p.modes
-        for w in ("none", *SUITES[suite])
-    ]
-    jobs += [
-        (f"collection/{config}/{what}", ("collection", config, what))
-        for config in p.configs
-        for what in ("skip", "collect")
-    ]
+    todo = {k: args for k, (args, _) in jobs(p).items()}
     plain = Counter("", (), c.around)
     # A first run of each mode and configuration writes the bytecode the counted ones read.
-    warm = {args[:3] if args[0] == "between" else args[:2]: args for _, args in jobs}
-    native = [(k, args) for k, args in jobs if "/sdk/kinds/" in k] * p.native
+    warm = {args[:3] if args[0] == "between" else args[:2]: args for args in todo.values()}
+    # Uncounted: the SDK alone's work, for the time an instruction takes here; the probes'
+    # work, for the wakes it costs (voluntary context switches: the OS's own count).
+    native = [(k, a) for k, a in todo.items() if k.startswith("between/sdk/kinds/")] * p.native
+    native += [(k, a) for k, a in todo.items() if "/probes/" in k and p.native]
     started = time.monotonic()
     with ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         list(pool.map(lambda args: count(plain, args, env), warm.values()))
         timed = list(pool.map(lambda j: (j[0], count(plain, j[1], env)[1]), native))
-        log(f"instructions: {len(jobs) * p.repeats} processes counted by {c.name}")
-        counted = list(pool.map(lambda j: (j[0], count(c, j[1], env)), jobs * p.repeats))
+        log(f"instructions: {len(todo) * p.repeats} processes counted by {c.name}")
+        counted = list(
+            pool.map(lambda j: (j[0], count(c, j[1], env)), list(todo.items()) * p.repeats)
+        )
     runs: dict[str, list[int]] = {}
     printed: dict[str, Any] = {}
     for k, (n, out) in counted:
         runs.setdefault(k, []).append(n)
         printed[k] = out
-    seconds: dict[str, list[float]] = {}
+    natively: dict[str, list[dict[str, Any]]] = {}
     for k, out in timed:
-        seconds.setdefault(k, []).append(out["seconds"])
-    return reduce(p, runs, printed, seconds) | {
+        natively.setdefault(k, []).append(out)
+    return reduce(p, runs, printed, natively) | {
         "counter": c.name,
         "isolation": " ".join(c.around) or "none",
         "minutes": round((time.monotonic() - started) / 60, 1),
@@ -367,31 +442,34 @@ def _diffs(work: list[int], none: list[int], per: int = 1) -> dict[str, Any]:
     """Work less none, paired by repeat, over ``per``: the median and the spread."""
     values = [(w - b) / per for w, b in zip(work, none, strict=True)]
     mid = statistics.median(values)
-    spread = (max(values) - min(values)) / mid if mid and len(values) > 1 else 0.0
+    spread = (max(values) - min(values)) / abs(mid) if mid and len(values) > 1 else 0.0
     return {"median": mid, "runs": values, "spread": spread}
 
 
 def reduce(
-    p: Plan, runs: dict[str, list[int]], printed: dict[str, Any], seconds: dict[str, list[float]]
+    p: Plan, runs: dict[str, list[int]], printed: dict[str, Any], natively: dict[str, list[Any]]
 ) -> dict[str, Any]:
-    between_: dict[str, Any] = {}
-    for suite in p.suites:
-        for mode in p.modes:
-            none = runs[f"between/{mode}/{suite}/none"]
-            for w in SUITES[suite]:
-                key = f"between/{mode}/{suite}/{w}"
-                found = _diffs(runs[key], none) | {"gc": printed[key]["gc"], "suite": suite}
-                if key in seconds:
-                    found["native_seconds"] = statistics.median(seconds[key])
-                between_.setdefault(mode, {})[w] = found
-            if suite == "kinds" and "sdk" in p.modes:
-                sdk = runs[f"between/sdk/{suite}/none"]
-                between_.setdefault("startup", {})[mode] = _diffs(none, sdk)
-    per = {
-        c: _diffs(runs[f"collection/{c}/collect"], runs[f"collection/{c}/skip"], COLLECTIONS)
-        for c in p.configs
-    }
-    return {"between": between_, "collections": per}
+    found: dict[str, Any] = {"collections": {}}
+    for k, (args, base) in jobs(p).items():
+        if not base:
+            continue
+        one = _diffs(runs[k], runs[base], COLLECTIONS if args[0] == "collection" else 1)
+        if args[0] == "collection":
+            found["collections"][args[1]] = one
+            continue
+        one |= {"gc": printed[k]["gc"], "suite": args[2]}
+        if k in natively and args[2] != "probes":
+            one["native_seconds"] = statistics.median(x["seconds"] for x in natively[k])
+        elif k in natively:
+            one["wakes"] = natively[k][0]["wakes"] - natively[base][0]["wakes"]
+        found.setdefault("between", {}).setdefault(args[1], {})[args[3]] = one
+    if "sdk" in p.modes and "kinds" in p.suites:
+        sdk = runs["between/sdk/kinds/none"]
+        startup = {
+            m: _diffs(runs[f"between/{m}/kinds/none"], sdk) for m in MODES[1:] if m in p.modes
+        }
+        found["between"]["startup"] = startup
+    return found
 
 
 # --- the record and the gate ---------------------------------------------------------
@@ -407,37 +485,37 @@ def load() -> dict[str, Any]:
     return json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
 
 
-def record(found: dict[str, Any], info: dict[str, Any]) -> dict[str, Any]:
+def latest() -> dict[str, Any]:
+    """The record made last, wherever it was counted: what the pages show."""
+    return max(load().values(), key=lambda e: str(e["when"]), default={})
+
+
+def record(found: dict[str, Any], info: dict[str, Any]) -> None:
     """``found`` under this interpreter and machine in results/instructions.json."""
     import machine
 
     entry = found | {
         "interpreter": interpreter(),
+        "machine": machine.counted_on(info),
         "when": info["date"],
         "versions": info["versions"],
         "commit": machine.src_commit(),
     }
-    kept = load() | {key(info): entry}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
-    return entry
+    text = json.dumps(load() | {key(info): entry}, indent=1, sort_keys=True)
+    RESULTS.write_text(text + "\n")
 
 
-def gated(found: dict[str, Any]) -> dict[str, float]:
-    """The counts that the gate compares: the defaults' work, and each of our collections."""
+def gated_entries(found: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What the gate compares: the defaults' four kinds of work, our collections."""
     import configs
 
-    ours = {f"between {w}": v["median"] for w, v in found["between"].get("defaults", {}).items()}
+    kinds = found["between"].get("defaults", {})
+    ours = {f"between {w}": kinds[w] for w in KINDS if w in kinds}
     ours |= {
-        f"collection {c}": v["median"]
-        for c, v in found["collections"].items()
-        if c in configs.counted()
+        f"collection {c}": v for c, v in found["collections"].items() if c in configs.counted()
     }
     return ours
-
-
-REGENERATE = "python benchmarks/run.py --counts-only benchmarks/results/results.json"
-WHAT = f"instruction counts within {TOLERANCE:.1%} of those recorded for this interpreter"
 
 
 def check(found: dict[str, Any], info: dict[str, Any]) -> tuple[bool, str]:
@@ -445,12 +523,13 @@ def check(found: dict[str, Any], info: dict[str, Any]) -> tuple[bool, str]:
     recorded = load().get(key(info))
     if recorded is None:
         return True, f"not compared: no counts recorded for {key(info)}"
-    mine, theirs = gated(found), gated(recorded)
-    differ = [
-        f"{k}: recorded {theirs[k]:,.0f}, now {v:,.0f} ({v / theirs[k] - 1:+.2%})"
-        for k, v in mine.items()
-        if k not in theirs or abs(v / theirs[k] - 1) > TOLERANCE
-    ]
+    mine, theirs = gated_entries(found), gated_entries(recorded)
+    differ = []
+    for k, v in mine.items():
+        was = theirs.get(k, {}).get("median")
+        if was is None or abs(v["median"] / was - 1) > TOLERANCE:
+            change = f"{v['median'] / was - 1:+.2%}" if was else "new"
+            differ.append(f"{k}: recorded {was or 0:,.0f}, now {v['median']:,.0f} ({change})")
     if not differ:
         return True, f"{len(mine)} counts within {TOLERANCE:.1%} of those of {recorded['when']}"
     versions = {k: v for k, v in info["versions"].items() if recorded["versions"].get(k) != v}
@@ -468,7 +547,7 @@ def rate(entry: dict[str, Any]) -> float:
     return statistics.median(found) if found else math.nan
 
 
-def _t(instructions: float, per_second: float) -> str:
+def duration(instructions: float, per_second: float) -> str:
     """The time ``instructions`` take here, in the unit that suits."""
     seconds = instructions / per_second
     for unit, scale in (("ms", 1e3), ("µs", 1e6), ("ns", 1e9)):
@@ -483,80 +562,96 @@ def ratio(entry: dict[str, Any], mode: str, work: str) -> float | None:
     return found["median"] / entry["between"]["sdk"][work]["median"] if found else None
 
 
+def _per_op(entry: dict[str, Any], value: float, ops: int) -> str:
+    return f"{value / ops:+,.0f} ({duration(value / ops, rate(entry))})"
+
+
 def between_table(entry: dict[str, Any], suite: str) -> str:
     """Per work: what the SDK alone costs, and what defaults and peer add, per operation."""
-    per_s, sdk = rate(entry), entry["between"]["sdk"]
+    sdk = entry["between"]["sdk"]
     ops = {w: (k.ops, k.op) for w, k in KINDS.items()}
     ops |= {w: (loops, "loop") for w, (_, _, loops) in PYPERFORMANCE.items()}
     names = [w for w in SUITES[suite] if w in sdk]
     rows = []
     for w in names:
         n, op = ops[w]
-        cells = [f"`{w}`", op, f"{sdk[w]['median'] / n:,.0f} ({_t(sdk[w]['median'] / n, per_s)})"]
+        cells = [f"`{w}`", op, _per_op(entry, sdk[w]["median"], n).lstrip("+")]
         spread = [sdk[w]["spread"]]
         for mode in ("defaults", "peer"):
             found = entry["between"][mode][w]
-            added = (found["median"] - sdk[w]["median"]) / n
-            cells += [f"{ratio(entry, mode, w):.4f}", f"{added:+,.0f} ({_t(added, per_s)})"]
+            cells += [
+                f"{ratio(entry, mode, w):.4f}",
+                _per_op(entry, found["median"] - sdk[w]["median"], n),
+            ]
             spread.append(found["spread"])
-        rows.append([*cells, f"{max(spread):.3%}"])
+        gcs = " / ".join("-".join(map(str, entry["between"][m][w]["gc"])) for m in MODES)
+        rows.append([*cells, gcs, f"{max(spread):.3%}"])
     if suite == "pyperformance" and names:
         geo = ["**geometric mean**", "", ""]
         for mode in ("defaults", "peer"):
             logs = [math.log(ratio(entry, mode, w) or 1.0) for w in names]
             geo += [f"**{math.exp(sum(logs) / len(logs)):.4f}**", ""]
-        rows.append([*geo, ""])
+        rows.append([*geo, "", ""])
     head = ["Work", "Operation", "SDK alone, per operation", "Defaults / SDK alone"]
     head += ["Defaults add per operation", "Peer / SDK alone", "Peer adds per operation"]
-    return table([*head, "Spread over repeats"], rows)
+    return table([*head, "Garbage collections (SDK / defaults / peer)", "Spread"], rows)
+
+
+def probes_table(entry: dict[str, Any]) -> str:
+    """Per probe work and mode: instructions per operation, and beyond the work's first mode."""
+    rows = []
+    for w, work in PROBES.items():
+        first = entry["between"].get(work.modes[0], {}).get(w, {}).get("median", 0.0)
+        for mode in (m for m in work.modes if w in entry["between"].get(m, {})):
+            found = entry["between"][mode][w]
+            beyond = _per_op(entry, found["median"] - first, work.ops)
+            cells = [_per_op(entry, found["median"], work.ops).lstrip("+"), beyond]
+            cells += [f"{found['wakes'] / work.ops:.3g}" if "wakes" in found else ""]
+            rows.append([f"`{w}`", work.op, f"`{mode}`", *cells, f"{found['spread']:.3%}"])
+    head = ["Work", "Operation", "Mode", "Per operation", "Beyond the first mode"]
+    return table([*head, "Wakes per operation", "Spread over repeats"], rows)
 
 
 def startup_table(entry: dict[str, Any]) -> str:
-    per_s = rate(entry)
-    rows = [
-        [f"`{mode}`", f"{v['median'] / 1e6:,.1f} M", _t(v["median"], per_s), f"{v['spread']:.3%}"]
-        for mode, v in entry["between"].get("startup", {}).items()
-        if mode != "sdk"
-    ]
+    rows = []
+    for m, v in entry["between"].get("startup", {}).items():
+        time_here = duration(v["median"], rate(entry))
+        rows.append([f"`{m}`", f"{v['median'] / 1e6:,.1f} M", time_here, f"{v['spread']:.3%}"])
     head = ["Mode", "Instructions beyond the SDK alone", "Time here", "Spread over repeats"]
     return table(head, rows)
 
 
 def collections_table(entry: dict[str, Any]) -> str:
-    per_s = rate(entry)
-    found = entry["collections"]
+    per_s, found = rate(entry), entry["collections"]
     peer = found.get("peer_default", {}).get("median")
     rows = []
     for name, v in found.items():
-        against = f"{peer / v['median']:.2f}x" if peer and v["median"] else ""
-        cells = [f"{v['median']:,.0f}", _t(v["median"], per_s), f"{v['spread']:.3%}", against]
+        against = f"{peer / v['median']:.2f}x" if peer else ""
+        cells = [f"{v['median']:,.0f}", duration(v["median"], per_s), f"{v['spread']:.3%}", against]
         rows.append([f"`{name}`", *cells])
     head = ["Configuration", "Instructions per collection", "Time here", "Spread over repeats"]
     return table([*head, "peer_default / it"], rows)
 
 
+PLACEHOLDERS = [f"instructions_{n}" for n in ("when", "rate", "kinds", "pyperformance", "probes")]
+PLACEHOLDERS += ["instructions_startup", "instructions_collections"]
+
+
 def page() -> dict[str, str]:
-    """The placeholders of the latest record, wherever it was counted (none: say so)."""
-    entries = sorted(load().values(), key=lambda e: str(e["when"]))
-    if not entries:
+    """The tables and figures the pages quote, from the latest record."""
+    entry = latest()
+    if not entry:
         return dict.fromkeys(PLACEHOLDERS, "(not counted yet)")
-    return placeholders(entries[-1])
-
-
-def placeholders(entry: dict[str, Any]) -> dict[str, str]:
-    """The tables and figures the pages quote, from one record."""
     return {
-        "instructions_when": f"{entry['when']} with {entry['counter']}, {entry['interpreter']}",
+        "instructions_when": f"{entry['when']}, {entry['interpreter']}, {entry['machine']}, "
+        f"{entry['counter']}",
         "instructions_rate": f"{rate(entry) / 1e9:.1f}",
         "instructions_kinds": between_table(entry, "kinds"),
         "instructions_pyperformance": between_table(entry, "pyperformance"),
+        "instructions_probes": probes_table(entry),
         "instructions_startup": startup_table(entry),
         "instructions_collections": collections_table(entry),
     }
-
-
-PLACEHOLDERS = ("instructions_when", "instructions_rate", "instructions_kinds")
-PLACEHOLDERS += ("instructions_pyperformance", "instructions_startup", "instructions_collections")
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -574,18 +669,18 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="what the gate counts, once")
+    parser.add_argument("--smoke", action="store_true", help="what make test counts, once")
     args = parser.parse_args()
     import machine
 
     info = machine.describe()
     found = measure(plan(args.smoke))
-    print(json.dumps(found, indent=1))
     if args.smoke:
         ok, said = check(found, info)
         print(said)
         return 0 if ok else 1
     record(found, info)
+    print("\n\n".join(page().values()))
     return 0
 
 

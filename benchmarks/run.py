@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,7 +26,6 @@ PLOTS = ROOT / "docs" / "_static" / "benchmarks"
 sys.path.insert(0, str(HERE))
 
 import analysis  # noqa: E402
-import breakdown  # noqa: E402
 import components  # noqa: E402
 import configs  # noqa: E402
 import counts  # noqa: E402
@@ -64,8 +64,7 @@ class Plan:
     rss_repeats: int
     leak_collections: int
     count_collections: int
-    quick_components: bool
-    smoke: bool = False
+    smoke: bool
 
 
 FULL = Plan(
@@ -81,7 +80,7 @@ FULL = Plan(
     rss_repeats=5,
     leak_collections=20_000,
     count_collections=2,
-    quick_components=False,
+    smoke=False,
 )
 SMOKE = Plan(
     rounds=3,
@@ -96,7 +95,6 @@ SMOKE = Plan(
     rss_repeats=1,
     leak_collections=200,
     count_collections=1,
-    quick_components=True,
     smoke=True,
 )
 
@@ -163,7 +161,7 @@ def count_instructions(smoke: bool) -> dict[str, Any]:
     return instructions.measure(instructions.plan(smoke), log)
 
 
-def measure(plan: Plan, info: dict[str, Any]) -> Results:
+def measure(plan: Plan, info: dict[str, Any], out: Path) -> Results:
     log("counts: opens and psutil calls per collection (child processes)")
     found = counts.measure(plan.count_collections)
     counted = count_instructions(plan.smoke)
@@ -179,8 +177,8 @@ def measure(plan: Plan, info: dict[str, Any]) -> Results:
     leaks = memory.leaks(
         [("default", plan.leak_collections), ("everything", plan.leak_collections // 4)]
     )
-    log("components: the standalone benchmarks, each in a child process")
-    parts = components.measure_all(plan.quick_components)
+    log("components: pyperf scripts, each in a child process")
+    parts = components.measure_all(plan.smoke, out)
     return Results(info, run, threads, sockets, cpus, late, found, rss, leaks, parts, counted)
 
 
@@ -188,8 +186,8 @@ def analyse(r: Results) -> None:
     r.goals = analysis.goals(r.main, r.threads, r.sockets, r.counts)
     r.checks = analysis.checks(r.counts)
     r.breakdowns = [
-        breakdown.breakdown(r.main, "default", "bare_default"),
-        breakdown.breakdown(r.main, "everything", None),
+        analysis.breakdown(r.main, "default", "bare_default"),
+        analysis.breakdown(r.main, "everything", None),
     ]
 
 
@@ -215,6 +213,7 @@ def _plain(r: Results) -> dict[str, Any]:
     """The typed results as JSON, without the raw samples (they are in bench.json)."""
     found = asdict(r)
     found["main"].pop("samples")
+    found.pop("instructions")  # in instructions.json
     for name in ("threads", "sockets", "cpus"):
         for p in found[name]["points"]:
             p.pop("values")
@@ -230,16 +229,17 @@ def render(values: dict[str, str]) -> None:
 def update_components(names: list[str], path: Path) -> int:
     """Measure only the components ``names`` (full), put them in ``path`` and re-render."""
     data = json.loads(path.read_text())
-    rows = [Component(**c) for c in data["results"]["components"]]
+    fields = set(Component.__dataclass_fields__)
+    kept = {
+        c["name"]: Component(**{k: v for k, v in c.items() if k in fields})
+        for c in data["results"]["components"]
+    }
     for name in names:
         log(f"component {name}")
-        fresh = components.measure_one(name, quick=False)
-        rows = [c for c in rows if c.name != name] + [fresh]
-    order = list(components.COMPONENTS)
-    rows.sort(key=lambda c: order.index(c.name) if c.name in order else len(order))
+        kept[name] = components.measure_one(name, False, path.parent)
+    rows = [kept[name] for name in components.COMPONENTS if name in kept]
     data["results"]["components"] = [asdict(c) for c in rows]
     data["placeholders"]["components"] = report.components(rows)
-    data["placeholders"].update(report.own_sections(rows))
     path.write_text(json.dumps(data, indent=1, default=str))
     return render_only(path)
 
@@ -283,8 +283,10 @@ def counts_only(path: Path) -> int:
     data = json.loads(path.read_text())
     found = counts.measure(FULL.count_collections)
     info = machine.describe()
-    log("instructions: between collections and per collection (about 15 minutes)")
-    instructions.record(count_instructions(smoke=False), info)
+    log("instructions: between collections, per collection, the probes (about 20 minutes)")
+    counted = count_instructions(smoke=False)
+    if counted:
+        instructions.record(counted, info)
     values = data["placeholders"] | sweep_tables(data["results"])
     values |= report.count_tables(found, info)
     # The peer's and the bare baselines' rows stay as counted: this package's change
@@ -322,7 +324,7 @@ def arguments() -> argparse.Namespace:
     parser.add_argument(
         "--no-app-cost",
         action="store_true",
-        help="skip what the package costs the application (app_cost.py: hours in full)",
+        help="skip the application-cost page (app_cost.py: heap.py, and the page)",
     )
     parser.add_argument(
         "--render-only",
@@ -367,24 +369,23 @@ def main() -> int:
         out = args.out or (Path(tmp) if args.smoke else HERE / "results")
         out.mkdir(parents=True, exist_ok=True)
         status = run(plan, out, smoke=args.smoke, docs=not (args.smoke or args.no_docs))
-        del os.environ[RUNTIME_DIR_ENV]  # app_cost's children each have their own
+        del os.environ[RUNTIME_DIR_ENV]  # heap.py's children each have their own
     if args.no_app_cost:
         return status
     return app_cost(smoke=args.smoke, docs=not args.no_docs) or status
 
 
 def app_cost(*, smoke: bool, docs: bool) -> int:
-    """pyperformance and the web applications, instrumented (app_cost.py), in child processes."""
+    """The heap (heap.py, in child processes), then the application-cost page."""
     import app_cost as cost
 
-    log("application cost: overhead.py and webapp.py" + (" (smoke)" if smoke else " (hours)"))
-    if not smoke:
-        cost.record_meta()
-    status = cost.measure(smoke, [], [])
+    log("application cost: heap.py" + (" (smoke)" if smoke else ", then the page"))
+    heap = [sys.executable, str(HERE / "heap.py"), *(["--smoke"] if smoke else [])]
+    status = subprocess.run(heap, stdout=subprocess.DEVNULL if smoke else None).returncode
     if status == 0 and docs and not smoke:
         cost.render()
     if smoke:
-        print(f"application cost smoke runs: {'ok' if status == 0 else 'FAILED'}")
+        print(f"application cost smoke run (heap.py): {'ok' if status == 0 else 'FAILED'}")
     return status
 
 
@@ -392,7 +393,7 @@ def run(plan: Plan, out: Path, *, smoke: bool, docs: bool) -> int:
     started = time.monotonic()
     info = machine.describe() | {"mode": "smoke" if smoke else "full", "pause_ms": plan.pause * 1e3}
     log(f"{info['mode']} run on {info['cpu_model']}, {info['logical_cpus']} CPUs")
-    r = measure(plan, info)
+    r = measure(plan, info, out)
     info["loadavg_end"] = os.getloadavg()
     info["duration_s"] = round(time.monotonic() - started)
     analyse(r)
@@ -411,7 +412,8 @@ def run(plan: Plan, out: Path, *, smoke: bool, docs: bool) -> int:
         r.checks.append(Check(page_check.WHAT, measured, ok))
         if r.instructions:
             ok, measured = instructions.check(r.instructions, info)
-            r.checks.append(Check(instructions.WHAT, measured, ok))
+            took = f" (counted in {r.instructions['minutes']} min)"
+            r.checks.append(Check(instructions.WHAT, measured + took, ok))
         print(report.smoke(r.checks, r.main.samples.rounds, info["duration_s"]))
         print(page_check.staleness(page))
     failed = [c for c in r.checks if not c.ok]

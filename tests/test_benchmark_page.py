@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -127,3 +128,73 @@ def test_the_peers_rows_are_neither_compared_nor_rewritten(page_check: ModuleTyp
     kept = page_check.keep_others(PAGE, recount)
     assert row in kept.splitlines() and " | 12345 | " not in kept
     assert ours.replace("| ours | 9 |", "| ours | 10 |") in kept.splitlines()
+
+
+# --- instructions: the gate on the counts of results/instructions.json -----------------
+
+
+@pytest.fixture(scope="module")
+def instructions(page_check: ModuleType) -> ModuleType:
+    import instructions
+
+    return instructions
+
+
+def _recorded(instructions: ModuleType) -> tuple[str, dict[str, Any]]:
+    """The entry whose tables the benchmark page shows."""
+    for key, entry in instructions.load().items():
+        if instructions.collections_table(entry) in PAGE:
+            return key, entry
+    raise AssertionError("the page shows no recorded instruction counts")
+
+
+def test_the_page_shows_the_recorded_instruction_counts(instructions: ModuleType) -> None:
+    _, entry = _recorded(instructions)
+    assert entry == instructions.latest()
+    assert "{{instructions_collections}}" in TEMPLATE
+    assert instructions.page()["instructions_when"] in PAGE
+    gated = instructions.gated_entries(entry)
+    assert len([k for k in gated if k.startswith("collection ")]) >= 13
+    assert {f"between {w}" for w in instructions.KINDS} <= set(gated)
+    # Three repeats each, whose spread the tolerance stands on.
+    assert all(len(v["runs"]) == 3 for v in gated.values())
+
+
+@pytest.mark.parametrize(("factor", "ok"), [(1.0, True), (1.004, True), (1.01, False)])
+def test_one_percent_more_instructions_fails_and_says_how_to_count_again(
+    instructions: ModuleType, monkeypatch: Any, factor: float, ok: bool
+) -> None:
+    key, entry = _recorded(instructions)
+    monkeypatch.setattr(instructions, "key", lambda _info: key)
+    info = {"versions": entry["versions"]}
+    for where, name in (("collections", "default"), ("between", "cycles")):
+        found = json.loads(json.dumps(entry))
+        counts = found["between"]["defaults"] if where == "between" else found["collections"]
+        counts[name]["median"] *= factor
+        passed, said = instructions.check(found, info)
+        assert passed is ok, said
+        if not ok:
+            assert f"{name}: recorded " in said and "(+1.00%)" in said
+            assert said.endswith(instructions.REGENERATE)
+
+
+def test_instruction_counts_are_compared_on_the_same_interpreter_only(
+    instructions: ModuleType, monkeypatch: Any
+) -> None:
+    _, entry = _recorded(instructions)
+    monkeypatch.setattr(instructions, "key", lambda _info: "CPython 3.99 on elsewhere")
+    passed, said = instructions.check(entry, {"versions": {}})
+    assert passed and said == "not compared: no counts recorded for CPython 3.99 on elsewhere"
+
+
+def test_the_readme_and_the_application_cost_page_say_the_recorded_cost(
+    instructions: ModuleType,
+) -> None:
+    import app_cost
+
+    said = app_cost.summary(instructions.latest())
+    readme = (BENCHMARKS.parent / "README.md").read_text()
+    found = app_cost.BLOCK.search(readme)
+    assert found is not None and " ".join(found.group(2).split()) == said
+    page = (BENCHMARKS.parent / "docs" / "application-cost.md").read_text()
+    assert f"**In short.** {said}" in page
