@@ -1,9 +1,10 @@
 # Two commands do everything on a fresh machine with Python 3:
 #   make demo   instruments a small workload and prints its metrics (console exporter)
 #   make test   sets up, then runs lint, types, every test, three cells of the version
-#               matrix, a benchmark smoke run, the docs build and a check of the
-#               built docs in a headless browser
+#               matrix, the quick compatibility cell, a benchmark smoke run, the docs
+#               build and a check of the built docs in a headless browser
 #   make matrix every cell of the version matrix (noxfile.py)
+#   make compat other projects' test suites without the package and with it (hours)
 #   make check  the edit-test loop: lint, types and the unit tests that need no servers
 # `make test` also needs apt-get, dpkg-deb and the Debian archive (README, "Two commands").
 PYTHON ?= python3
@@ -21,7 +22,7 @@ say     = @printf '\n==> %s\n' "$(1)"
 
 .PHONY: demo test check setup servers pythons browser lint typecheck unit lowest-oldest latest-newest \
 	free-threaded matrix stress bench bench-app bench-smoke docs docs-render clean \
-	mutants mutants-score
+	mutants mutants-score compat compat-quick
 
 $(STAMP): pyproject.toml
 	$(call say,setup: $(VENV) with the otlp$(,) test and docs extras)
@@ -126,6 +127,24 @@ stress: $(STAMP)
 	PROCESS_METRICS_LONG=1 $(BIN)/python -m pytest -q tests/test_properties.py \
 	  tests/test_faults.py tests/test_stress.py tests/test_fork_stress.py tests/test_fork.py
 
+# Other projects' test suites without the package and with it, every option on
+# (scripts/compat.py, docs/compatibility.md): CPython's regression tests on every Python
+# of the matrix, and the pytest suites of Flask, Starlette and anyio from their source
+# distributions. It fails on a test that fails only with the package and on a warning
+# the package logs. `compat-quick` is the cell of `make test`: the three suites that found
+# faults (test_signal, test_threading, test_asyncio), on this venv's Python, in minutes;
+# `make compat` runs the rest (hours on 2 cores), then those three again with each choice
+# option at its other value. Output under .cache/compat/runs.
+compat: $(STAMP) pythons
+	$(call say,compatibility: CPython's suites and three frameworks' with and without the package)
+	$(BIN)/python scripts/compat.py; status=$$?; \
+	$(BIN)/python scripts/compat.py --quick --other-choices --out .cache/compat/runs-other-choices \
+	  && exit $$status
+
+compat-quick: $(STAMP)
+	$(call say,compatibility: test_signal$(,) test_threading and test_asyncio with and without the package)
+	$(BIN)/python scripts/compat.py --quick
+
 # Mutation testing (mutmut) of src/ with the unit tests: a fresh run, then the
 # score and where the survivors cluster. Not part of `make test`: hours on 2
 # CPUs (docs/reliability.md). `$(BIN)/mutmut run` alone resumes a run,
@@ -170,7 +189,7 @@ docs-render: $(STAMP) docs
 	DOCS_HTML=docs/_build/html $(BIN)/python -m pytest -q tests/test_docs_render.py
 
 test: setup servers pythons browser lint typecheck unit lowest-oldest latest-newest free-threaded \
-	bench-smoke docs docs-render
+	compat-quick bench-smoke docs docs-render
 	@printf '\n==> make test passed; skip reasons and expected failures: %s/\n' "$(TEST_LOGS)"
 
 clean:

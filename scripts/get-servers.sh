@@ -6,9 +6,11 @@
 #   * A minimal OpenTelemetry Collector, built offline from Debian sid's Go
 #     source packages (golang-opentelemetry-collector-dev + its golang-*
 #     dependency closure + a golang-1.N-go toolchain) -> $CACHE/bin/otelcol
-#     (source: scripts/otelcol/main.go)
+#     (source: scripts/otelcol/*.go)
+#   * Prometheus (a backend that stores exemplars), from Debian trixie's
+#     `prometheus` package -> $CACHE/bin/prometheus
 #
-# Both come through a *private* apt configuration kept under $CACHE/apt; the
+# All come through a *private* apt configuration kept under $CACHE/apt; the
 # system's apt sources, lists and dpkg database are never touched.
 #
 # Cache folder: $SERVERS_CACHE_DIR, default <repo root>/.cache/servers.
@@ -19,8 +21,8 @@
 #               Without it, a server that is already in the cache is reused
 #               without any network access.
 #
-# Servers of your own: VICTORIA_METRICS_BIN and OTELCOL_BIN (paths to the
-# binaries) skip the install of that server; the tests then use them.
+# Servers of your own: VICTORIA_METRICS_BIN, OTELCOL_BIN and PROMETHEUS_BIN (paths
+# to the binaries) skip the install of that server; the tests then use them.
 #
 # Needs apt-get, dpkg-deb and the Debian archive (about 250 MB of downloads and
 # a 1-2 minute Go build the first time). Without them, the servers are reported
@@ -34,15 +36,17 @@
 #   OTELCOL_KEEP_BUILD=1 keep the downloaded .debs / extracted tree (~2.3 GB)
 #                        in $CACHE/otelcol-build after a build (default: delete)
 #
-# Exit status: non-zero if VictoriaMetrics could not be installed under CI=true
-# (outside CI: a banner, exit 0, and the end-to-end tests skip). A failed
-# collector build is NOT fatal: the reason goes to $CACHE/otelcol.unavailable,
-# a banner is printed, and the script exits 0 (tests then skip the collector).
+# Exit status: non-zero if VictoriaMetrics or Prometheus could not be installed
+# under CI=true (outside CI: a banner, exit 0, and the end-to-end tests that need
+# it skip). A failed collector build is NOT fatal: the reason goes to
+# $CACHE/otelcol.unavailable, a banner is printed, and the script exits 0 (tests
+# then skip the collector).
 set -euo pipefail
 
 # Binaries the user gives (read before this script's own OTELCOL_BIN is set).
 GIVEN_VICTORIA_METRICS_BIN="${VICTORIA_METRICS_BIN:-}"
 GIVEN_OTELCOL_BIN="${OTELCOL_BIN:-}"
+GIVEN_PROMETHEUS_BIN="${PROMETHEUS_BIN:-}"
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${SERVERS_CACHE_DIR:-$REPO_ROOT/.cache/servers}"
 mkdir -p "$CACHE"
@@ -50,11 +54,13 @@ CACHE="$(cd "$CACHE" && pwd)"
 BIN="$CACHE/bin"
 LOGS="$CACHE/logs"
 APT_ROOT="$CACHE/apt"
-OTELCOL_SRC="$REPO_ROOT/scripts/otelcol/main.go"
+OTELCOL_SRC_DIR="$REPO_ROOT/scripts/otelcol"
+OTELCOL_SRC="$OTELCOL_SRC_DIR/main.go"
 OTELCOL_BUILD="$CACHE/otelcol-build"
 OTELCOL_STAMP="$CACHE/otelcol.stamp"
 OTELCOL_UNAVAILABLE="$CACHE/otelcol.unavailable"
 VM_STAMP="$CACHE/victoria-metrics.stamp"
+PROM_STAMP="$CACHE/prometheus.stamp"
 COLLECTOR_PKG="golang-opentelemetry-collector-dev"
 # Bump when the build recipe below changes in a way that needs a rebuild.
 BUILD_RECIPE=1
@@ -63,7 +69,7 @@ REFRESH="${GET_SERVERS_REFRESH:-0}"
 for arg in "$@"; do
     case "$arg" in
         --refresh) REFRESH=1 ;;
-        -h|--help) sed -n '2,40p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,45p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "[get-servers] unknown argument: $arg (try --help)" >&2; exit 2 ;;
     esac
 done
@@ -147,15 +153,20 @@ pkg_versions() {
 MIRROR="$(detect_mirror)"
 
 # --------------------------------------------------------------------------
-# 1. VictoriaMetrics (fatal on failure)
+# 1. VictoriaMetrics (fatal on failure) and 2. Prometheus, from trixie
 # --------------------------------------------------------------------------
 VM_BIN="$BIN/victoria-metrics"
 VM_LOG="$LOGS/victoria-metrics.log"
+PROM_BIN="$BIN/prometheus"
+PROM_LOG="$LOGS/prometheus.log"
 
-# NB: Debian's build prints an empty version string, but `-version` exits 0.
-vm_ok() { [[ -x "$VM_BIN" ]] && "$VM_BIN" -version >/dev/null 2>&1; }
+# runs BINARY FLAG: the binary answers FLAG (its version) with exit status 0.
+# NB: Debian's VictoriaMetrics prints an empty version string, but exits 0.
+runs() { [[ -x "$1" ]] && "$1" "$2" >/dev/null 2>&1; }
+vm_ok() { runs "$VM_BIN" -version; }
+prom_ok() { runs "$PROM_BIN" --version; }
 
-# A binary given by the user: VICTORIA_METRICS_BIN / OTELCOL_BIN.
+# A binary given by the user: VICTORIA_METRICS_BIN / OTELCOL_BIN / PROMETHEUS_BIN.
 given_bin() {  # given_bin VAR  -> true when the user's VAR names a binary to use
     local given="GIVEN_$1"
     local path="${!given}"
@@ -171,41 +182,46 @@ needs_debian_tools() {  # needs_debian_tools STEP -> dies when apt-get or dpkg-d
     local tool
     for tool in apt-get dpkg-deb; do
         command -v "$tool" >/dev/null 2>&1 ||
-            die "$1" "$tool not found: the servers come from Debian packages (set VICTORIA_METRICS_BIN and OTELCOL_BIN to use your own)"
+            die "$1" "$tool not found: the servers come from Debian packages (set VICTORIA_METRICS_BIN, OTELCOL_BIN and PROMETHEUS_BIN to use your own)"
     done
 }
 
-install_vm() {
-    local conf debs deb want
-    : > "$VM_LOG"
-    needs_debian_tools "victoria-metrics"
-    log "victoria-metrics: apt-get update (private apt: trixie from $MIRROR)"
-    conf="$(setup_apt trixie)" || die "victoria-metrics: apt setup (trixie)" "cannot write the private apt config under $APT_ROOT"
-    apt-get -c "$conf" -qq update --error-on=any >>"$VM_LOG" 2>&1 ||
-        die "victoria-metrics: apt-get update (trixie, $MIRROR)" "could not fetch the trixie package lists" "$VM_LOG"
-    want="$(pkg_versions "$conf" victoria-metrics 2>>"$VM_LOG")" ||
-        die "victoria-metrics: resolve" "package victoria-metrics not found in trixie" "$VM_LOG"
-    if [[ -n "$want" ]] && vm_ok && [[ "$(cat "$VM_STAMP" 2>/dev/null)" == "$want" ]]; then
-        log "victoria-metrics: up to date ($want)"
+# install_trixie PACKAGE DEST VERSION_FLAG STAMP LOG: ./usr/bin/PACKAGE of trixie's
+# package PACKAGE, installed as DEST unless the stamp says it is that version already.
+install_trixie() {
+    local pkg="$1" dest="$2" flag="$3" stamp="$4" logfile="$5" conf debs deb want
+    : > "$logfile"
+    needs_debian_tools "$pkg"
+    log "$pkg: apt-get update (private apt: trixie from $MIRROR)"
+    conf="$(setup_apt trixie)" || die "$pkg: apt setup (trixie)" "cannot write the private apt config under $APT_ROOT"
+    apt-get -c "$conf" -qq update --error-on=any >>"$logfile" 2>&1 ||
+        die "$pkg: apt-get update (trixie, $MIRROR)" "could not fetch the trixie package lists" "$logfile"
+    want="$(pkg_versions "$conf" "$pkg" 2>>"$logfile")" ||
+        die "$pkg: resolve" "package $pkg not found in trixie" "$logfile"
+    if [[ -n "$want" ]] && runs "$dest" "$flag" && [[ "$(cat "$stamp" 2>/dev/null)" == "$want" ]]; then
+        log "$pkg: up to date ($want)"
         return
     fi
-    log "victoria-metrics: apt-get download victoria-metrics ($want)"
-    debs="$APT_ROOT/trixie/debs"
-    { rm -rf "$debs" && mkdir -p "$debs"; } || die "victoria-metrics: download" "cannot create $debs"
-    (cd "$debs" && apt-get -c "$conf" -qq download victoria-metrics) >>"$VM_LOG" 2>&1 ||
-        die "victoria-metrics: apt-get download" "could not download package victoria-metrics from trixie" "$VM_LOG"
-    deb="$(compgen -G "$debs/victoria-metrics_*.deb" | head -n 1 || true)"
-    [[ -n "$deb" ]] || die "victoria-metrics: apt-get download" "no victoria-metrics_*.deb in $debs" "$VM_LOG"
-    log "victoria-metrics: extracting ./usr/bin/victoria-metrics"
-    dpkg-deb --fsys-tarfile "$deb" | tar -x -O ./usr/bin/victoria-metrics > "$VM_BIN.tmp" 2>>"$VM_LOG" ||
-        die "victoria-metrics: extract" "could not extract ./usr/bin/victoria-metrics from $(basename "$deb")" "$VM_LOG"
-    chmod 0755 "$VM_BIN.tmp" || die "victoria-metrics: extract" "chmod $VM_BIN.tmp"
-    "$VM_BIN.tmp" -version >>"$VM_LOG" 2>&1 ||
-        die "victoria-metrics: check" "the extracted binary does not run ('victoria-metrics -version')" "$VM_LOG"
-    mv -f "$VM_BIN.tmp" "$VM_BIN" || die "victoria-metrics: install" "cannot move the binary to $VM_BIN"
-    echo "$want" > "$VM_STAMP" || die "victoria-metrics: install" "cannot write $VM_STAMP"
+    log "$pkg: apt-get download $pkg ($want)"
+    debs="$APT_ROOT/trixie/debs-$pkg"
+    { rm -rf "$debs" && mkdir -p "$debs"; } || die "$pkg: download" "cannot create $debs"
+    (cd "$debs" && apt-get -c "$conf" -qq download "$pkg") >>"$logfile" 2>&1 ||
+        die "$pkg: apt-get download" "could not download package $pkg from trixie" "$logfile"
+    deb="$(compgen -G "$debs/${pkg}_*.deb" | head -n 1 || true)"
+    [[ -n "$deb" ]] || die "$pkg: apt-get download" "no ${pkg}_*.deb in $debs" "$logfile"
+    log "$pkg: extracting ./usr/bin/$pkg"
+    dpkg-deb --fsys-tarfile "$deb" | tar -x -O "./usr/bin/$pkg" > "$dest.tmp" 2>>"$logfile" ||
+        die "$pkg: extract" "could not extract ./usr/bin/$pkg from $(basename "$deb")" "$logfile"
+    chmod 0755 "$dest.tmp" || die "$pkg: extract" "chmod $dest.tmp"
+    "$dest.tmp" "$flag" >>"$logfile" 2>&1 ||
+        die "$pkg: check" "the extracted binary does not run ('$pkg $flag')" "$logfile"
+    mv -f "$dest.tmp" "$dest" || die "$pkg: install" "cannot move the binary to $dest"
+    echo "$want" > "$stamp" || die "$pkg: install" "cannot write $stamp"
     rm -rf "$debs"
 }
+
+install_vm() { install_trixie victoria-metrics "$VM_BIN" -version "$VM_STAMP" "$VM_LOG"; }
+install_prom() { install_trixie prometheus "$PROM_BIN" --version "$PROM_STAMP" "$PROM_LOG"; }
 
 vm_unavailable() {  # outside CI the end-to-end tests skip; under CI=true this fails
     {
@@ -222,6 +238,19 @@ vm_unavailable() {  # outside CI the end-to-end tests skip; under CI=true this f
     exit 0
 }
 
+prom_unavailable() {  # outside CI the exemplar tests skip; under CI=true this fails
+    {
+        echo
+        echo "==== PROMETHEUS UNAVAILABLE: the exemplar end-to-end tests will be skipped ===="
+        echo "    (the reason is above; set PROMETHEUS_BIN to use your own binary)"
+        echo "===="
+        echo
+    } >&2
+    if [[ "${CI:-}" == true ]]; then
+        exit 1
+    fi
+}
+
 if given_bin VICTORIA_METRICS_BIN; then
     :
 elif vm_ok && [[ "$REFRESH" != 1 ]]; then
@@ -234,18 +263,34 @@ else
     log "victoria-metrics: ready: $VM_BIN ($(cat "$VM_STAMP" 2>/dev/null))"
 fi
 
+# Prometheus stores exemplars (--enable-feature=exemplar-storage), which
+# VictoriaMetrics does not. Debian's build has no OTLP receiver: the tests feed
+# it through the collector's remotewrite exporter (scripts/otelcol/remotewrite.go).
+if given_bin PROMETHEUS_BIN; then
+    :
+elif prom_ok && [[ "$REFRESH" != 1 ]]; then
+    log "prometheus: cached ($(cat "$PROM_STAMP" 2>/dev/null || echo "version unknown"))"
+elif prom_ok; then
+    ( install_prom ) || log "WARNING: prometheus refresh failed; keeping the cached $PROM_BIN"
+elif ( install_prom ); then
+    log "prometheus: ready: $PROM_BIN ($(cat "$PROM_STAMP" 2>/dev/null))"
+else
+    prom_unavailable
+fi
+
 # --------------------------------------------------------------------------
-# 2. OpenTelemetry Collector built from Debian sid Go sources (non-fatal)
+# 3. OpenTelemetry Collector built from Debian sid Go sources (non-fatal)
 # --------------------------------------------------------------------------
 OTELCOL_BIN="$BIN/otelcol"
 OTELCOL_LOG="$LOGS/otelcol-build.log"
 OTEL_STEP=""
 OTEL_REASON=""
 
-src_hash() { sha256sum "$OTELCOL_SRC" | awk '{print $1}'; }
+# Every Go file of scripts/otelcol (main.go and its own components), in name order.
+src_hash() { cat "$OTELCOL_SRC_DIR"/*.go | sha256sum | awk '{print $1}'; }
 
 # Header of the stamp that does not depend on the archive (checked offline).
-stamp_header() { printf 'recipe=%s\nmain.go-sha256=%s\n' "$BUILD_RECIPE" "$(src_hash)"; }
+stamp_header() { printf 'recipe=%s\nsources-sha256=%s\n' "$BUILD_RECIPE" "$(src_hash)"; }
 
 otelcol_ok() { [[ -x "$OTELCOL_BIN" ]] && "$OTELCOL_BIN" --version >/dev/null 2>&1; }
 
@@ -258,7 +303,7 @@ otel_fail() {  # otel_fail STEP REASON  (always returns 1)
 check_components() {  # check_components BINARY
     local out c
     out="$("$1" components)" || return 1
-    for c in otlp batch debug otlp_grpc otlp_http; do
+    for c in otlp batch debug otlp_grpc otlp_http remotewrite; do
         grep -qx -- " *- name: $c" <<<"$out" || { echo "missing component: $c"; return 1; }
     done
 }
@@ -349,7 +394,7 @@ build_otelcol() {
     fi
 
     log "otelcol: go build (GOPATH mode, offline, $("$goroot/bin/go" env GOVERSION 2>/dev/null || echo "$toolchain")) - about a minute"
-    cp "$OTELCOL_SRC" "$OTELCOL_BUILD/gopath/src/otelcol-e2e/main.go"
+    cp "$OTELCOL_SRC_DIR"/*.go "$OTELCOL_BUILD/gopath/src/otelcol-e2e/"
     gopath="$OTELCOL_BUILD/gopath:$root/usr/share/gocode"
     echo "+ [go build] GOROOT=$goroot GOPATH=$gopath GO111MODULE=off GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0 go build" >>"$OTELCOL_LOG"
     (
@@ -360,7 +405,7 @@ build_otelcol() {
             GOTELEMETRY=off CGO_ENABLED=0 \
             go build -trimpath -ldflags "-s -w -X main.version=${colver%-*}" -o "$OTELCOL_BIN.tmp" .
     ) >>"$OTELCOL_LOG" 2>&1 ||
-        { otel_fail "go build" "compiling scripts/otelcol/main.go against $COLLECTOR_PKG $colver with $toolchain $gover failed"; return 1; }
+        { otel_fail "go build" "compiling scripts/otelcol/*.go against $COLLECTOR_PKG $colver with $toolchain $gover failed"; return 1; }
 
     otel_run "check" "the built binary does not run ('otelcol --version')" "$OTELCOL_BIN.tmp" --version || return 1
     otel_run "check" "the built binary lacks a required component" \
@@ -385,7 +430,7 @@ otel_banner() {  # print the contents of the unavailable marker prominently
 
 marker_age() { echo $(( $(date +%s) - $(stat -c %Y "$OTELCOL_UNAVAILABLE") )); }
 
-stamp_head_matches() {  # offline check: main.go + recipe unchanged since the build
+stamp_head_matches() {  # offline check: scripts/otelcol/*.go + recipe unchanged since the build
     [[ "$(head -n 2 "$OTELCOL_STAMP" 2>/dev/null)" == "$(stamp_header)" ]]
 }
 
@@ -404,13 +449,13 @@ else
         log "otelcol: ready: $OTELCOL_BIN ($("$OTELCOL_BIN" --version 2>/dev/null))"
     elif otelcol_ok && stamp_head_matches; then
         # Only a --refresh failed (e.g. network); the cached binary is still
-        # current for scripts/otelcol/main.go, so keep using it.
+        # current for scripts/otelcol/*.go, so keep using it.
         rm -f "$OTELCOL_BIN.tmp"
         [[ "${OTELCOL_KEEP_BUILD:-0}" == 1 ]] || rm -rf "$OTELCOL_BUILD"
         log "WARNING: otelcol refresh failed at step '$OTEL_STEP': $OTEL_REASON"
         log "WARNING: keeping the cached $OTELCOL_BIN (log: $OTELCOL_LOG)"
     else
-        # No usable binary (or one built from an older main.go): unavailable.
+        # No usable binary (or one built from older sources): unavailable.
         rm -f "$OTELCOL_BIN.tmp" "$OTELCOL_BIN" "$OTELCOL_STAMP"
         [[ "${OTELCOL_KEEP_BUILD:-0}" == 1 ]] || rm -rf "$OTELCOL_BUILD"
         {

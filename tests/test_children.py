@@ -19,10 +19,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
-from opentelemetry.instrumentation.process.catalog import supported
+from opentelemetry.instrumentation.process.catalog import PER_CHILD, supported
 from opentelemetry.instrumentation.process.group import SLOT_ATTRIBUTE
 from opentelemetry.instrumentation.process.linux import children as linux_children
-from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME, PER_CHILD
+from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
 
 from .conftest import OpenRecorder, collect, points
@@ -84,6 +84,18 @@ def by_slot(found: dict[str, Any], name: str, **attributes: Any) -> dict[int, An
 
 def own(found: dict[str, Any], name: str, **attributes: Any) -> Any:
     return points(found[name])[frozenset(attributes.items())]
+
+
+def exits(found: dict[str, Any], **attributes: Any) -> Any:
+    """The tree's exits with ``attributes`` (process_metrics.exit.cause=..., say), summed."""
+    wanted = set(attributes.items())
+    return sum(
+        v for k, v in points(found["process_metrics.tree.process.exits"]).items() if wanted <= k
+    )
+
+
+CAUSE = "process_metrics.exit.cause"
+SIGNAL = "process_metrics.exit.signal"
 
 
 def wait_listed(pids: set[int]) -> None:
@@ -312,8 +324,11 @@ def test_slots_are_the_lowest_free_and_reused_after_exit(
     assert again[new.pid] == 1  # the lowest free slot, reused
     for pid, slot in after.items():
         assert again[pid] == slot  # the others keep theirs
+    # Reaped by this process: counted once its status is a second old, as a SIGKILL.
+    killed = {CAUSE: "signal", SIGNAL: "SIGKILL"}
+    assert eventually(lambda: exits(collect(reader), **killed) == 1)
     tree = collect(reader)
-    assert own(tree, "process_metrics.tree.process.exits") == 1
+    assert exits(tree) == 1
     assert own(tree, "process_metrics.tree.process.restarts") == 1
     assert own(tree, "process_metrics.tree.process.count") == 4
 
@@ -479,11 +494,13 @@ def test_a_zombie_counts_as_an_exit_keeps_its_cpu_and_has_no_points(
         found = collect(reader)
         pids = {dict(k).get("process.pid") for k in points(found["process.memory.usage"])}
         assert kid.pid in pids and zombie not in pids
-        assert own(found, "process_metrics.tree.process.exits") == 1
+        # Not this process's child: counted at once, with the status its stat file shows.
+        assert exits(found, **{CAUSE: "exit", "process.exit.code": 0}) == 1
+        assert exits(found) == 1
         assert own(found, "process_metrics.tree.process.count") == 2  # us and the kid
         assert _tree_cpu(found) >= 0.2 + mine - 0.05
         again = collect(reader)
-        assert own(again, "process_metrics.tree.process.exits") == 1  # counted once
+        assert exits(again) == 1  # counted once
     finally:
         kid.kill()
 
@@ -903,7 +920,7 @@ def test_a_reused_pid_is_a_new_child_even_with_more_cpu_time(
     old = spawn()  # sleep: it uses almost no CPU
     wait_listed({old.pid})
     supervise()
-    assert own(collect(reader), "process_metrics.tree.process.exits") == 0
+    assert exits(collect(reader)) == 0
     time.sleep(0.05)  # start times count clock ticks (10 ms): the new one starts in a later one
     old.kill()
     old.wait()
@@ -911,8 +928,9 @@ def test_a_reused_pid_is_a_new_child_even_with_more_cpu_time(
     new = _start_at(old.pid, spawn)
     wait_listed({new.pid})
     assert eventually(lambda: sum(psutil.Process(new.pid).cpu_times()[:2]) >= 0.4, timeout=30)
+    assert eventually(lambda: exits(collect(reader), **{SIGNAL: "SIGKILL"}) == 1)
     found = collect(reader)
-    assert own(found, "process_metrics.tree.process.exits") == 1
+    assert exits(found) == 1
     assert own(found, "process_metrics.tree.process.restarts") == 1  # slot 0, given again
     assert by_slot(found, "process.memory.usage").keys() == {0}
     # Its own CPU time from the start, not the old child's continued.
@@ -986,7 +1004,7 @@ def test_a_forked_child_of_a_supervisor_reports_its_own_tree_not_its_parents(
         return {
             name: {
                 "count": own(found, "process_metrics.tree.process.count"),
-                "exits": own(found, "process_metrics.tree.process.exits"),
+                "exits": exits(found),
                 "restarts": own(found, "process_metrics.tree.process.restarts"),
                 "cpu": sum(points(found["process_metrics.tree.cpu.time"]).values()),
                 "slots": len(by_slot(found, "process.memory.usage")),

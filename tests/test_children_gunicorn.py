@@ -7,9 +7,12 @@ against each worker's own ``/proc`` files, read by the test around a scrape.
 
 from __future__ import annotations
 
+import concurrent.futures
+import http.client
 import json
 import os
 import resource
+import signal
 import subprocess
 import time
 import urllib.request
@@ -20,9 +23,11 @@ import psutil
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from opentelemetry.instrumentation.process.metrics import PER_CHILD
+from opentelemetry.instrumentation.process.catalog import PER_CHILD
 
-from .support.examples import BIN, Lines, free_port, start
+from .support import cgroups
+from .support.examples import BIN, ROOT, Lines, free_port, start
+from .support.waiting import eventually
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads /proc")
 
@@ -32,16 +37,19 @@ TICKS = os.sysconf("SC_CLK_TCK")
 SLOT = "process_metrics_worker_slot"
 
 
-def _gunicorn(workers: int, *extra: str, **env: str) -> tuple[subprocess.Popen[str], int]:
+def _gunicorn(
+    workers: int, *extra: str, cgroup: cgroups.Cgroup | None = None, **env: str
+) -> tuple[subprocess.Popen[str], int]:
+    """gunicorn with the supervisor config; started in ``cgroup`` (its workers too) if given."""
     port = free_port()
-    proc = start(
-        [
-            *(str(BIN / "gunicorn"), "-c", CONF, "--bind", f"127.0.0.1:{port}"),
-            *("--workers", str(workers), *extra),
-        ],
-        stderr=subprocess.DEVNULL,
-        **env,
-    )
+    args = [
+        *(str(BIN / "gunicorn"), "-c", CONF, "--bind", f"127.0.0.1:{port}"),
+        *("--workers", str(workers), *extra),
+    ]
+    if cgroup is not None:
+        procs = cgroup.folder / "cgroup.procs"
+        args = ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh", *args]
+    proc = start(args, stderr=subprocess.DEVNULL, **env)
     return proc, port
 
 
@@ -61,11 +69,12 @@ def _get(url: str, timeout: float = 20) -> str:
 class Master:
     """A gunicorn master with the Prometheus variant: one /metrics for the whole server."""
 
-    def __init__(self, workers: int, *extra: str) -> None:
+    def __init__(self, workers: int, *extra: str, cgroup: cgroups.Cgroup | None = None) -> None:
         self.metrics_port = free_port()
         self.proc, self.port = _gunicorn(
             workers,
             *extra,
+            cgroup=cgroup,
             OTEL_METRICS_EXPORTER="prometheus",
             OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
             OTEL_EXPORTER_PROMETHEUS_PORT=str(self.metrics_port),
@@ -201,10 +210,14 @@ def test_tree_cpu_never_decreases_over_recycling_and_covers_every_worker(
     assert slots_seen == {0, 1, 2}, "recycled workers came back in other slots"
     # Every live slot is listed once the respawns have settled.
     scrape = _wait_for_slots(master, 3)
-    exits = scrape["process_metrics_tree_process_exits_total"][0][1]
-    restarts = scrape["process_metrics_tree_process_restarts_total"][0][1]
-    assert exits >= 1 and restarts >= 1
-    assert restarts <= exits
+
+    def every_restart_has_its_exit() -> bool:
+        # An exit is counted a second after its reap, a restart at once.
+        found = master.scrape()
+        restarts = found["process_metrics_tree_process_restarts_total"][0][1]
+        return 1 <= restarts <= sum(_exits(found).values())
+
+    assert eventually(every_restart_has_its_exit, timeout=30)
     count = scrape["process_metrics_tree_process_count"][0][1]
     assert count == 1 + 3
     # The CPU the test measures: the master's own and what it reaped (its
@@ -275,3 +288,194 @@ def test_the_mixed_recipe_reports_nothing_twice() -> None:
     # What the master reports per worker, no worker reports of itself.
     assert not worker_names & set(PER_CHILD)
     assert set(masters[-1]["rss_by_slot"]) == {"master", "0", "1"}
+
+
+# --- how each worker ended ------------------------------------------------------
+
+EXIT_APP = ("--chdir", str(ROOT), "tests.support.exitapp:application")
+"""tests/support/exitapp.py: each request ends its worker the way it names."""
+EACH = 20
+"""Workers ended each way."""
+MIB = 1 << 20
+
+
+def _exits(scrape: dict[str, Any]) -> dict[tuple[str, str | None, str | None], float]:
+    """``(cause, signal, code) -> count`` of the master's scrape, counts of 0 left out."""
+    return {
+        (
+            labels["process_metrics_exit_cause"],
+            labels.get("process_metrics_exit_signal") or None,  # "": not on that point
+            labels.get("process_exit_code") or None,
+        ): value
+        for labels, value in scrape.get("process_metrics_tree_process_exits_total", [])
+        if value
+    }
+
+
+def _ask(master: Master, path: str) -> None:
+    """A request that ends the worker serving it: the connection drops, or it times out."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{master.port}{path}", timeout=120):
+            pass
+    except (OSError, http.client.HTTPException):
+        pass
+
+
+def _booted(pid: int) -> bool:
+    """Whether gunicorn worker ``pid`` set its own signal handlers.
+
+    Before that it has the arbiter's, copied at the fork, which only queue a signal.
+    The worker first resets them all (SIGHUP stays at its default), then catches
+    SIGTERM, ..., SIGABRT last.
+    """
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    bit = {s: 1 << (s - 1) for s in (signal.SIGHUP, signal.SIGTERM, signal.SIGABRT)}
+    return not caught & bit[signal.SIGHUP] and caught & bit[signal.SIGABRT] != 0
+
+
+def _end_workers(master: Master, workers: int, how: int, count: int) -> None:
+    """Send signal ``how`` to ``count`` workers, a round of the live ones at a time.
+
+    Workers are told apart by pid and start time: a pid is given again, soon on a
+    busy host with a small ``pid_max``.
+    """
+    ended: list[psutil.Process] = []
+
+    def live() -> list[psutil.Process]:
+        return [p for p in psutil.Process(master.pid).children() if p not in ended]
+
+    while len(ended) < count:
+
+        def ready() -> bool:
+            found = live()
+            return len(found) == workers and all(_booted(p.pid) for p in found)
+
+        assert eventually(ready, timeout=60)
+        for worker in live()[: count - len(ended)]:
+            worker.send_signal(how)
+            ended.append(worker)
+        assert eventually(lambda: not any(p.is_running() for p in ended), timeout=60)
+
+
+def _counted(master: Master, expected: dict[Any, float], timeout: float = 120) -> None:
+    seen: list[Any] = []
+
+    def check() -> bool:
+        seen.append(_exits(master.scrape()))
+        return seen[-1] == expected
+
+    assert eventually(check, timeout=timeout, interval=0.2), (seen[-1:], expected)
+
+
+@pytest.fixture
+def exit_master() -> Iterator[Master]:
+    m = Master(4, *EXIT_APP)
+    try:
+        m.request()
+        yield m
+    finally:
+        assert _stop(m.proc) == 0
+
+
+def test_gunicorn_workers_are_counted_by_how_they_ended(exit_master: Master) -> None:
+    master = exit_master
+    expected: dict[Any, float] = {}
+    _counted(master, expected)
+    # Each way in turn, counted before the next: a worker that a request has just
+    # ended may still be there for a moment, and would get the next way's signal.
+    # gunicorn's worker takes SIGTERM as "finish and exit": code 0.
+    _end_workers(master, 4, signal.SIGTERM, EACH)
+    expected[("exit", None, "0")] = EACH
+    _counted(master, expected)
+    for _ in range(EACH):
+        _ask(master, "/exit/7")  # 3 and 4 would stop gunicorn: its boot and load errors
+    expected[("error", None, "7")] = EACH
+    _counted(master, expected)
+    _end_workers(master, 4, signal.SIGHUP, EACH)  # the worker leaves SIGHUP to its default
+    expected[("signal", "SIGHUP", None)] = EACH
+    _counted(master, expected)
+    _end_workers(master, 4, signal.SIGKILL, EACH)
+    expected[("signal", "SIGKILL", None)] = EACH
+    _counted(master, expected)
+
+
+TIMEOUTS = {("timeout", None, "0"), ("timeout", None, "1"), ("timeout", "SIGKILL", None)}
+"""A worker past its timeout gets SIGABRT: its handler raises SystemExit(1), which the sync
+worker's request handling catches; it then ends its loop and exits 0 (it was told to stop),
+or gets SIGKILL at the arbiter's next check; code 1 where the SystemExit got through."""
+
+
+def test_gunicorn_timeouts_are_counted_with_the_child_exit_hook() -> None:
+    """examples/gunicorn/gunicorn_master.conf.py has child_exit: a timeout is not an error."""
+    master = Master(10, "--timeout", "4", *EXIT_APP)
+    try:
+        master.request()
+        with concurrent.futures.ThreadPoolExecutor(10) as pool:
+            list(pool.map(lambda _: _ask(master, "/hang"), range(EACH)))
+
+        # The arbiter aborts each: SIGABRT, then SIGKILL at its next check if it is still there.
+        def all_timeouts() -> bool:
+            found = _exits(master.scrape())
+            return set(found) <= TIMEOUTS and sum(found.values()) == EACH
+
+        assert eventually(all_timeouts, timeout=120, interval=0.2), _exits(master.scrape())
+    finally:
+        assert _stop(master.proc) == 0
+
+
+def _v1_memory() -> bool:
+    with open("/proc/self/cgroup") as f:
+        lines = f.read().splitlines()
+    return any("memory" in line.split(":")[1].split(",") for line in lines)
+
+
+def _usage(cg: cgroups.Cgroup) -> int:
+    return cgroups.number(cg.read("memory.usage_in_bytes" if _v1_memory() else "memory.current"))
+
+
+def _limit(cg: cgroups.Cgroup, limit: int) -> None:
+    """Limit ``cg``'s memory to ``limit`` bytes, swap included."""
+    if _v1_memory():
+        cg.write("memory.limit_in_bytes", str(limit))
+        if (cg.folder / "memory.memsw.limit_in_bytes").exists():
+            cg.write("memory.memsw.limit_in_bytes", str(limit))
+    else:
+        cg.write("memory.max", str(limit))
+        cg.write("memory.swap.max", "0")
+
+
+def _oom_kills(cg: cgroups.Cgroup) -> int:
+    return cgroups.flat(cg.read("memory.oom_control" if _v1_memory() else "memory.events.local"))[
+        "oom_kill"
+    ]
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="creating a cgroup and moving a process into it needs root"
+)
+def test_gunicorn_workers_oom_killed_in_a_memory_limited_cgroup_and_kill_9_told_apart() -> None:
+    """The whole server in a cgroup with a memory limit, as in a container."""
+    with cgroups.child_cgroup("memory" if _v1_memory() else "unified") as cg:
+        if not _v1_memory() and "memory" not in cg.read("cgroup.controllers").decode().split():
+            pytest.skip("no memory controller in this v2 cgroup")
+        master = Master(4, *EXIT_APP, cgroup=cg)
+        try:
+            master.request()
+            assert eventually(lambda: len(master.workers()) == 4, timeout=60)
+            assert {master.pid, *master.workers()} <= cg.pids()
+            # Room for one worker to grow well past the master, then the OOM killer.
+            _limit(cg, _usage(cg) + 160 * MIB)
+            for _ in range(EACH):
+                _ask(master, "/grow")
+            assert _oom_kills(cg) == EACH  # the kernel's own count, read by the test
+            _counted(master, {("oom_kill", "SIGKILL", None): EACH})
+            _end_workers(master, 4, signal.SIGKILL, EACH)
+            assert _oom_kills(cg) == EACH
+            both = {("oom_kill", "SIGKILL", None): EACH, ("signal", "SIGKILL", None): EACH}
+            _counted(master, both)
+        finally:
+            _stop(master.proc)

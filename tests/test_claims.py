@@ -33,7 +33,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.catalog import supported
-from opentelemetry.instrumentation.process.metrics import METRICS, Metric
+from opentelemetry.instrumentation.process.metrics import METRICS, Kind, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 from .conftest import OpenRecorder, collect, points, value
@@ -235,7 +235,9 @@ print(json.dumps({"found": found, "statm": statm}))
     )
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout.splitlines()[-1])
-    defaults = {m.name for m in METRICS if m.default and supported(m)}
+    defaults = {
+        m.name for m in METRICS if m.default and supported(m) and m.kind is not Kind.HISTOGRAM
+    }
     assert defaults <= set(got["found"]), defaults - set(got["found"])
     if sys.platform.startswith("linux"):
         (rss,) = got["found"]["process.memory.usage"]
@@ -390,7 +392,10 @@ def test_debug_log_says_how_many_metrics_are_reported(
 ) -> None:
     caplog.set_level(logging.DEBUG, logger=LOGGER)
     instrument(include=["system.network.*"])
-    reported = len(collect(reader))
+    # Registered: what a collection reports, and the histograms of events, which
+    # report once an event happened.
+    events = {m.name for m in METRICS if m.kind is Kind.HISTOGRAM and m.default and supported(m)}
+    reported = len(set(collect(reader)) | events)
     lines = [r.getMessage() for r in caplog.records if r.name.startswith(LOGGER)]
     assert f"process metrics: reporting {reported} metrics" in lines, lines
 
@@ -549,15 +554,50 @@ def test_the_process_worker_detector_is_registered_and_leaves_out_the_pid() -> N
     it sets ``service.instance.id`` (a UUIDv5) and ``process_metrics.worker.slot``, no pid."""
     import uuid
 
-    from opentelemetry.instrumentation.process.group import slots
-
     (entry,) = importlib.metadata.entry_points(
         group="opentelemetry_resource_detector", name="process_worker"
     )
     try:
         detected = entry.load()().detect().attributes
     finally:
-        slots.release()  # a worker holds its slot for life; this test process is none
+        internals.release_slot()
     assert set(detected) == {"service.instance.id", "process_metrics.worker.slot"}, detected
     assert uuid.UUID(str(detected["service.instance.id"])).version == 5
     assert isinstance(detected["process_metrics.worker.slot"], int)
+
+
+def test_the_overhead_smoke_run_on_the_application_cost_page_names_the_extra_it_needs() -> None:
+    """application-cost: ``python benchmarks/overhead.py --smoke`` needs the ``bench`` extra,
+    and its line says so: what the script imports beyond the standard library and the
+    repository is in that extra, and not all of it in the extras ``make setup`` installs."""
+    from .support.examples import ROOT
+
+    page = (ROOT / "docs" / "application-cost.md").read_text()
+    [line] = [x for x in page.splitlines() if x.startswith("python benchmarks/overhead.py --smoke")]
+    assert "pip install -e '.[bench]'" in line, line
+    script = ast.parse((ROOT / "benchmarks" / "overhead.py").read_text())
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(script)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0]
+        for node in ast.walk(script)
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level
+    }
+    outside = {
+        m
+        for m in imported
+        if m not in sys.stdlib_module_names
+        and m != "opentelemetry"
+        and not (ROOT / "benchmarks" / m).exists()
+    }
+    by_extra: dict[str, set[str]] = {}
+    for requirement in importlib.metadata.requires("opentelemetry-instrumentation-process") or []:
+        found = re.match(r"([A-Za-z0-9_.-]+).*extra == '([a-z-]+)'", requirement)
+        if found:
+            by_extra.setdefault(found[2], set()).add(found[1])
+    assert outside and outside <= by_extra["bench"], (outside, by_extra["bench"])
+    setup = by_extra["otlp"] | by_extra["test"] | by_extra["docs"]  # Makefile's setup
+    assert outside - setup, f"{outside} come with make setup: the extra is not needed"

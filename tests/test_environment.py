@@ -17,8 +17,10 @@ from opentelemetry.instrumentation.process.environment import (
     from_environment,
     resolve,
 )
+from opentelemetry.instrumentation.process.options import MAX_PATTERNS
 
 from .conftest import LOGGER, Sdk, package_warnings
+from .support.examples import ROOT
 
 FromEnv = Callable[[str, str], ProcessMetricsOptions]
 
@@ -220,3 +222,22 @@ def test_precedence_code_then_env_then_default(monkeypatch: pytest.MonkeyPatch) 
     # Keywords override fields of a given options object.
     mixed = resolve({"options": ProcessMetricsOptions(per_thread=True), "per_cpu": True})
     assert mixed.per_thread is True and mixed.per_cpu is True
+
+
+INCLUDE_EXCLUDE_RULE = (
+    "In the `include` and `exclude` variables, each bad entry is left out with a warning of "
+    "its own and the valid entries apply; a list with no valid entry, or with more than "
+    f"{MAX_PATTERNS} entries, is one bad variable: one warning, and the default."
+)
+
+
+def test_the_docs_state_the_rule_for_a_bad_include_or_exclude_variable_as_it_is() -> None:
+    """README and configuration: the rule the tests above hold, said where the fallback is."""
+    for page in (ROOT / "README.md", ROOT / "docs" / "configuration.md"):
+        text = " ".join(page.read_text().split())
+        assert INCLUDE_EXCLUDE_RULE in text, page.name
+    # The rule, in the order it is written.
+    var = ENV_VARS["exclude"]
+    assert from_environment({var: "cpython.gc.*,bogus.*"}) == {"exclude": ("cpython.gc.*",)}
+    assert from_environment({var: "bogus.*,zzz*"}) == {}
+    assert from_environment({var: ",".join(["cpython.gc.*"] * (MAX_PATTERNS + 1))}) == {}

@@ -34,7 +34,7 @@ from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.faultlog import FAULT_LOG_PERIOD
 from opentelemetry.instrumentation.process.instruments import _registries
 from opentelemetry.instrumentation.process.linux import procfs
-from opentelemetry.instrumentation.process.metrics import METRICS
+from opentelemetry.instrumentation.process.metrics import METRICS, Kind
 from opentelemetry.instrumentation.process.probes.gc_pauses import GcPauses
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
@@ -180,6 +180,16 @@ def _collect_fed(
     return got
 
 
+def _healthy(reader: InMemoryMetricReader, source: str) -> tuple[dict[str, Any], set[str]]:
+    """One healthy collection, and the metrics of ``source`` in it; skips where it has none."""
+    healthy = _collect_fed(reader, source)
+    fed = {m.name for m in METRICS if m.source == source} & set(healthy)
+    if not fed:
+        assert source not in LOOP_SOURCES, "the loop this test started was not reported"
+        pytest.skip(f"this host has nothing for {source} to read (no such device or cgroup)")
+    return healthy, fed
+
+
 # The event-loop sources: the test starts a loop for them to report.
 LOOP_SOURCES = {"asyncio_loops", "asyncio_select_timing"}
 # Sources with points only for a window in which their probe ran: the loops' (a tick), and
@@ -215,11 +225,7 @@ def _drops_only_its_points(
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    healthy = _collect_fed(reader, source)
-    fed = {m.name for m in METRICS if m.source == source} & set(healthy)
-    if not fed:
-        assert source not in LOOP_SOURCES, "the loop this test started was not reported"
-        pytest.skip(f"this host has nothing for {source} to read (no such device or cgroup)")
+    healthy, fed = _healthy(reader, source)
 
     if error == "missing-field":
 
@@ -240,6 +246,8 @@ def _drops_only_its_points(
     # The other loop source reports only windows with a tick in them: not compared.
     sibling = {m.name for m in METRICS if m.source in LOOP_SOURCES} - fed
     timed = sibling if source in LOOP_SOURCES else set()
+    # The histograms of events report once an event (a long collection) happened.
+    timed |= {m.name for m in METRICS if m.kind is Kind.HISTOGRAM} - fed
     for got in (first, second):
         assert not fed & set(got), f"{fed & set(got)} still reported"
         assert set(got) - timed == set(healthy) - fed - timed
@@ -321,10 +329,7 @@ def test_failing_direct_read_falls_back_to_psutil_and_says_so_once(
     # Direct reads on, whatever the run-wide switch of conftest says.
     sdk.instrument(**{**_options_for(source), "direct_reads": True})
     with _a_child():  # something for the children sources to list
-        healthy = _collect_fed(sdk.reader, source)
-        fed = {m.name for m in METRICS if m.source == source} & set(healthy)
-        if not fed:
-            pytest.skip(f"this host has nothing for {source} to read (no such device or cgroup)")
+        _, fed = _healthy(sdk.reader, source)
         real = ReadContext.direct_read
 
         def failing(self: ReadContext, name: str, read: Callable[[], Any]) -> Any:
@@ -398,15 +403,13 @@ def test_a_failing_read_drops_only_its_sources_points(
     switch = ReadSwitch(monkeypatch, source)
     sdk.instrument(**_options_for(source))
     with _event_loop_in_a_thread(), _a_child():
-        healthy = _collect_fed(sdk.reader, source)
-        fed = {m.name for m in METRICS if m.source == source} & set(healthy)
-        if not fed:
-            pytest.skip(f"this host has nothing for {source} to read (no such device or cgroup)")
+        healthy, fed = _healthy(sdk.reader, source)
         caplog.set_level(logging.DEBUG, logger=LOGGER)
         switch.failing = error
         # The loop sources report only windows with a tick in them, the children's
         # only what a child had: the others' sets are compared, theirs not.
         moving = {m.name for m in METRICS if m.source in LOOP_SOURCES or m.option == "children"}
+        moving |= {m.name for m in METRICS if m.kind is Kind.HISTOGRAM}  # once an event happened
         for _ in range(2):
             got = set(collect(sdk.reader))
             assert not fed & got, f"{fed & got} still reported"

@@ -25,9 +25,8 @@ from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 from .conftest import LogLines, Sdk, collect, log_lines, points, value
 from .support import cgroups, forkapps
 from .support.exporters import Exporter
-from .support.forked import HoldUp, in_child
+from .support.forked import HoldUp, c_fork_beside_threads, in_child
 from .support.internals import fork_wait_seconds
-from .support.waiting import eventually
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -152,7 +151,7 @@ def test_lock_held_at_fork_does_not_deadlock_the_child(sdk: Sdk) -> None:
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with live.cache._lock:
+        with live.cache._lock.get():
             held.set()
             release.wait(10)
 
@@ -238,11 +237,7 @@ def test_a_child_reads_again_only_the_facts_a_fork_changes(fork: str, sdk: Sdk) 
         assert facts["start_boottime"] > parent.start_boottime
 
 
-@pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
-@pytest.mark.skipif(
-    FREE_THREADED, reason="a fork from C beside running threads may hang on a free-threaded build"
-)
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
+@c_fork_beside_threads
 def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_bind(
     sdk: Sdk,
 ) -> None:
@@ -254,7 +249,7 @@ def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:  # a refresh in flight in the parent: its lock is held at the fork
-        with cache._lock:
+        with cache._lock.get():
             held.set()
             release.wait(10)
 
@@ -286,7 +281,7 @@ def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_
             "rebinds": rebinds,
             "seen": sorted(set(seen)),
             "n": len(seen),
-            "locks": list(cache._locks),
+            "locks": list(cache._lock._locks),
             "pid": os.getpid(),
         }
 
@@ -326,74 +321,7 @@ def test_an_unhooked_childs_first_utilisation_is_its_own_since_it_started(sdk: S
 # -- the SDK fork guard, on whichever SDK is installed ------------------------------------
 
 
-# Forking while another thread holds a lock is the point of this test (Python 3.12+ warns).
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
-def test_sdk_collection_lock_held_at_fork_does_not_hang_the_child(sdk: Sdk) -> None:
-    from opentelemetry.instrumentation.process import sdk_fork_guard as forks
-
-    sdk.instrument()
-    found = forks.consumer_lock(sdk.provider)
-    if found is None:
-        pytest.skip("this SDK keeps no collection lock where the guard looks (see the next test)")
-    lock = found[1]
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            held.set()
-            release.wait(0.3)  # a collection in flight, let go while the fork waits
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(5)
-    try:
-        # Unguarded, the child would inherit the lock held and wait on it forever.
-        got = _in_child(lambda: {"pid": os.getpid(), "names": sorted(sdk.collect())}, timeout=5)
-    finally:
-        release.set()
-        holder.join()
-    assert got["pid"] != os.getpid()
-    assert "process.memory.usage" in got["names"]
-
-
-@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")
-def test_the_export_threads_wait_held_at_fork_does_not_stop_the_childs_exports() -> None:
-    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-
-    from opentelemetry.instrumentation.process import sdk_fork_guard as forks
-
-    exporter = Exporter()
-    periodic = PeriodicExportingMetricReader(exporter, export_interval_millis=20)
-    provider = MeterProvider(metric_readers=[periodic])
-    try:
-        ProcessInstrumentor().instrument(meter_provider=provider)
-        # SDK 1.28 to 1.45 keep it there: a guard that finds no lock would guard nothing.
-        locks = forks.wait_locks(provider)
-        assert locks == [periodic._shutdown_event._cond._lock]  # type: ignore[attr-defined]
-        held, release = threading.Event(), threading.Event()
-
-        def hold() -> None:
-            # Where the export thread is for a moment each time it wakes.
-            with locks[0]:
-                held.set()
-                release.wait(0.3)  # let go while the fork waits
-
-        holder = threading.Thread(target=hold)
-        holder.start()
-        assert held.wait(5)
-        try:
-            # Unguarded, the SDK's new export thread in the child waits forever.
-            got = _in_child(
-                lambda: {"exported": eventually(lambda: os.getpid() in exporter.exports, 5)},
-                timeout=10,
-            )
-        finally:
-            release.set()
-            holder.join()
-        assert got == {"exported": True}
-    finally:
-        ProcessInstrumentor().uninstrument()
-        provider.shutdown()
+# The three SDK faults, on the SDK alone and guarded: tests/test_sdk_fork_guard.py.
 
 
 def test_fork_guard_is_a_no_op_with_one_debug_line_where_the_sdk_differs(
@@ -682,19 +610,34 @@ def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
     assert ours == ["WARNING " + UNHOOKED_WARNING.format(pid=got["pid"])], got
 
 
+def test_a_child_of_os_fork_is_known_to_have_run_the_hooks(sdk: Sdk, logged: LogLines) -> None:
+    # The cache's at-fork hook is how a child knows: without it, every child would
+    # be taken for one forked from C, and told so.
+    sdk.instrument()
+    sdk.collect()
+
+    def child() -> dict[str, Any]:
+        logged.lines.clear()
+        sdk.collect()
+        return {"pid": os.getpid(), "log": list(logged.lines)}
+
+    got = _in_child(child)
+    assert got["pid"] != os.getpid() and got["log"] == [], got
+
+
 def _break_the_unhooked_clean_up(
     sdk: Sdk, monkeypatch: pytest.MonkeyPatch, error: Callable[[], type[Exception]]
 ) -> None:
-    """Instrument and collect; then the clean-up after a fork without hooks raises ``error()``."""
+    """Instrument and collect; then the clean-up after a fork raises ``error()``."""
     from opentelemetry.instrumentation.process import sdk_fork_guard as forks
 
     sdk.instrument()
     sdk.collect()
 
-    def broken(_provider: Any) -> None:  # a fault injected: the SDK's internals moved
+    def broken(_provider: Any, _hooked: bool) -> None:  # a fault injected: the SDK moved
         raise error()("no such lock")
 
-    monkeypatch.setattr(forks, "after_fork_without_hooks", broken)
+    monkeypatch.setattr(forks, "after_fork", broken)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc")
@@ -721,7 +664,7 @@ def test_c_fork_whose_clean_up_fails_still_reports_the_child_and_says_why(
     assert got["pid"] != os.getpid() and got["again"], got
     assert _near_statm(got["rss"], *got["statm"]), got
     assert [line for line in got["log"] if FREE_THREADED_HAZARD not in line] == [
-        "WARNING process metrics: the clean-up after a fork without at-fork hooks failed "
+        "WARNING process metrics: the clean-up after a fork failed "
         "(RuntimeError: no such lock). [traceback]"
     ], got
 
@@ -754,7 +697,7 @@ def test_clean_ups_failing_otherwise_in_two_unhooked_forks_are_each_said(
 
     got = in_child(child, fork=forkapps.c_fork)
     assert got["log"] == [
-        "WARNING process metrics: the clean-up after a fork without at-fork hooks failed "
+        "WARNING process metrics: the clean-up after a fork failed "
         f"({error}: no such lock). [traceback]"  # this module's log keeps tracebacks
         for error in ("RuntimeError", "LookupError")
     ], got

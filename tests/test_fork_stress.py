@@ -30,10 +30,11 @@ from opentelemetry.sdk.metrics.export import (
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor, sdk_fork_guard
 from opentelemetry.instrumentation.process.instruments import Instrumentation
+from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
 from .support import forkapps
-from .support.forked import HoldUp, in_child
-from .support.internals import fork_wait_seconds
+from .support.forked import HoldUp, held_by_another_thread, in_child
+from .support.internals import count_refreshes, fork_wait_seconds
 from .support.stress import size
 from .support.waiting import eventually
 
@@ -103,12 +104,18 @@ class Setup:
     live: Instrumentation
     exporter: RecordingExporter | None
     periodic: PeriodicExportingMetricReader | None
+    refreshed: Callable[[SnapshotCache], int]
+
+    def refreshes(self) -> int:
+        """The refreshes of this setup's cache so far (in a child: the parent's, then its own)."""
+        return self.refreshed(self.live.cache)
 
 
 @pytest.fixture
-def setup() -> Iterator[Callable[[bool], Setup]]:
+def setup(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[bool], Setup]]:
     """Instrument a provider with an in-memory reader, and optionally a 1 ms export thread."""
     made: list[Setup] = []
+    refreshed = count_refreshes(monkeypatch)
 
     def _make(export_thread: bool) -> Setup:
         reader = InMemoryMetricReader()
@@ -123,7 +130,7 @@ def setup() -> Iterator[Callable[[bool], Setup]]:
         inst.instrument(meter_provider=provider)
         live = inst._metrics._live
         assert live is not None
-        made.append(Setup(provider, reader, live, exporter, periodic))
+        made.append(Setup(provider, reader, live, exporter, periodic, refreshed))
         if exporter is not None:
             assert eventually(lambda: exporter.exports.get(os.getpid(), 0) >= 3, 10, 0.001), (
                 "no exports"
@@ -179,15 +186,15 @@ def _loop_child(s: Setup) -> dict[str, Any]:
     assert s.exporter is not None
     exports = s.exporter.exports
     pid = os.getpid()
-    refreshes = [s.live.cache.refreshes]
+    refreshes = [s.refreshes()]
     first = forkapps.measure(s.reader, allocate_mib=32, busy=0.0)
-    refreshes.append(s.live.cache.refreshes)
+    refreshes.append(s.refreshes())
     # The SDK restarts the export thread in the child: its exports carry this pid.
     exported = eventually(lambda: exports.get(pid, 0) > 0, CHILD_TIMEOUT / 3, 0.001)
     seen = exports.get(pid, 0)
     exported_again = eventually(lambda: exports.get(pid, 0) > seen, CHILD_TIMEOUT / 3, 0.001)
     second = forkapps.measure(s.reader, allocate_mib=0, busy=0.0)
-    refreshes.append(s.live.cache.refreshes)
+    refreshes.append(s.refreshes())
     return {
         "first": first,
         "second": second,
@@ -396,30 +403,6 @@ def _bounded(call: Callable[[], object], seconds: float) -> bool:
 
 
 @contextmanager
-def held_by_another_thread(lock: Any, hold_max: float = 10.0) -> Iterator[Callable[[], bool]]:
-    """``lock`` is held by a helper thread inside the block, for ``hold_max`` at most.
-
-    Yields ``held()``: whether the helper still holds it. Bounded, so that a
-    child that waited for the lock would time out rather than deadlock the parent.
-    """
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with lock:
-            taken.set()
-            release.wait(hold_max)
-
-    holder = threading.Thread(target=hold, name="lock-holder", daemon=True)
-    holder.start()
-    try:
-        assert taken.wait(10), "the helper thread could not take the lock"
-        yield holder.is_alive
-    finally:
-        release.set()
-        holder.join(10)
-
-
-@contextmanager
 def _logged(logger_name: str) -> Iterator[list[str]]:
     records: list[str] = []
 
@@ -477,11 +460,11 @@ def test_c_fork_during_an_export_lets_the_child_flush(setup: Callable[[bool], Se
 
 
 def _locked_child(s: Setup) -> dict[str, Any]:
-    before = s.live.cache.refreshes
+    before = s.refreshes()
     collected = _bounded(s.reader.get_metrics_data, 2.0)
     return {
         "collected": collected,
-        "refreshes": s.live.cache.refreshes - before,
+        "refreshes": s.refreshes() - before,
         "rebound": s.live.cache.facts.pid == os.getpid(),
     }
 

@@ -162,22 +162,6 @@ def test_it_stops_and_its_thread_ends() -> None:
         time.sleep(PERIOD / 5)
 
 
-def _child_reads(probe: GilWait) -> dict[str, object]:
-    first = probe.read()
-    time.sleep(6 * PERIOD)
-    later = probe.read()
-    # Two wakes take 2.5 periods at most; a loaded host may run the new thread later.
-    deadline = time.monotonic() + 10
-    while later.samples < 2 and time.monotonic() < deadline:
-        time.sleep(PERIOD)
-        later = probe.read()
-    return {
-        "first": first.samples,
-        "later": later.samples,
-        "threads": sorted(t.name for t in threading.enumerate()),
-    }
-
-
 def just_sampled(probe: GilWait) -> None:
     """Until the probe has just taken a sample: it then naps, not waiting for the GIL.
 
@@ -193,31 +177,60 @@ def just_sampled(probe: GilWait) -> None:
         time.sleep(0.0005)  # asleep, the GIL is free: the probe takes it without waiting
 
 
+def _child_collects(reader: InMemoryMetricReader) -> dict[str, object]:
+    """In a forked child: the samples of its first collection, and of one a few wakes later."""
+    name = "process_metrics.cpython.gil.wait.samples"
+    first = value(collect(reader)[name])
+    later = first
+    deadline = time.monotonic() + 10  # two wakes take 2.5 periods; a loaded host may be late
+    while later < first + 2 and time.monotonic() < deadline:
+        time.sleep(PERIOD)
+        later = value(collect(reader)[name])
+    return {
+        "first": first,
+        "later": later,
+        "threads": sorted(t.name for t in threading.enumerate()),
+    }
+
+
 @needs_gil
 @pytest.mark.parametrize("fork", ["os.fork", "c_fork"])
 def test_a_forked_child_starts_its_own_probe_even_with_the_lock_held_at_the_fork(
-    probe: GilWait, fork: str
+    fork: str,
 ) -> None:
-    time.sleep(3 * PERIOD)
-    just_sampled(probe)
-    held = probe._guard  # the lock a read takes: held by the parent at the fork
-    held.acquire()
+    """The source's after-fork hook is the probe's one fork mechanism (with or without
+    Python's at-fork hooks): without it the child's thread is gone and its lock held."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    made = ProcessMetrics(ProcessMetricsOptions(gil_wait=True), meter_provider=provider)
     try:
-        pid = os.fork() if fork == "os.fork" else c_fork()
-        if pid == 0:  # the child: never back into pytest
-            code = 1
-            try:
-                signal.alarm(20)  # a hang ends the child (SIGALRM's default), not the run
-                out = _child_reads(probe)
-                code = 0 if out["first"] == 0 and out["later"] >= 2 else 3
-                code = code if THREAD_NAME in out["threads"] else 4  # type: ignore[operator]
-            finally:
-                os._exit(code)
+        collect(reader)
+        assert made._live is not None
+        probe: GilWait = made._live.cache._ctx.state["cpython_gil_wait"]
+        time.sleep(3 * PERIOD)
+        just_sampled(probe)
+        held = probe._guard  # the lock a read takes: held by the parent at the fork
+        held.acquire()
+        try:
+            pid = os.fork() if fork == "os.fork" else c_fork()
+            if pid == 0:  # the child: never back into pytest
+                code = 1
+                try:
+                    signal.alarm(20)  # a hang ends the child (SIGALRM's default), not the run
+                    out = _child_collects(reader)
+                    # Its own totals, from 0 (the parent's were many), and its own thread.
+                    code = 0 if out["first"] <= 1 and out["later"] >= 2 else 3
+                    code = code if THREAD_NAME in out["threads"] else 4  # type: ignore[operator]
+                finally:
+                    os._exit(code)
+        finally:
+            held.release()
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert probe.read().samples > 0  # the parent's goes on
     finally:
-        held.release()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
-    assert probe.read().samples > 0  # the parent's goes on
+        made.close()
+        provider.shutdown()
 
 
 @needs_gil

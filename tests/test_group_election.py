@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
 from .conftest import log_lines
 from .support.forkapps import c_fork
+from .support.forked import c_fork_beside_threads, held_by_another_thread, in_child
 from .support.groupkids import Kid
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
@@ -105,6 +107,16 @@ def test_a_child_without_hooks_frees_the_inherited_lock_for_a_takeover(
         assert other.ask("leader") is True
     finally:
         os.kill(grandchild, 9)
+
+
+@c_fork_beside_threads
+def test_a_child_forked_from_c_while_a_thread_of_the_parent_is_in_the_election_takes_part(
+    rundir: Path,
+) -> None:
+    # A thread of the parent in the middle of an election at the fork.
+    with held_by_another_thread(election._mutex.get()):
+        got = in_child(lambda: {"leader": Election(group_of(SERVICE)).leader()}, fork=c_fork)
+    assert got == {"leader": True}
 
 
 def test_another_user_can_neither_take_nor_suppress_the_role(rundir: Path, kids: list[Kid]) -> None:
@@ -206,7 +218,6 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
 
 def reporter(kids: list[Kid], mode: str = "once") -> Kid:
     def job() -> dict[str, Any]:
-        import sys
 
         sys.addaudithook(_audit)
         options = ProcessMetricsOptions(shared_metrics=mode)
@@ -245,3 +256,76 @@ def test_every_reports_in_each_process(rundir: Path, kids: list[Kid]) -> None:
     a, b = reporter(kids, "every"), reporter(kids, "every")
     assert a.result["shared"] == b.result["shared"] == sorted(SHARED)
     assert not (rundir / "groups").exists()  # no election, no file
+
+
+def _holder_pid() -> int | None:
+    """The pid of the group's reporter, as a process that does not report reads it."""
+    mine = Election(group_of(SERVICE))
+    try:
+        found = mine.holder()
+        return None if found is None else found.pid
+    finally:
+        mine.close()
+
+
+def test_the_leader_writes_who_it_is_until_it_closes_or_dies(rundir: Path, kids: list[Kid]) -> None:
+    """A process that does not report finds which one does; a gone one is never named."""
+    assert _holder_pid() is None  # nobody has led yet
+    a, b = voter(kids), voter(kids)
+    assert (a.result, b.result) == (True, False)
+    assert _holder_pid() == a.pid
+    [found] = [h for h in election.reporters() if h.pid == a.pid]
+    assert found.group == SERVICE and found.user == os.geteuid()
+    a.kill()
+    assert _holder_pid() is None  # its record stays, but it is gone
+    assert b.ask("leader") is True and _holder_pid() == b.pid
+
+    def lead_then_close() -> int | None:
+        mine = Election(group_of(SERVICE))
+        assert mine.leader()
+        mine.close()
+        return _holder_pid()
+
+    b.kill()
+    closing = Kid(lead_then_close)
+    kids.append(closing)
+    assert closing.result is None  # it closed: it reports no more
+
+
+def test_free_group_files_are_pruned_and_a_held_one_is_kept(rundir: Path, kids: list[Kid]) -> None:
+    held = voter(kids)
+    assert held.result is True
+    folder = rundir / "groups"
+    for n in range(election.KEPT_FILES + 10):
+        (folder / f"old{n:03}.lock").touch(mode=0o600)
+    before = set(os.listdir(folder))
+    mine = Election(group_of("service.name=another"))
+    try:
+        after = set(os.listdir(folder))
+        removed = before - after
+        assert 0 < len(removed) <= election.MAX_PRUNED
+        assert all(name.startswith("old") for name in removed)
+        assert f"{group_of(SERVICE).key}.lock" in after  # held: kept
+        assert held.ask("leader") is True
+    finally:
+        mine.close()
+
+
+def test_a_file_pruned_before_its_lock_is_taken_elects_from_the_new_one(
+    rundir: Path, kids: list[Kid]
+) -> None:
+    """A file removed (as prune() removes one naming no live process) elects no one: the new
+    file at the path does, once; a process named only in the removed one steps down."""
+    mine = Election(group_of(SERVICE))
+    try:
+        path = rundir / "groups" / f"{group_of(SERVICE).key}.lock"
+        assert mine.leader() is True
+        path.unlink()  # mine is named only in the file removed
+        other = voter(kids)  # opens, and locks, a new file at the path
+        assert other.result is True
+        assert mine.leader() is False  # its file's lock is free, but that file is gone
+        other.kill()
+        assert mine.leader() is True
+        assert voter(kids).result is False  # its lock is on the file at the path
+    finally:
+        mine.close()

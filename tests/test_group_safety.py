@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from opentelemetry.instrumentation.process.group import election, rundir, slots
+from opentelemetry.instrumentation.process.group import election, rundir
 from opentelemetry.instrumentation.process.group.election import Election
 from opentelemetry.instrumentation.process.group.keys import group_of
 from opentelemetry.instrumentation.process.shared_sources import SharedGate
@@ -20,6 +20,7 @@ from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .conftest import log_lines
 from .support.groupkids import Kid, claimed_slot
+from .support.internals import release_slot
 from .support.planted import planted_symlink
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"
@@ -30,10 +31,10 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 @pytest.fixture(autouse=True)
 def _fresh(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
     rundir.faults._faults.clear()
-    slots.release()
+    release_slot()
     caplog.set_level(logging.WARNING)
     yield
-    slots.release()
+    release_slot()
 
 
 def in_kid() -> dict[str, object]:
@@ -51,6 +52,11 @@ def in_kid() -> dict[str, object]:
     return out
 
 
+def forget_the_elections() -> None:
+    """This process's election state as a new process has it (it holds no descriptor)."""
+    election._states.clear()
+
+
 def falls_back(caplog: pytest.LogCaptureFixture) -> None:
     kid = Kid(in_kid)
     try:
@@ -63,7 +69,7 @@ def falls_back(caplog: pytest.LogCaptureFixture) -> None:
     finally:
         kid.kill()
     # And here: warned once however often it is asked.
-    election._forget_in_child()  # this process's state, as a new process has it
+    forget_the_elections()
     for _ in range(3):
         assert Election(group_of(SERVICE)).leader() and claimed_slot() is None
     lines = [r for r in caplog.records if "cannot be used safely" in r.getMessage()]
@@ -93,7 +99,7 @@ def test_a_symlink_planted_as_the_lock_file(
     from opentelemetry.instrumentation.process.group.keys import parent_key
 
     monkeypatch.setenv(VAR, str(run))
-    election._forget_in_child()
+    forget_the_elections()
     assert Election(group_of(SERVICE)).leader()
     (run / "slots" / parent_key(os.getppid())).symlink_to(tmp_path)
     assert claimed_slot() is None
@@ -184,21 +190,11 @@ def fill(path: Path) -> None:
         os.close(fd)
 
 
-def test_a_read_only_file_system(
-    tmpfs: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    run = tmpfs / "run"
-    run.mkdir(mode=0o700)  # the directory exists and is safe, but nothing can be created
+def read_only(tmpfs: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(tmpfs)], check=True)
-    monkeypatch.setenv(VAR, str(run))
-    falls_back(caplog)
 
 
-def test_a_full_file_system(
-    tmpfs: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    run = tmpfs / "run"
-    run.mkdir(mode=0o700)
+def full(tmpfs: Path) -> None:
     fill(tmpfs / "filler")
     # Use up the inodes too: no file or folder can be created any more.
     n = 0
@@ -208,6 +204,18 @@ def test_a_full_file_system(
             n += 1
     except OSError:
         pass
+
+
+@pytest.mark.parametrize("spoil", [read_only, full], ids=["read-only", "full"])
+def test_a_file_system_where_nothing_can_be_created(
+    spoil: Callable[[Path], None],
+    tmpfs: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    run = tmpfs / "run"
+    run.mkdir(mode=0o700)  # the directory exists and is safe, but nothing can be created
+    spoil(tmpfs)
     monkeypatch.setenv(VAR, str(run))
     falls_back(caplog)
 

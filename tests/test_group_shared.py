@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +28,7 @@ from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.sources import SOURCES
 
 from .conftest import LogLines, collect
+from .support.examples import Lines, clean_env
 from .support.groupkids import Kid
 
 VAR = "OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS"
@@ -208,7 +213,12 @@ def test_the_environment_names_the_service_when_the_provider_is_not_set_yet(
     assert service.identity(NoOpMeterProvider()) == "service.namespace=a b service.name=from-env"
     monkeypatch.delenv("OTEL_SERVICE_NAME")
     monkeypatch.delenv("OTEL_RESOURCE_ATTRIBUTES")
-    assert service.identity(NoOpMeterProvider()) == "service.name=unknown_service"
+    unnamed = f"service.name=unknown_service program={keys.program()}"
+    assert service.identity(NoOpMeterProvider()) == unnamed
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "unknown_service:python")  # the SDK's default
+    assert service.identity(NoOpMeterProvider()) == unnamed.replace(
+        "unknown_service", "unknown_service:python"
+    )
 
 
 def test_a_process_that_never_collected_does_not_hold_the_role(
@@ -225,12 +235,10 @@ def test_a_process_that_never_collected_does_not_hold_the_role(
 def test_a_group_that_cannot_be_worked_out_reports_as_every_with_one_warning(
     rundir: Path, monkeypatch: pytest.MonkeyPatch, logged: LogLines
 ) -> None:
-    from opentelemetry.instrumentation.process import shared_sources
-
     def unreadable(_service: str) -> Any:
         raise LookupError("unknown encoding: utf-8")  # the standard library after setuid
 
-    monkeypatch.setattr(shared_sources, "group_of", unreadable)
+    monkeypatch.setattr(keys, "group_of", unreadable)
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
     made = [ProcessMetrics(meter_provider=provider) for _ in range(2)]
@@ -307,3 +315,252 @@ def test_a_forked_child_of_the_reporter_does_not_report_them_too(
     forked = reporter.ask(how)
     assert "process.memory.usage" in forked and not SHARED & set(forked)
     assert "system.memory.usage" in reporter.ask("collect")  # the parent keeps the role
+
+
+# --- programs that never named themselves ---------------------------------------------
+
+UNNAMED_APP = """
+import json, logging, os, sys
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.instrumentation.process import ProcessInstrumentor
+
+print(os.getpid(), flush=True)
+logging.basicConfig(level=os.environ["APP_LOG_LEVEL"], format="%(levelname)s %(message)s")
+reader = InMemoryMetricReader()
+ProcessInstrumentor().instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+for _ in sys.stdin:  # a collection for each line
+    data = reader.get_metrics_data()
+    print(json.dumps(sorted(
+        m.name for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+    )), flush=True)
+"""
+
+
+TERMINAL = "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))"
+"""A parent of its own for a program, as a shell in a terminal is."""
+
+
+class App:
+    """A real program that sets no service.name, as the README's quick start; it collects
+    when asked, and logs at ``level`` on its stderr. Started from a terminal of its own
+    (its parent), or, with ``terminal=False``, by the test, as a server starts its workers."""
+
+    def __init__(
+        self, script: Path, rundir: Path, terminal: bool = True, level: str = "INFO"
+    ) -> None:
+        env = clean_env(OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR=str(rundir), APP_LOG_LEVEL=level)
+        launcher = [sys.executable, "-c", TERMINAL] if terminal else []
+        self.proc = subprocess.Popen(
+            [*launcher, sys.executable, str(script)],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self._lines = Lines(self.proc.stdout)
+        first = self._lines.next(time.monotonic() + 60)
+        assert first is not None, "the program did not start"
+        self.pid = int(first)
+        """The program's pid (its terminal's is ``proc.pid``)."""
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
+        self.proc.wait(10)
+
+    def collect(self) -> set[str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("\n")
+        self.proc.stdin.flush()
+        line = self._lines.next(time.monotonic() + 60)
+        assert line is not None, f"pid {self.pid} printed no collection"
+        return set(json.loads(line))
+
+    def stop(self) -> str:
+        """Ends it (its stdin closed); what it logged."""
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        assert self.proc.stderr is not None
+        return self.proc.stderr.read()
+
+
+@pytest.fixture
+def apps() -> Iterator[list[App]]:
+    started: list[App] = []
+    yield started
+    for app in started:
+        app.stop()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_unnamed_programs_each_report_the_host_and_one_that_does_not_says_why(
+    rundir: Path, tmp_path: Path, apps: list[App]
+) -> None:
+    """Two unrelated programs that set no service.name (two terminals, a test run beside an
+    app) each report the shared metrics; a second run of the same program does not, and
+    says at INFO, once, which process does, for which group, and how to change it."""
+    scripts = {name: tmp_path / f"{name}.py" for name in ("app_one", "app_two")}
+    for script in scripts.values():
+        script.write_text(UNNAMED_APP)
+    one = App(scripts["app_one"], rundir)
+    apps.append(one)
+    assert "system.memory.usage" in one.collect()
+    two = App(scripts["app_two"], rundir)
+    apps.append(two)
+    assert "system.memory.usage" in two.collect(), "the other program took its host metrics"
+    assert "system.memory.usage" in one.collect()
+    again = App(scripts["app_one"], rundir)  # the same program, run again: one group
+    apps.append(again)
+    for _ in range(3):
+        got = again.collect()
+        assert "process.cpu.time" in got and not SHARED & got
+    said = [line for line in again.stop().splitlines() if "shared metrics" in line]
+    assert len(said) == 1 and said[0].startswith("INFO "), said
+    line = said[0]
+    assert f"this process (pid {again.pid}) does not report" in line, line
+    assert f"process {one.pid} " in line and str(scripts["app_one"]) in line, line
+    assert "OTEL_SERVICE_NAME" in line and "shared_metrics='every'" in line, line
+    for app in (one, two):
+        assert not [x for x in app.stop().splitlines() if "does not report" in x]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_one_that_finds_the_role_taken_at_a_collection_says_so_then_and_when_it_takes_over(
+    rundir: Path, tmp_path: Path, apps: list[App]
+) -> None:
+    """Nobody reports yet at either's instrument(): the one that finds the role taken at its
+    first collection says so then, once; it says it again when it takes the role over."""
+    script = tmp_path / "app_one.py"
+    script.write_text(UNNAMED_APP)
+    first, second = App(script, rundir), App(script, rundir)
+    apps += [first, second]
+    assert "system.memory.usage" in first.collect()
+    for _ in range(2):
+        assert not SHARED & second.collect()
+    first.kill()
+    assert "system.memory.usage" in second.collect()
+    lines = [x for x in second.stop().splitlines() if "shared metrics" in x]
+    assert len(lines) == 2 and all(x.startswith("INFO ") for x in lines), lines
+    assert "does not report" in lines[0] and f"process {first.pid} " in lines[0], lines
+    assert f"this process (pid {second.pid}) now reports the shared metrics" in lines[1], lines
+    assert str(script) in lines[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_worker_whose_sibling_reports_says_so_at_debug_only(
+    rundir: Path, tmp_path: Path, apps: list[App]
+) -> None:
+    """Workers of one server (one parent) leave the role to one of them by design: not a
+    surprise to tell at INFO."""
+    script = tmp_path / "worker.py"
+    script.write_text(UNNAMED_APP)
+    workers = [App(script, rundir, terminal=False, level="DEBUG") for _ in range(2)]
+    apps += workers
+    assert "system.memory.usage" in workers[0].collect()
+    assert not SHARED & workers[1].collect()
+    [line] = [x for x in workers[1].stop().splitlines() if "does not report" in x]
+    assert line.startswith("DEBUG ") and f"process {workers[0].pid} " in line, line
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_the_snapshot_command_shows_which_process_reports_each_group(
+    rundir: Path, tmp_path: Path, apps: list[App]
+) -> None:
+    script = tmp_path / "app_one.py"
+    script.write_text(UNNAMED_APP)
+    one = App(script, rundir)
+    apps.append(one)
+    assert "system.memory.usage" in one.collect()
+    done = subprocess.run(
+        [sys.executable, "-m", "opentelemetry.instrumentation.process", "--json"],
+        env=clean_env(OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR=str(rundir)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    shared = json.loads(done.stdout)["found"]["shared"]
+    assert shared["this"] == "every"
+    [reporter] = [r for r in shared["reporters"] if r["pid"] == one.pid]
+    assert set(reporter) == {"pid", "name", "group", "user", "cgroup"}  # getting-started
+    assert str(script) in reporter["group"] and reporter["user"] == os.geteuid(), reporter
+    text = subprocess.run(
+        [sys.executable, "-m", "opentelemetry.instrumentation.process"],
+        env=clean_env(OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR=str(rundir)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    found = text[text.index("Found here:") :]
+    assert f"pid {one.pid} " in found and str(script) in found, found
+
+
+PROGRAMS = """
+import json, multiprocessing
+from opentelemetry.instrumentation.process.group import keys
+
+def program(_: int) -> str:
+    return keys.program()
+
+if __name__ == "__main__":
+    found = {"parent": keys.program()}
+    for method in ("fork", "spawn", "forkserver"):
+        with multiprocessing.get_context(method).Pool(2) as pool:
+            found[method] = sorted(set(pool.map(program, range(4))))
+    print(json.dumps(found))
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_program_is_its_command_line_which_its_workers_share(tmp_path: Path) -> None:
+    """keys.program: the workers of a pool, forked or spawned, have the parent's; another
+    script, other arguments or other ``-c`` code make another; a relative path is made whole."""
+    script = tmp_path / "pool_app.py"
+    script.write_text(PROGRAMS)
+
+    def run(*args: str, cwd: Path = tmp_path) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, *args],
+            cwd=cwd,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        found: dict[str, Any] = json.loads(done.stdout)
+        return found
+
+    first = run("pool_app.py", "--port", "1")
+    parent = first["parent"]
+    assert parent.startswith(f"{script}#"), parent
+    for method in ("fork", "spawn", "forkserver"):
+        assert first[method] == [parent], (method, first)
+    assert run(str(script), "--port", "1", cwd=Path("/"))["parent"] == parent  # from elsewhere
+    assert run(str(script), "--port", "2")["parent"] != parent
+    code = (
+        "import json; from opentelemetry.instrumentation.process.group import keys; "
+        "print(json.dumps({'parent': keys.program()}))"
+    )
+    one, other = run("-c", code)["parent"], run("-c", code + " ")["parent"]
+    assert one.startswith("-c#") and other.startswith("-c#") and one != other
+
+
+def test_a_spawned_worker_not_set_up_yet_is_told_by_its_parent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Instrumented at its start (opentelemetry-instrument), before multiprocessing gives it
+    its parent's command line: its parent tells it apart."""
+    monkeypatch.setattr(sys, "argv", ["-c", "--multiprocessing-fork"])
+    found = keys.program()
+    assert found.startswith(f"(spawned by pid {os.getppid()})#"), found
+    assert found == keys.program()

@@ -13,16 +13,19 @@ import pytest
 from opentelemetry.instrumentation.process.group import keys, slots
 from opentelemetry.instrumentation.process.group.rundir import runtime_dir
 
+from .support.forkapps import c_fork
+from .support.forked import c_fork_beside_threads, held_by_another_thread, in_child
 from .support.groupkids import Kid, claimed_slot
+from .support.internals import release_slot
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 
 @pytest.fixture(autouse=True)
 def _no_slot_here() -> Iterator[None]:
-    slots.release()
+    release_slot()
     yield
-    slots.release()
+    release_slot()
 
 
 def worker(kids: list[Kid], **kw: object) -> Kid:
@@ -94,6 +97,13 @@ def test_a_child_forked_without_hooks_does_not_keep_its_parents_slot(kids: list[
         assert worker(kids).result == 0
     finally:
         os.kill(found["grandchild_pid"], 9)
+
+
+@c_fork_beside_threads
+def test_a_child_forked_from_c_while_a_thread_of_the_parent_claims_takes_a_slot() -> None:
+    with held_by_another_thread(slots._lock.get()):  # a claim in flight in the parent
+        got = in_child(lambda: {"slot": claimed_slot()}, fork=c_fork)
+    assert got == {"slot": 0}
 
 
 def test_the_slot_file_holds_the_pid_and_the_kernel_frees_it(kids: list[Kid]) -> None:

@@ -113,14 +113,18 @@ def reported():
 # One thread, so a process-directed signal can only wait, blocked, in this one.
 assert threading.active_count() == 1
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH})
-steps = [(procfs.status_counts(), reported())]
+def counts():
+    found = procfs.status()
+    return [found.pending, found.threads]
+
+steps = [(counts(), reported())]
 os.kill(os.getpid(), signal.SIGUSR1)  # to the process: ShdPnd, bit 9
-steps.append((procfs.status_counts(), reported()))
+steps.append((counts(), reported()))
 signal.pthread_kill(threading.get_ident(), signal.SIGUSR2)  # to the thread: SigPnd, bit 11
-steps.append((procfs.status_counts(), reported()))
+steps.append((counts(), reported()))
 signal.pthread_kill(threading.get_ident(), signal.SIGWINCH)  # SigPnd, bit 27
 os.kill(os.getpid(), signal.SIGWINCH)  # the same signal in ShdPnd too: still one
-steps.append((procfs.status_counts(), reported()))
+steps.append((counts(), reported()))
 print(json.dumps({"steps": steps, "sigpending": sorted(signal.sigpending())}))
 """
 
@@ -159,12 +163,13 @@ def test_a_status_without_its_lines_is_unknown(monkeypatch: pytest.MonkeyPatch) 
         return lambda *_a, **_k: io.BytesIO(text)
 
     monkeypatch.setattr(procfs, "open", status(real), raising=False)
-    assert procfs.status_counts() == (3, 4)  # bits 8, 9 and 11: the union, once each
+    found = procfs.status()
+    assert (found.pending, found.threads) == (3, 4)  # bits 8, 9 and 11: the union, once each
     for missing in (b"SigPnd:", b"ShdPnd:", b"Threads:"):
         lines = [line for line in real.splitlines(keepends=True) if not line.startswith(missing)]
         monkeypatch.setattr(procfs, "open", status(b"".join(lines)), raising=False)
         with pytest.raises(LookupError) as raised:
-            procfs.status_counts()
+            procfs.status()
         assert str(raised.value) == "SigPnd, ShdPnd or Threads not in /proc/self/status"
 
 

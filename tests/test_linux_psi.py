@@ -25,6 +25,16 @@ def pressure(some: int, full: int | None) -> str:
     return text + (f"full {LINE} total={full}\n" if full is not None else "")
 
 
+def stalled(**seconds: tuple[float, float | None]) -> dict[object, float]:
+    """The values a read gives: each resource's ``(some, full)`` seconds (``full`` may be None)."""
+    out: dict[object, float] = {}
+    for resource, (some, full) in seconds.items():
+        out[field(resource, "some")] = some
+        if full is not None:
+            out[field(resource, "full")] = full
+    return out
+
+
 def test_host_pressure_matches_proc_pressure() -> None:
     if not (PROC_PRESSURE / "cpu").is_file():
         pytest.skip("this kernel has no /proc/pressure (CONFIG_PSI off, or psi=0)")
@@ -69,14 +79,8 @@ def test_cgroup_pressure_on_v2(tmp_path: Path) -> None:
     assert found.scope == "cgroup"
     values, failures = read_all(found.files)
     assert failures == []
-    assert values == {
-        field("cpu", "some"): 4.567890,
-        field("cpu", "full"): 1.234567,  # defined for a cgroup (Linux 5.13+)
-        field("memory", "some"): 0.000222,
-        field("memory", "full"): 0.000111,
-        field("io", "some"): 0.0,
-        field("io", "full"): 0.0,
-    }
+    # The cpu full line is defined for a cgroup (Linux 5.13+).
+    assert values == stalled(cpu=(4.567890, 1.234567), memory=(0.000222, 0.000111), io=(0, 0))
 
 
 def test_cpu_without_a_full_line_and_a_missing_resource(tmp_path: Path) -> None:
@@ -91,11 +95,7 @@ def test_cpu_without_a_full_line_and_a_missing_resource(tmp_path: Path) -> None:
     found = discover_pressure(discover(sys_fs, proc), tmp_path / "proc-pressure")
     values, failures = read_all(found.files)
     assert failures == []
-    assert values == {
-        field("cpu", "some"): 5.0,
-        field("memory", "some"): 1.0,
-        field("memory", "full"): 0.5,
-    }
+    assert values == stalled(cpu=(5.0, None), memory=(1.0, 0.5))
 
 
 def test_the_root_cgroup_reads_the_host_files(tmp_path: Path) -> None:
@@ -109,11 +109,7 @@ def test_the_root_cgroup_reads_the_host_files(tmp_path: Path) -> None:
     assert found.scope == "host"
     assert [f.path for f in found.files] == [str(proc_pressure / r) for r in ("cpu", "memory")]
     values, _ = read_all(found.files)
-    assert values == {
-        field("cpu", "some"): 3.0,
-        field("memory", "some"): 2.0,
-        field("memory", "full"): 1.0,
-    }
+    assert values == stalled(cpu=(3.0, None), memory=(2.0, 1.0))
 
 
 def test_unreadable_cgroup_pressure_falls_back_to_the_host(tmp_path: Path) -> None:

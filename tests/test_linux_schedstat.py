@@ -24,7 +24,7 @@ from opentelemetry.instrumentation.process.linux import schedstat
 from .conftest import OpenRecorder
 from .support import runqueue
 from .support.runqueue import Workers, hog
-from .support.threadjobs import wait_gone
+from .support.threadjobs import wait_gone, waiting_thread
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -50,21 +50,24 @@ def test_the_wait_beside_a_cpu_bound_process_is_the_oss_own(threads: int) -> Non
     seconds = 2.0
     got = runqueue.window(str(threads), seconds)
     runnable = max(1, threads)
-    assert got["waited"] == pytest.approx(got["by_os"], rel=0.10)
-    # What the runnable threads did not get of their CPU, they waited for it.
-    assert got["waited"] == pytest.approx(got["wall"] * runnable - got["cpu"], rel=0.10)
+    # The OS's own sum, read on either side of each collection (nanoseconds, as seconds).
+    assert got["lo"] - 1e-6 <= got["waited"] <= got["hi"] + 1e-6, got
+    # What the runnable threads did not get of their CPU during the stall, they waited for.
+    assert got["by_os"] == pytest.approx(got["wall"] * runnable - got["cpu"], rel=0.10)
     assert got["waited"] > 0.3 * seconds * runnable  # a neighbour on the one CPU takes a share
 
 
 def test_a_quiet_process_waits_for_a_cpu_only_at_its_wake_ups() -> None:
     got = runqueue.window("quiet", 1.0)
-    # What it reports is the OS's own (a busy machine delays even the wake-ups) ...
-    assert got["waited"] == pytest.approx(got["by_os"], rel=0.10, abs=0.002)
+    # What it reports is the OS's own, read on either side of each collection (a busy
+    # machine delays even the wake-ups, and the collections themselves) ...
+    assert got["lo"] - 1e-6 <= got["waited"] <= got["hi"] + 1e-6, got
     if not got["niced"]:
         pytest.skip("needs root to raise a process's priority (nice -20)")
     # ... and, served first at each wake-up, a process that sleeps waits little: its
-    # sleep is not counted (0.2 % here when quiet; 4.4 % once in a CI run beside others).
-    assert 0 <= got["waited"] < 0.1 * got["wall"]
+    # sleep is not counted, which would be all of it (0.2 % here when quiet; 4.4 % once
+    # in a CI run beside others).
+    assert 0 <= got["waited"] < 0.5 * got["wall"], got
 
 
 def test_an_exited_threads_wait_stays_counted_and_the_counter_never_goes_down(
@@ -110,21 +113,13 @@ def _parked(thread: threading.Thread, timeout: float = 10.0) -> None:
 
 def test_an_idle_thread_is_not_read_again_and_a_new_one_counts_whole(opens: OpenRecorder) -> None:
     counter = schedstat.RunQueueWait()
-    done = threading.Event()
-    sleeper = threading.Thread(target=done.wait)
-    sleeper.start()
-    try:
-        tid = sleeper.native_id
-        assert tid is not None
+    with waiting_thread() as (sleeper, tid):
         _parked(sleeper)  # its run_delay moves no more
         first = counter.update([tid])
         assert first == schedstat.read(f"/proc/self/task/{tid}/schedstat")[1]
         with opens.recording() as opened:
             again = counter.update([tid])  # asleep since: its CPU clock did not move
         assert again == first and opened == []
-    finally:
-        done.set()
-        sleeper.join()
 
 
 def test_the_reading_is_three_numbers_and_a_gone_thread_is_said() -> None:

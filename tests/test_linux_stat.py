@@ -6,12 +6,13 @@ import os
 import resource
 import subprocess
 import sys
-import threading
 
 import psutil
 import pytest
 
 from opentelemetry.instrumentation.process.linux import stat
+
+from .support.threadjobs import waiting_thread
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -39,19 +40,11 @@ def test_this_process_as_psutil_reads_it() -> None:
 
 
 def test_a_thread_and_a_child_have_their_own_file() -> None:
-    done = threading.Event()
-    thread = threading.Thread(target=done.wait)
-    thread.start()
-    try:
-        tid = thread.native_id
-        assert tid is not None
+    with waiting_thread() as (_, tid):
         task = stat.read(f"/proc/self/task/{tid}/stat")
         # Waiting on the event, it sleeps, unless a loaded machine has it runnable just now.
         assert task.state in "SR" and task.ppid == os.getppid()
         assert task.starttime >= stat.of_process(os.getpid()).starttime
-    finally:
-        done.set()
-        thread.join()
     child = subprocess.Popen(["sleep", "30"])
     try:
         found = stat.of_process(child.pid)

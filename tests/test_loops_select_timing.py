@@ -1,14 +1,14 @@
 """Utilisation (probes/loops/select_timing.py): time outside ``select`` over running time.
 
 Real selector loops; each figure is checked against the test's own clock
-around a block, and the loop's own selector.
+around a block, and the loop's own selector. The same hook on ``select``
+reads the delays and the utilisation: either part alone puts it there.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import selectors
 import threading
 import time
 from typing import Any
@@ -23,18 +23,23 @@ from opentelemetry.instrumentation.process.probes.loops.monitor import (
 
 from .support.loopapps import (
     LoopLag,
+    hooked,
+    idle_loop,
     in_thread,
-    live_timers,
     monitor_and_loop,
-    monitor_fixture,
+    package_handles,
+    probe_of,
     read_lag,
-    selector_timed,
 )
 
 INTERVAL = 0.01
-NO_TICK = 10.0  # an interval no test lasts: only the loop's own work runs
+NO_TICK = 10.0  # an interval no test lasts: no tick falls due
 
-monitor = monitor_fixture(INTERVAL)
+
+def timed(monitor: LoopMonitor, loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``monitor`` measures the utilisation of ``loop`` (its probe's ``Busy``)."""
+    probe = probe_of(monitor, loop)
+    return probe is not None and probe.busy.timed
 
 
 def _run_windows(monitor: LoopMonitor, loop: asyncio.AbstractEventLoop) -> list[Any]:
@@ -73,24 +78,24 @@ def test_each_window_has_the_utilisation_of_its_own_run() -> None:
     assert idle1 < 0.5 and idle2 < 0.5
 
 
-def test_utilisation_alone_times_select_and_sets_no_timer() -> None:
-    """Only the utilisation measured: select is timed, and the loop gets no tick."""
+def test_utilisation_alone_hooks_select_and_reads_no_delay() -> None:
+    """Only the utilisation measured: the hook on select, nothing in the loop, no delay."""
     monitor = LoopMonitor(interval=INTERVAL, delays=False)
     monitor.start()
     loop = asyncio.new_event_loop()
 
-    async def app() -> tuple[bool, int]:
+    async def app() -> tuple[bool, list[Any]]:
         await asyncio.sleep(0.05)
-        return selector_timed(loop), live_timers(loop)
+        return hooked(loop) and timed(monitor, loop), package_handles(loop)
 
     try:
-        timed, timers = loop.run_until_complete(app())
+        on, handles = loop.run_until_complete(app())
         (idle, _), (busy, outer), _ = _run_windows(monitor, loop)
         got = read_lag(monitor)
     finally:
         loop.close()
         monitor.stop()
-    assert (timed, timers) == (True, 0)
+    assert (on, handles) == (True, [])
     assert idle is not None and idle < 0.5
     assert busy is not None and busy >= 0.4 / outer
     assert got["MainThread"].max is None  # no delay measured
@@ -147,132 +152,61 @@ def test_a_read_during_a_run_counts_that_run_from_its_start() -> None:
 def test_utilisation_measured_later_times_a_loop_probed_already() -> None:
     """The utilisation source may open after the delays source: the loops begun get it too.
 
-    One loop runs in this thread, one in another (its begin runs in its own thread).
+    One loop runs in this thread, one in another (begun from this one).
     """
     monitor = LoopMonitor(interval=INTERVAL, utilization=False)
-    running, release = threading.Event(), threading.Event()
     holder: dict[str, Any] = {}
 
-    async def other() -> None:
-        loop = asyncio.get_running_loop()
-        running.set()
-        while not release.is_set():
-            holder["timed"] = selector_timed(loop)
-            await asyncio.sleep(0.02)
-
-    async def here() -> tuple[bool, bool]:
+    async def here() -> tuple[bool, ...]:
         loop = asyncio.get_running_loop()
         monitor.start()
-        thread = in_thread("other", lambda: asyncio.run(other()))
-        holder["thread"] = thread
-        await loop.run_in_executor(None, running.wait, 10)
-        await asyncio.sleep(0.1)
-        before = (selector_timed(loop), holder["timed"])
-        read_lag(monitor)
-        monitor.measure(UTILIZATION)
-        assert selector_timed(loop)  # this thread's loop: at once
-        await asyncio.sleep(0.3)
-        holder["got"] = read_lag(monitor)
+        with idle_loop("other") as theirs:
+            await asyncio.sleep(0.1)
+            before = (timed(monitor, loop), timed(monitor, theirs), hooked(loop), hooked(theirs))
+            read_lag(monitor)
+            monitor.measure(UTILIZATION)
+            holder["at once"] = (timed(monitor, loop), timed(monitor, theirs))
+            await asyncio.sleep(0.3)
+            holder["got"] = read_lag(monitor)
         return before
 
     try:
         before = asyncio.run(here())
     finally:
-        release.set()
-        if "thread" in holder:
-            holder["thread"].join(10)
         monitor.stop()
-    assert before == (False, False)
-    assert holder["timed"] is True
+    assert before == (False, False, True, True)  # hooked for the delays
+    assert holder["at once"] == (True, True)
     for label in ("MainThread", "other"):
         busy = holder["got"][label].utilization
         assert busy is not None and 0.0 <= busy < 0.5, holder["got"]
 
 
 def test_utilisation_measured_later_leaves_a_select_wrapped_since_alone() -> None:
-    """Someone wrapped select after the probe began: not measured, rather than through theirs."""
-    monitor = LoopMonitor(interval=NO_TICK, utilization=False)
+    """Someone wrapped select (around the hook) after the probe began: theirs stays, and
+    the loop is left alone from then on, not measured through theirs."""
+    monitor = LoopMonitor(interval=INTERVAL, utilization=False)
 
-    async def app() -> Any:
+    async def app() -> list[Any]:
         loop = asyncio.get_running_loop()
         selector: Any = loop._selector  # type: ignore[attr-defined]
+        await asyncio.sleep(0.05)
         inner = selector.select
         selector.select = lambda timeout=None: inner(timeout)
         theirs = selector.select
         monitor.measure(UTILIZATION)
         await asyncio.sleep(0.1)
+        first = read_lag(monitor).get("MainThread")
+        await asyncio.sleep(0.1)
         assert vars(selector)["select"] is theirs
-        return read_lag(monitor)["MainThread"]
+        return [first, read_lag(monitor)]
 
     monitor.start()
     try:
-        lag = asyncio.run(app())
+        first, later = asyncio.run(app())
     finally:
         monitor.stop()
-    assert lag.utilization is None
-
-
-class _SlottedSelector:
-    """A selector whose instances have no ``__dict__``: its select cannot be wrapped."""
-
-    __slots__ = ("inner",)
-
-    def __init__(self) -> None:
-        self.inner = selectors.DefaultSelector()
-
-    def register(self, *args: Any) -> Any:
-        return self.inner.register(*args)
-
-    def unregister(self, fileobj: Any) -> Any:
-        return self.inner.unregister(fileobj)
-
-    def modify(self, *args: Any) -> Any:
-        return self.inner.modify(*args)
-
-    def select(self, timeout: float | None = None) -> Any:
-        return self.inner.select(timeout)
-
-    def get_key(self, fileobj: Any) -> Any:
-        return self.inner.get_key(fileobj)
-
-    def get_map(self) -> Any:
-        return self.inner.get_map()
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def test_a_loop_whose_select_cannot_be_timed_is_probed_without_utilisation(
-    monitor: LoopMonitor,
-) -> None:
-    loop = asyncio.SelectorEventLoop(selector=_SlottedSelector())  # type: ignore[arg-type]
-    try:
-        loop.run_until_complete(asyncio.sleep(0.1))
-    finally:
-        loop.close()
-    lag = read_lag(monitor)["MainThread"]
-    assert lag.max is not None
-    assert lag.utilization is None
-
-
-def test_a_select_wrapped_by_someone_else_first_is_left_alone(monitor: LoopMonitor) -> None:
-    loop = asyncio.new_event_loop()
-    selector: Any = loop._selector  # type: ignore[attr-defined]
-    original = selector.select
-
-    def theirs(timeout: float | None = None) -> Any:
-        return original(timeout)
-
-    selector.select = theirs
-    try:
-        loop.run_until_complete(asyncio.sleep(0.1))
-        during = vars(selector)["select"]
-    finally:
-        loop.close()
-    assert during is theirs
-    lag = read_lag(monitor)["MainThread"]
-    assert lag.max is not None
-    assert lag.utilization is None  # not measured rather than measured through theirs
+    assert later == {}
+    assert first is None or first.utilization is None, first
 
 
 @pytest.mark.parametrize("wraps", [False, True], ids=["plain", "functools.wraps"])
@@ -294,20 +228,20 @@ def test_stop_leaves_a_select_wrapped_by_someone_else_in_place(wraps: bool) -> N
         loop.run_until_complete(asyncio.sleep(0.01))  # still works through both
 
 
-def test_utilisation_off_leaves_select_alone() -> None:
+def test_utilisation_off_reads_delays_only() -> None:
     monitor = LoopMonitor(interval=INTERVAL, utilization=False)
     monitor.start()
     loop = asyncio.new_event_loop()
 
-    async def app() -> bool:
+    async def app() -> tuple[bool, bool]:
         await asyncio.sleep(0.05)
-        return selector_timed(loop)
+        return hooked(loop), timed(monitor, loop)
 
     try:
-        wrapped = loop.run_until_complete(app())
+        state = loop.run_until_complete(app())
         lag = read_lag(monitor)["MainThread"]
     finally:
         loop.close()
         monitor.stop()
-    assert wrapped is False
+    assert state == (True, False)
     assert lag.max is not None and lag.utilization is None

@@ -42,20 +42,59 @@ def test_percentiles_are_within_one_bucket_above_the_truth(lags: list[float]) ->
 
 @settings(max_examples=100, deadline=None)
 @given(
-    st.lists(st.floats(min_value=0, max_value=1.0, allow_nan=False), max_size=50),
-    st.integers(min_value=0, max_value=10_000),
+    st.lists(
+        st.tuples(st.floats(min_value=0, max_value=1.0, allow_nan=False), st.integers(1, 500)),
+        max_size=30,
+    )
 )
-def test_ticks_on_time_count_as_delays_of_zero(lags: list[float], on_time: int) -> None:
-    """What a parked probe adds for the ticks a loop slept through, in one step."""
+def test_many_equal_delays_read_as_each_added_alone(runs: list[tuple[float, int]]) -> None:
+    """What the probe adds for the ticks due in one wait, all as late as its wake, in one step."""
     counted, fed = Window(), Window()
+    for delay, count in runs:
+        counted.add_many(delay, count)
+        for _ in range(count):
+            fed.add(delay)
+    assert (counted.count, counted.zeros, counted.max) == (fed.count, fed.zeros, fed.max)
+    assert math.isclose(counted.total, fed.total, rel_tol=1e-9, abs_tol=1e-12)
+    assert counted.buckets == fed.buckets
+    assert counted.summary()._replace(mean=None) == fed.summary()._replace(mean=None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(0, 1000),
+    st.lists(st.floats(min_value=1e-9, max_value=1.0, allow_nan=False), max_size=100),
+    st.sampled_from([0.01, 0.5, 0.9, 0.99, 1.0]),
+)
+def test_a_quantile_among_the_zeros_reads_zero(zeros: int, lags: list[float], q: float) -> None:
+    """Issue 35: 0 where the delays were exactly 0, not the first bucket's bound (0.1 ms)."""
+    window = Window()
+    if zeros:
+        window.add_many(0.0, zeros)
     for lag in lags:
-        counted.add(lag)
-        fed.add(lag)
-    counted.add_on_time(on_time)
-    for _ in range(on_time):
-        fed.add(0.0)
-    assert (counted.count, counted.total, counted.max) == (fed.count, fed.total, fed.max)
-    assert counted.buckets == fed.buckets and counted.summary() == fed.summary()
+        window.add(lag)
+    if not window.count:
+        assert window.summary() == NO_DELAYS
+        return
+    ordered = sorted([0.0] * zeros + lags)
+    truth = ordered[math.ceil(q * len(ordered)) - 1]
+    got = window.percentile(q)
+    if truth == 0.0:
+        assert got == 0.0
+    else:
+        assert truth <= got <= max(truth * BUCKET_RATIO, truth + 1e-4)
+
+
+def test_a_window_of_zeros_reads_zero_throughout() -> None:
+    window = Window()
+    window.add_many(0.0, 50)
+    window.add(0.0)
+    assert window.summary() == Delays(max=0.0, mean=0.0, p50=0.0, p99=0.0)
+    assert (window.count, window.zeros, window.buckets[0]) == (51, 51, 51)
+    # One small delay among 52: the p99 is the 52nd, its bucket's bound capped by the maximum.
+    window.add(0.00003)
+    assert window.summary() == Delays(max=0.00003, mean=0.00003 / 52, p50=0.0, p99=0.00003)
+    assert window.percentile(1.0) == 0.00003
 
 
 def test_an_empty_window_is_unknown_not_zero() -> None:
@@ -64,8 +103,8 @@ def test_an_empty_window_is_unknown_not_zero() -> None:
 
 
 def test_merged_windows_read_as_one_window_fed_every_sample() -> None:
-    first = [0.0002, 0.0031, 0.0007, 0.25]
-    second = [0.0011, 0.0004, 0.09, 0.0002, 0.0005]
+    first = [0.0002, 0.0031, 0.0, 0.0007, 0.25]
+    second = [0.0011, 0.0, 0.0, 0.0004, 0.09, 0.0002, 0.0005]
     a, b, whole = Window(), Window(), Window()
     for lag in first:
         a.add(lag)
@@ -79,7 +118,7 @@ def test_merged_windows_read_as_one_window_fed_every_sample() -> None:
     assert a.count == len(every)
     assert got.max == max(every)
     assert got.mean is not None and math.isclose(got.mean, statistics.fmean(every))
-    assert a.buckets == whole.buckets
+    assert a.buckets == whole.buckets and a.zeros == whole.zeros
     assert got == whole.summary()
 
 
@@ -104,4 +143,4 @@ def test_every_statistic_of_a_window_feeds_a_metric() -> None:
     """What a window reports is what the metric table reads from the delays source."""
     fed = {m.field for m in METRICS if m.source == "asyncio_loops"}
     assert set(Delays._fields) == fed == {"max", "mean", "p50", "p99"}
-    assert sorted(Window.__slots__) == ["buckets", "count", "max", "total"]
+    assert sorted(Window.__slots__) == ["buckets", "count", "max", "total", "zeros"]

@@ -34,7 +34,7 @@ from opentelemetry.instrumentation.process.environment import ENV_VARS
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
 from opentelemetry.instrumentation.process.options import OPTION_NAMES
 
-from .conftest import on_by_default
+from .conftest import events_metrics, on_by_default
 from .support import cgroups
 from .support.examples import ROOT, Lines, clean_env
 
@@ -120,7 +120,7 @@ def reported(doc: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 def test_the_snapshot_has_every_default_metric_with_its_values(snapshot: dict[str, Any]) -> None:
     metrics = reported(snapshot)
     with_points = {name for name, points in metrics.items() if points}
-    assert with_points == on_by_default()
+    assert with_points - events_metrics() == on_by_default()
     for m in snapshot["metrics"]:
         row = METRICS_BY_NAME[m["name"]]
         assert (m["kind"], m["unit"]) == (row.kind.value, row.unit)
@@ -311,6 +311,93 @@ def test_a_bad_argument_is_argparses_error_and_status_2(args: list[str]) -> None
     assert "Traceback" not in done.stderr
 
 
+HUGE = "x" * 100_000
+"""A 100 KB value: README, "every error message ... at most a 200-character excerpt"."""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        [f"per_cpu={HUGE}"],  # a bad value
+        [f"{HUGE}=1"],  # a bad name
+        [HUGE],  # no "="
+        ["--every", "1" * 100_000],  # a bad number of seconds
+        [f"--{HUGE}"],  # an unknown flag: argparse's own message
+        [f"--{HUGE}", f"--{HUGE}"],  # two of them
+    ],
+    ids=["value", "name", "no-equals", "every", "flag", "two-flags"],
+)
+def test_a_huge_bad_argument_gets_a_bounded_error(args: list[str]) -> None:
+    done = run(*args)
+    assert done.returncode == 2, done.stderr[-500:]
+    [error] = [line for line in done.stderr.splitlines() if ": error: " in line]
+    # The fixed words of the message (the list of options, at most), and one excerpt.
+    assert len(error) <= 800, f"{len(error)} characters: {error[:300]}..."
+    assert len(done.stderr) <= 2000, f"{len(done.stderr)} characters of stderr"
+    shown = max(len(run) for run in re.findall(r"x+|1+", error))
+    assert 150 <= shown <= 200, error  # the excerpt shows the value, at most 200 characters
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="Linux only")
+@pytest.mark.parametrize("args", [[], ["--json"], ["--options"]], ids=["text", "json", "options"])
+def test_a_write_error_is_one_line_and_status_74_as_a_full_disk_gives(args: list[str]) -> None:
+    """``> /dev/full``: as ``cat`` does, one line on stderr and a failure status, no traceback."""
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [*COMMAND, *args],
+            env=clean_env(),
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == command.WRITE_ERROR == 74, done.stderr[-3000:]  # EX_IOERR
+    assert done.stderr == f"{command.PROG}: write error: No space left on device\n"
+    page = " ".join((ROOT / "docs" / "getting-started.md").read_text().split())
+    assert f"`write error: ...`, and exits with status {command.WRITE_ERROR}." in page
+
+
+def _snapshots(stdout: str) -> list[str]:
+    """The readable snapshots of ``--every``, each from its head line on."""
+    parts = re.split(r"(?m)^(?=Process metrics of this command )", stdout)
+    return [p for p in parts if p.strip()]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT, which Windows cannot send")
+def test_every_prints_what_was_found_once_with_the_first_snapshot() -> None:
+    proc = subprocess.Popen(
+        [*COMMAND, "--every", "0.3"],
+        env=clean_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        assert proc.stdout is not None
+        lines = Lines(proc.stdout)
+        deadline = time.monotonic() + 60
+        heads = 0
+        while heads < 4:  # the fourth head: the third snapshot is whole
+            line = lines.next(deadline)
+            assert line is not None, "".join(lines.seen)
+            heads += line.startswith("Process metrics of this command ")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    first, *later = _snapshots("".join(lines.seen))[:3]
+    assert len(later) == 2
+    assert "\nFound here:\n" in first and "\nOff, and why:\n" in first
+    for snap in later:
+        assert "Found here:" not in snap and "Off, and why:" not in snap, snap
+        assert "\nprocess.cpu.time " in snap  # the metrics themselves, each time
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="sends SIGINT, which Windows cannot send")
 def test_every_repeats_until_ctrl_c_which_ends_it_with_status_0() -> None:
     proc = subprocess.Popen(
@@ -431,6 +518,8 @@ def _paths(value: Any, path: str = "") -> Iterator[tuple[str, bool]]:
         for key, inner in value.items():
             yield from _paths(inner, f"{path}.{wildcard or key}" if path else key)
     elif isinstance(value, list) and not whole:
+        if not value:  # none here (found.shared.reporters): its items' keys cannot be seen
+            yield f"{path}[]", True
         for inner in value:
             yield from _paths(inner, f"{path}[]")
     else:

@@ -31,16 +31,23 @@ from .conftest import collect
 from .support.loading import load_file
 
 LOGGER = "opentelemetry.instrumentation.process"
-_WORDS = "or one of true, false, yes, no, on, off, 1, 0 (any case)"
+_WORDS = "or one of the strings 'true', 'false', 'yes', 'no', 'on', 'off', '1', '0' (any case)"
 
 BAD_CODE = [
     ({"cpu_frequency": "maybe"}, f"cpu_frequency: expected True or False, {_WORDS}, got 'maybe'"),
-    ({"per_thread": 1}, f"per_thread: expected True or False, {_WORDS}, got 1"),
-    ({"per_cpu": None}, f"per_cpu: expected True or False, {_WORDS}, got None"),
+    # What code may pass, not the variable's spellings: 1 is refused, so 1 is not listed.
+    ({"event_loop": 1}, "event_loop: expected True or False, got 1"),
+    ({"per_thread": 0}, "per_thread: expected True or False, got 0"),
+    ({"per_cpu": None}, "per_cpu: expected True or False, got None"),
     (
         {"saturation": "sometimes"},
-        "saturation: expected True, False or None (auto), or one of auto, true, false, yes, "
-        "no, on, off, 1, 0 (any case), got 'sometimes'",
+        "saturation: expected True, False or None (auto), or one of the strings 'auto', "
+        "'true', 'false', 'yes', 'no', 'on', 'off', '1', '0' (any case), got 'sometimes'",
+    ),
+    ({"saturation": 1}, "saturation: expected True, False or None (auto), got 1"),
+    (
+        {"shared_metrics": 1},
+        "shared_metrics: expected one of 'once', 'every' (any case), got 1",
     ),
     (
         {"include": ["process.cpu.tim"]},

@@ -55,20 +55,20 @@ def test_a_cached_python_makes_a_venv_that_runs_here(python: Path, tmp_path: Pat
     assert child == "unset"  # the interpreter's libraries reach no child process
 
 
+def _prints(python: Path, code: str) -> str:
+    """What ``python -c code`` prints, stripped; it must exit 0."""
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (python, done.stderr[-2000:])
+    return done.stdout.strip()
+
+
 @pytest.mark.skipif(not FOUND, reason=f"no interpreters in {CACHE}/bin (make pythons)")
 def test_ensurepip_takes_the_interpreters_own_pip() -> None:
     # Debian's ensurepip reads pip's wheel from WHEEL_PKG_DIR: the root's, not
     # the machine's /usr/share/python-wheels (an older pip for another Python).
     for python in FOUND:
-        done = subprocess.run(
-            [str(python), "-c", "import ensurepip; print(ensurepip.version())"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert done.returncode == 0, (python, done.stderr[-2000:])
-        major = int(done.stdout.strip().split(".")[0])
-        assert major >= 24, (python, done.stdout)
+        version = _prints(python, "import ensurepip; print(ensurepip.version())")
+        assert int(version.split(".")[0]) >= 24, (python, version)
 
 
 @pytest.mark.skipif(not FOUND, reason=f"no interpreters in {CACHE}/bin (make pythons)")
@@ -76,14 +76,7 @@ def test_the_versions_docs_pythons_names_are_the_cached_ones() -> None:
     """The table of docs/pythons.md names the exact releases `make pythons` installs."""
     page = (ROOT / "docs" / "pythons.md").read_text()
     for python in FOUND:
-        done = subprocess.run(
-            [str(python), "-c", "import platform; print(platform.python_version())"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
-        release = done.stdout.strip()
+        release = _prints(python, "import platform; print(platform.python_version())")
         free = python.name.endswith("t")
         named = f"({release}, free-threaded)" if free else f"{release}"
         assert named in page, f"docs/pythons.md does not name {python.name}'s {release}"

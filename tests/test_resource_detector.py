@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.resources import Resource
 
-from opentelemetry.instrumentation.process.group import keys, slots
+from opentelemetry.instrumentation.process.group import keys
 from opentelemetry.instrumentation.process.group.rundir import faults
 from opentelemetry.instrumentation.process.resource import (
     NAMESPACE,
@@ -22,6 +22,7 @@ from opentelemetry.instrumentation.process.resource import (
 )
 
 from .support.groupkids import Kid
+from .support.internals import release_slot
 from .support.planted import planted_symlink
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,10 +31,10 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 @pytest.fixture(autouse=True)
 def _fresh() -> Iterator[None]:
-    slots.release()
+    release_slot()
     faults._faults.clear()
     yield
-    slots.release()
+    release_slot()
 
 
 def detected() -> dict[str, object]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import glob
 import logging
 import os
@@ -15,16 +16,22 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.catalog import supported
-from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Metric
+from opentelemetry.instrumentation.process.metrics import EXTENSION_PREFIX, METRICS, Kind, Metric
 
-from .conftest import cgroup_limited_here, collect, on_by_default, points
+from .conftest import cgroup_limited_here, collect, events_metrics, on_by_default, points
+from .support.examples import ROOT
 from .support.semconv import (
     check_shape,
 )
 
 # Opt-in: off until something turns it on. The automatic saturation group is
 # checked on its own, with saturation=False and True.
-OPT_IN = [m for m in METRICS if not m.default and supported(m) and m.option != "saturation"]
+# The histograms of events report once an event happened: tests/test_stalls.py makes them.
+OPT_IN = [
+    m
+    for m in METRICS
+    if not m.default and supported(m) and m.option != "saturation" and m.kind is not Kind.HISTOGRAM
+]
 SATURATION = [m for m in METRICS if m.option == "saturation" and supported(m)]
 
 
@@ -38,7 +45,7 @@ def test_defaults_are_exactly_the_default_rows(
     instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
 ) -> None:
     instrument()
-    assert set(collect(reader)) == on_by_default()
+    assert set(collect(reader)) - events_metrics() == on_by_default()
 
 
 @pytest.mark.parametrize("metric", OPT_IN, ids=lambda m: m.name)
@@ -126,6 +133,40 @@ def test_exclude_glob_drops_host_metrics(
     instrument(exclude=["system.*"], include=["system.disk.io"])
     names = set(collect(reader))
     assert names and not any(n.startswith("system.") for n in names)
+
+
+def _namespace(name: str) -> str:
+    """``name`` without the prefix of this package's extensions."""
+    return name.removeprefix(EXTENSION_PREFIX)
+
+
+@pytest.mark.parametrize("glob_", ["cpython.gc.*", "cpython.*"])
+def test_an_exclude_glob_covers_the_extensions_of_its_namespace(
+    glob_: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader
+) -> None:
+    """configuration, "How include and exclude choose metrics": ``cpython.gc.*`` leaves no GC
+    metric on, ``process_metrics.cpython.gc.pause.*`` included, even the opt-in histogram."""
+    everything = {"gc_pause_histogram": True, "gil_wait": True}
+    instrument(**everything)
+    covered = {n for n in collect(reader) if fnmatch.fnmatchcase(_namespace(n), glob_)}
+    assert any(n.startswith(EXTENSION_PREFIX) for n in covered), covered  # there are some
+    ProcessInstrumentor().uninstrument()
+    instrument(exclude=[glob_], **everything)
+    left = set(collect(reader))
+    assert left and not covered & left, covered & left
+    page = " ".join((ROOT / "docs" / "configuration.md").read_text().split())
+    said = "`cpython.gc.*` matches `cpython.gc.collections` and "
+    assert said + "`process_metrics.cpython.gc.pause.time`" in page
+
+
+def test_a_name_without_a_glob_is_written_whole(
+    instrument: Callable[..., ProcessInstrumentor],
+) -> None:
+    """Only a glob covers an extension by its name after the prefix: a name is exact."""
+    with pytest.raises(ValueError, match=r"^exclude: unknown metric name 'cpython.gc.pause.time'"):
+        instrument(exclude=["cpython.gc.pause.time"])
+    with pytest.raises(ValueError, match=r"^include: the glob 'nope.\*' matches no metric"):
+        instrument(include=["nope.*"])
 
 
 @pytest.mark.skipif(

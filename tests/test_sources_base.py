@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import ast
+import errno
 import functools
 import logging
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -72,6 +74,27 @@ def test_a_failed_direct_read_is_given_up_alone_and_said_once_per_fault(lines: L
     again.direct_failed_once("threads", PermissionError(13, "Permission denied"))
     assert len(lines.lines) == 2
     assert "'threads' failed (PermissionError: [Errno 13] Permission denied)" in lines.lines[1]
+
+
+@pytest.mark.parametrize("code", [errno.EBADF, errno.ENOTSOCK])
+def test_a_read_whose_descriptor_another_thread_took_is_made_again_not_given_up(
+    lines: LogLines, code: int
+) -> None:
+    """CPython's test_subprocess moves descriptors with dup2 while a read of ours holds one."""
+    ctx = _context(FaultLog(logger=logging.getLogger("tests.sources_base")))
+    failures = [code]
+
+    def read() -> int:
+        if failures:
+            raise OSError(failures.pop(), os.strerror(code))
+        return 7
+
+    assert ctx.direct_read("threads", read) == 7  # made again at once
+    failures[:] = [code, code]
+    assert ctx.direct_read("threads", read) is None  # raced twice: psutil, this time only
+    assert ctx.use_direct("threads")
+    assert ctx.direct_read("threads", read) == 7
+    assert lines.lines == []  # nothing of the read's own is wrong: nothing said
 
 
 def test_direct_reads_off_are_never_tried() -> None:
@@ -147,7 +170,7 @@ def test_a_state_is_made_once_per_context_and_dropped_on_demand() -> None:
 def test_every_need_is_a_source_read_earlier_in_the_same_refresh() -> None:
     order = list(SOURCES)
     needy = [s for s in SOURCES.values() if s.needs]
-    assert [s.name for s in needy] == ["process_num_threads", "children_tree"]
+    assert needy, "no source needs another: nothing to check"
     for source in needy:
         for name in source.needs:
             needed = SOURCES[name]
@@ -211,23 +234,50 @@ def test_the_states_kept_are_those_the_sources_declare() -> None:
     assert len(set(states.values())) == len(states)
 
 
-def test_a_source_that_reads_directly_what_it_did_not_declare_fails_and_says_so(
-    monkeypatch: pytest.MonkeyPatch, logged: LogLines
-) -> None:
-    def sneaky(ctx: ReadContext) -> Reading:
-        found = ctx.direct_read("undeclared", lambda: 1)
-        return {"count": found or 0}
+def _sneaky(ctx: ReadContext) -> Reading:
+    return {"count": ctx.direct_read("undeclared", lambda: 1) or 0}
 
+
+def _nosy(ctx: ReadContext) -> Reading:
+    return {"count": ctx.needed("process_memory", "rss") or 0}
+
+
+# What a source reads without declaring it, and what the one warning says.
+UNDECLARED = [
+    (_sneaky, "reads 'undeclared' directly: declare it"),  # not in direct=
+    (_nosy, "reads 'process_memory''s reading: declare it"),  # not in needs=
+]
+
+
+@pytest.mark.parametrize(("read", "said"), UNDECLARED, ids=["direct", "needs"])
+def test_a_source_that_reads_what_it_did_not_declare_fails_and_says_so(
+    read: Callable[[ReadContext], Reading],
+    said: str,
+    monkeypatch: pytest.MonkeyPatch,
+    logged: LogLines,
+) -> None:
     name = "process_num_threads"
-    monkeypatch.setitem(SOURCES, name, SOURCES[name]._replace(read=sneaky))  # type: ignore[index]
+    monkeypatch.setitem(SOURCES, name, SOURCES[name]._replace(read=read))  # type: ignore[index]
     cache = SnapshotCache(ProcessMetricsOptions(), {name, "process_memory"})
     try:
         readings = cache.snapshot().readings
     finally:
         cache.close()
     assert name not in readings and "process_memory" in readings
-    (said,) = [line for line in logged.lines if name in line]
-    assert "reads 'undeclared' directly: declare it" in said
+    (line,) = [line for line in logged.lines if name in line]
+    assert said in line
+
+
+def test_a_needed_reading_is_a_number_of_this_refresh_or_none() -> None:
+    ctx = _context(FaultLog())
+    ctx.source = SOURCES["process_num_threads"]  # it needs process_signals
+    ctx.readings = {"process_signals": {THREAD_COUNT: 7, "count": 0}}
+    assert ctx.needed("process_signals", THREAD_COUNT) == 7
+    assert ctx.needed("process_signals", "count") == 0  # a 0 is a value
+    assert ctx.needed("process_signals", "nope") is None
+    assert ctx.needed("process_threads", THREAD_COUNT) is None  # off, or failed
+    ctx.readings = {"process_signals": {THREAD_COUNT: {}}}  # points, not a number
+    assert ctx.needed("process_signals", THREAD_COUNT) is None
 
 
 INSTRUMENT_SIDE = {

@@ -13,6 +13,7 @@ import fcntl
 import logging
 import os
 import re
+import resource
 import socket
 import struct
 import sys
@@ -33,10 +34,11 @@ from opentelemetry.instrumentation.process.linux import procfs, sock_diag
 from opentelemetry.instrumentation.process.sources import host
 from opentelemetry.instrumentation.process.sources.base import Key, ReadContext
 
-from .conftest import HOST_MODES, collect, points
+from .conftest import HOST_MODES, Sdk, collect, points, value
 from .support.forked import in_child
 from .support.meminfo import read_meminfo
 from .support.sockets import Scene, build_all_states
+from .support.waiting import while_still
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="namespaces and /proc are Linux-only"
@@ -377,6 +379,110 @@ def expected_swap(total: int, free: int) -> dict[str, Any]:
     return {"usage": usage, "utilization": share}
 
 
+_MEMINFO_STATES = ("MemTotal", "MemFree", "MemAvailable", "Buffers")
+
+
+def _memory_states() -> dict[str, int]:
+    """The fields of /proc/meminfo that the states of system.memory.usage come from."""
+    found = read_meminfo()
+    return {k: found[k] for k in _MEMINFO_STATES}
+
+
+def test_memory_states_add_up_to_the_total_in_meminfo() -> None:
+    """Semantic conventions: the states of system.memory.usage add up to system.memory.limit,
+    and ``used`` is MemTotal - MemAvailable; the test reads /proc/meminfo around the
+    collection. Before, used overlapped cached: the states came to over 100 %."""
+    names = ["system.memory.usage", "system.memory.utilization", "system.memory.limit"]
+    got, before, after = while_still(_memory_states, lambda: sdk_points(names))
+    total = before["MemTotal"]
+    assert after["MemTotal"] == total
+    [[_, limit]] = got["system.memory.limit"]
+    assert limit == total
+    usage = {attrs["system.memory.state"]: v for attrs, v in got["system.memory.usage"]}
+    share = {attrs["system.memory.state"]: v for attrs, v in got["system.memory.utilization"]}
+    assert set(usage) == set(share) == {"used", "free", "buffers", "cached"}
+    assert sum(usage.values()) == total, usage
+    assert sum(share.values()) == pytest.approx(1.0, abs=1e-9), share
+    for state, used in usage.items():
+        assert used >= 0, usage
+        assert share[state] == pytest.approx(used / total, rel=1e-12)
+
+    def between(value: int, of: Callable[[dict[str, int]], int]) -> None:
+        low, high = sorted((of(before), of(after)))
+        assert low <= value <= high, (value, before, after)
+
+    between(usage["used"], lambda m: m["MemTotal"] - m["MemAvailable"])
+    between(usage["free"], lambda m: min(m["MemFree"], m["MemAvailable"]))
+    # What is available beyond free: the buffers, then the rest of the reclaimable cache.
+    rest = usage["buffers"] + usage["cached"]
+    between(rest, lambda m: m["MemAvailable"] - min(m["MemFree"], m["MemAvailable"]))
+    between(
+        usage["buffers"],
+        lambda m: min(m["Buffers"], m["MemAvailable"] - min(m["MemFree"], m["MemAvailable"])),
+    )
+
+
+GIB = 1 << 30
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        # psutil's shape on macOS: available is free plus inactive pages.
+        (
+            {
+                "total": 16,
+                "available": 10,
+                "percent": 37.5,
+                "used": 6,
+                "free": 2,
+                "active": 5,
+                "inactive": 8,
+                "wired": 1,
+            },
+            {"used": 6, "free": 2, "cached": 8},
+        ),
+        # On Windows: free is available; nothing is left for cached.
+        (
+            {"total": 16, "available": 10, "percent": 37.5, "used": 6, "free": 10},
+            {"used": 6, "free": 10},
+        ),
+        # Linux, when MemFree is above MemAvailable (the kernel's reserve): free is capped.
+        (
+            {
+                "total": 16,
+                "available": 3,
+                "percent": 81.25,
+                "used": 12,
+                "free": 4,
+                "active": 9,
+                "inactive": 2,
+                "buffers": 1,
+                "cached": 2,
+                "shared": 0,
+                "slab": 1,
+            },
+            {"used": 13, "free": 3, "buffers": 0, "cached": 0},
+        ),
+    ],
+    ids=["macos", "windows", "free-above-available"],
+)
+def test_memory_states_add_up_to_the_total_whatever_fields_psutil_has(
+    fields: dict[str, float], expected: dict[str, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other platforms' psutil shapes, injected: this test runs on Linux."""
+    from collections import namedtuple
+
+    svmem = namedtuple("svmem", list(fields))
+    fake = svmem(**{k: (v * GIB if k != "percent" else v) for k, v in fields.items()})
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: fake)
+    got = host._system_memory(context(DEFAULT))
+    usage = {k[0]: v for k, v in got["usage"].items()}
+    assert usage == {k: v * GIB for k, v in expected.items()}
+    assert sum(usage.values()) == got["limit"] == 16 * GIB
+    assert sum(got["utilization"].values()) == pytest.approx(1.0)
+
+
 @pytest.mark.parametrize("options", [DEFAULT, PORTABLE], ids=["sysinfo", "psutil"])
 def test_swap_is_meminfo(options: ProcessMetricsOptions) -> None:
     for _ in range(50):
@@ -495,17 +601,18 @@ def test_filesystems_are_the_mounts_and_their_statvfs(tmp_path: Path) -> None:
         mount(str(src), inner, None, MS_BIND)
         mount("tmpfs", hide, "tmpfs", 0)  # inner is still listed, but out of reach
         mount(str(src), rw, None, MS_BIND)
-        for _ in range(100):  # the disk is shared: retry until nothing moved
-            usage, share = statvfs_truth()
-            reading = host._filesystem(context(DEFAULT))
-            if statvfs_truth() == (usage, share):
-                break
+        # The disk is shared: statvfs on either side, from a round where nothing moved if
+        # one comes; the reading lies between them in any case.
+        reading, (usage, share), after = while_still(
+            statvfs_truth, lambda: host._filesystem(context(DEFAULT)), rounds=20
+        )
         sdk = sdk_points(["system.filesystem.usage"])["system.filesystem.usage"]
         return {
             "mounts": [list(m) for m in mounted()],
             "psutil": [p.mountpoint for p in psutil.disk_partitions(all=False)],
             "usage": usage,
             "share": share,
+            "after": {"usage": after[0], "utilization": after[1]},
             "reading": {
                 field: {"|".join(map(str, k)): v for k, v in values.items()}
                 for field, values in reading.items()
@@ -526,7 +633,13 @@ def test_filesystems_are_the_mounts_and_their_statvfs(tmp_path: Path) -> None:
     for state in ("used", "free", "reserved"):
         assert f"{device}|{state}|{fstype}|ro|{ro}" in got["usage"]
         assert f"{device}|{state}|{fstype}|rw|{rw}" in got["usage"]
-    assert got["reading"] == {"usage": got["usage"], "utilization": got["share"]}
+    before = {"usage": got["usage"], "utilization": got["share"]}
+    assert got["reading"].keys() == before.keys()
+    for field, values in got["reading"].items():
+        assert values.keys() == before[field].keys() == got["after"][field].keys(), field
+        for key, v in values.items():
+            low, high = sorted((before[field][key], got["after"][field][key]))
+            assert low <= v <= high, (field, key, low, v, high)
     assert got["sdk_names"] == sorted(FS_ATTRIBUTES)
     assert sorted(got["sdk"]) == sorted(got["usage"])
 
@@ -555,8 +668,65 @@ def test_cpu_time_by_mode_is_between_psutils_reads_around_it(per_cpu: bool) -> N
     got = host._system_cpu(context(ProcessMetricsOptions(per_cpu=per_cpu)))["time"]
     after = read()
     assert set(got) == set(before)
-    for key, value in got.items():
+    for key, seconds in got.items():
         if key[1] == "iowait":  # it may go down (proc(5)); a fresh context has no floor yet
-            assert min(before[key], after[key]) <= value <= max(before[key], after[key]), key
+            assert min(before[key], after[key]) <= seconds <= max(before[key], after[key]), key
         else:
-            assert before[key] <= value <= after[key], key
+            assert before[key] <= seconds <= after[key], key
+
+
+# --- host memory, CPUs and CPU utilisation against psutil's, read by the test
+
+
+def test_host_memory_and_logical_cpus_are_psutils(sdk: Sdk) -> None:
+    sdk.instrument()
+    m = sdk.collect()
+    vm = psutil.virtual_memory()
+    assert value(m["system.memory.limit"]) == vm.total
+    used = value(m["system.memory.usage"], **{"system.memory.state": "used"})
+    assert abs(used - (vm.total - vm.available)) / vm.total < 0.05
+    assert value(m["system.cpu.logical.count"]) == psutil.cpu_count()
+
+
+def _busy(seconds: float) -> None:
+    """Spin in user space for about ``seconds`` of this thread's CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        sum(range(2_000))  # mostly user time: the clock read itself is a syscall
+
+
+def _host_cpu() -> dict[str, float]:
+    times = psutil.cpu_times()._asdict()
+    return {
+        mode: sum(times[f] for f in fields if f in times)
+        for mode, fields in HOST_MODES.items()
+        if any(f in times for f in fields)
+    }
+
+
+def test_system_cpu_utilization_is_each_modes_share_since_the_last_collection(sdk: Sdk) -> None:
+    sdk.instrument()
+    a0 = _host_cpu()
+    sdk.collect()
+    a1 = _host_cpu()
+    user0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
+    _busy(0.5)
+    mine = resource.getrusage(resource.RUSAGE_SELF).ru_utime - user0
+    b0 = _host_cpu()
+    util = points(sdk.collect()["system.cpu.utilization"])
+    b1 = _host_cpu()
+    shares = {dict(k)["cpu.mode"]: v for k, v in util.items()}
+    assert set(shares) == set(a0)
+    # The window runs from the first collection (between a0 and a1) to the
+    # second (between b0 and b1), so each share lies between these bounds.
+    total_lo = sum(b0.values()) - sum(a1.values())
+    total_hi = sum(b1.values()) - sum(a0.values())
+    for mode, share in shares.items():
+        lo = max(0.0, b0[mode] - a1[mode]) / total_hi
+        hi = (b1[mode] - a0[mode]) / total_lo
+        assert lo - 1e-9 <= share <= hi + 1e-9, (mode, share, lo, hi)
+    # This process's busy loop is host user time too (the host counts in
+    # ticks), or nice time when the process runs niced.
+    mode = "nice" if hasattr(os, "nice") and os.nice(0) > 0 else "user"
+    assert shares[mode] >= (mine - 0.03) / total_hi, (mode, shares, mine, total_hi)
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-6)

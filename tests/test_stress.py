@@ -46,7 +46,6 @@ from opentelemetry.instrumentation.process import (
     ProcessInstrumentor,
     ProcessMetricsOptions,
     instruments,
-    snapshot,
 )
 from opentelemetry.instrumentation.process.facts import read_facts
 from opentelemetry.instrumentation.process.faultlog import FaultLog
@@ -56,7 +55,8 @@ from opentelemetry.instrumentation.process.selection import enabled_metrics
 from opentelemetry.instrumentation.process.sources import SOURCES, ReadContext
 from opentelemetry.instrumentation.process.sources import process as process_sources
 
-from .conftest import Points, automatic_here, collect, ours, points
+from .conftest import Points, automatic_here, collect, events_metrics, ours, points
+from .support.internals import count_refreshes, live_caches
 from .support.stress import seconds, size
 
 # Concurrency: readers collecting at once for this long, per variant.
@@ -242,7 +242,7 @@ def expected_names(options: Mapping[str, Any]) -> set[str]:
     known = {f for name in static for f in SOURCES[name].read(ctx)}
     return {
         n
-        for n in names_for(options)
+        for n in names_for(options) - events_metrics()  # no stall happens here
         if METRICS_BY_NAME[n].source not in static or METRICS_BY_NAME[n].field in known
     }
 
@@ -331,8 +331,9 @@ class Checker:
         if not found and self._empty_ok:
             return []
         self._empty_ok = False
-        if set(found) != self.expected:
-            missing, extra = self.expected - set(found), set(found) - self.expected
+        names = set(found) - events_metrics()  # a stall may happen on a busy machine, or not
+        if names != self.expected:
+            missing, extra = self.expected - names, names - self.expected
             return [f"{where}: incomplete, missing {sorted(missing)}, extra {sorted(extra)}"]
         problems = []
         memory = (one(found, "process.memory.usage"), one(found, "process.memory.virtual"))
@@ -399,6 +400,7 @@ def test_concurrent_readers_see_one_whole_refresh_each(
 ) -> None:
     log = RefreshLog()
     log.install(monkeypatch)
+    counted = count_refreshes(monkeypatch)
     problems = Problems()
     expected = expected_names(options)
     memory_reader = InMemoryMetricReader()
@@ -433,7 +435,7 @@ def test_concurrent_readers_see_one_whole_refresh_each(
             # is counted, so refreshes are read only after it.
             provider.shutdown()
             shut_down = True
-            refreshes = live.cache.refreshes
+            refreshes = counted(live.cache)
         finally:
             uninstrument()
             if not shut_down:
@@ -441,13 +443,13 @@ def test_concurrent_readers_see_one_whole_refresh_each(
 
     memory_collections = sum(c.collections for c in checkers)
     collections = memory_collections + exporter.exports
-    print(
-        f"\nstress concurrency {options}: {memory_collections} in-memory collections, "
+    _report(
+        f"concurrency {options}: {memory_collections} in-memory collections, "
         f"{exporter.exports} exports, {refreshes} refreshes, "
-        f"ratio refreshes/collections {refreshes / collections:.3f}"
+        f"ratio refreshes/collections {refreshes / collections:.3f}",
+        thread_errors,
+        problems,
     )
-    assert not thread_errors, str(thread_errors)
-    assert not problems, str(problems)
     # Nothing here asserts speed: the SDK times a collection out after the export
     # interval (its last one, at shutdown), which a stall of a loaded host can pass.
     logged = [r for r in logged if not r.getMessage().startswith("Metric collection timed out")]
@@ -455,6 +457,13 @@ def test_concurrent_readers_see_one_whole_refresh_each(
     assert export_checker.collections == exporter.exports >= 1
     assert all(c.collections >= 1 for c in checkers)
     assert 1 <= refreshes <= collections, f"{refreshes} refreshes for {collections} collections"
+
+
+def _report(figures: str, thread_errors: Problems, problems: Problems) -> None:
+    """Print a run's figures (``pytest -s`` shows them); then no thread died, nothing was wrong."""
+    print(f"\nstress {figures}")
+    assert not thread_errors, str(thread_errors)
+    assert not problems, str(problems)
 
 
 def collect_by_name(reader: InMemoryMetricReader) -> dict[str, Points]:
@@ -629,14 +638,14 @@ def test_thread_churn_keeps_series_and_memory_bounded(
     growth, top = _growth(before, after, PACKAGE_DIR, PSUTIL_DIR)
     sdk_growth, _ = _growth(before, after, SDK_DIR)
     total, _ = _growth(before, after)
-    print(
-        f"\nstress long run: {n} collections, {started} threads ({reused} ids reused), "
+    _report(
+        f"long run: {n} collections, {started} threads ({reused} ids reused), "
         f"{len(seen)} had a series, max alive {max_alive}, max series {max_series}, "
         f"cap hit {cap_hits} times; growth after warm-up: package+psutil {growth} B, "
-        f"SDK {sdk_growth} B, all {total} B"
+        f"SDK {sdk_growth} B, all {total} B",
+        thread_errors,
+        errors,
     )
-    assert not thread_errors, str(thread_errors)
-    assert not errors, str(errors)
     assert started == CHURNED_THREADS
     assert not stale, f"series of exited threads still reported: {stale}"
     assert max_series <= THREAD_SERIES_CAP, f"{max_series} thread series, cap {THREAD_SERIES_CAP}"
@@ -678,11 +687,6 @@ def _async_instruments(provider: MeterProvider) -> int:
     return len(found)
 
 
-def _live_caches() -> int:
-    gc.collect()
-    return len(snapshot._live_caches)
-
-
 def test_instrument_cycles_do_not_grow(thread_errors: Problems) -> None:
     reader = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[reader])
@@ -700,7 +704,8 @@ def test_instrument_cycles_do_not_grow(thread_errors: Problems) -> None:
                 ProcessInstrumentor().instrument(meter_provider=provider, **options)
                 last = cycle == CYCLES - 1
                 checked = cycle % COLLECT_EVERY == 0 or cycle < len(VARIANTS) or last
-                if checked and (got := set(collect(reader))) != expected[variant]:
+                got = set(collect(reader)) - events_metrics() if checked else set()
+                if checked and got != expected[variant]:
                     wrong = sorted(got ^ expected[variant])
                     problems.add(f"cycle {cycle} {options}: {wrong} missing or extra")
                 if not last:
@@ -712,7 +717,7 @@ def test_instrument_cycles_do_not_grow(thread_errors: Problems) -> None:
                     sdk_instruments = _async_instruments(provider)
                     before = _start_tracing()
                 if cycle % 100 == 0 or last:
-                    max_caches = max(max_caches, _live_caches())
+                    max_caches = max(max_caches, live_caches())
             # The last instrument() reported every point (checked above).
             end_observers = len(instruments._registries[provider].observers)
             end_instruments = _async_instruments(provider)
@@ -729,18 +734,19 @@ def test_instrument_cycles_do_not_grow(thread_errors: Problems) -> None:
     assert before is not None
     growth, top = _growth(before, after, PACKAGE_DIR, SDK_DIR, PSUTIL_DIR)
     total, _ = _growth(before, after)
-    print(
-        f"\nstress lifecycle: {CYCLES} cycles, {end_observers} observers, "
+    _report(
+        f"lifecycle: {CYCLES} cycles, {end_observers} observers, "
         f"{end_instruments} SDK instruments, at most {max_caches} live caches, "
-        f"growth after warm-up: package+SDK+psutil {growth} B, all {total} B"
+        f"growth after warm-up: package+SDK+psutil {growth} B, all {total} B",
+        thread_errors,
+        problems,
     )
-    assert not thread_errors, str(thread_errors)
-    assert not problems, str(problems)
     assert not logged, describe(logged)
     assert after_uninstrument == [{}, {}], "uninstrument() left points"
     assert last_cache() is None, "the last SnapshotCache outlived uninstrument()"
-    assert observers == end_observers == len(union), (observers, end_observers, len(union))
-    assert sdk_instruments == end_instruments == len(union), (sdk_instruments, end_instruments)
+    observed = union - events_metrics()  # the histograms of events are recorded, not observed
+    assert observers == end_observers == len(observed), (observers, end_observers, len(observed))
+    assert sdk_instruments == end_instruments == len(observed), (sdk_instruments, end_instruments)
     assert max_caches <= 2, f"{max_caches} SnapshotCaches alive after gc.collect()"
     assert growth <= LIFECYCLE_GROWTH_BOUND, (
         f"package+SDK+psutil memory grew {growth} B over {CYCLES - warm_up} cycles "
@@ -762,7 +768,9 @@ def _gc_counts() -> tuple[int, ...]:
     return tuple(s["collections"] for s in gc.get_stats())
 
 
-def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Problems) -> None:
+def test_threads_collecting_beside_readers_keep_every_total(
+    thread_errors: Problems, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """8 threads allocate and collect while 2 readers collect metrics (no GIL: in parallel).
 
     No crash, no deadlock; the pauses counted equal CPython's collections, and
@@ -782,7 +790,7 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
     try:
         stats0 = _gc_counts()
         ProcessInstrumentor().instrument(meter_provider=provider, gc_pause_histogram=True)
-        refreshes0 = current_live().cache.refreshes
+        counted = count_refreshes(monkeypatch)
     finally:
         if was:
             gc.enable()
@@ -835,19 +843,19 @@ def test_threads_collecting_beside_readers_keep_every_total(thread_errors: Probl
             stats1 = _gc_counts()
             last = collect(readers[0])
             reads[0] += 1
-            refreshes = current_live().cache.refreshes - refreshes0
+            refreshes = counted(current_live().cache)
         finally:
             if was:
                 gc.enable()
     finally:
         uninstrument()
         provider.shutdown()
-    assert not thread_errors, str(thread_errors)
-    assert not problems, str(problems)
     collected = [b - a for a, b in zip(stats0, stats1, strict=True)]
-    print(
-        f"\nstress gc: {collected} collections by generation, {reads[0]} collections of "
-        f"metrics, {refreshes} refreshes, GIL {'on' if gil else 'off'}"
+    _report(
+        f"gc: {collected} collections by generation, {reads[0]} collections of "
+        f"metrics, {refreshes} refreshes, GIL {'on' if gil else 'off'}",
+        thread_errors,
+        problems,
     )
     buckets = points(last[BUCKETS])
     assert buckets[frozenset({("le", "+Inf")})] == sum(collected), (buckets, collected)

@@ -16,6 +16,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from .conftest import Sdk, collect, points
 from .support.threadjobs import Job, all_thread_times, pattern
+from .support.waiting import while_still
 
 pytestmark = pytest.mark.skipif(
     not os.path.isdir("/proc/self/task"), reason="sleeping threads are told apart in /proc"
@@ -68,6 +69,21 @@ def test_exited_threads_stay_in_their_pattern_with_user_and_system_apart(
     sdk: Sdk, jobs: list[Job]
 ) -> None:
     sdk.instrument(per_thread=True, thread_series_by="name", max_thread_series=200)
+    # The case tells user from system only where the OS charged each burn to its
+    # mode: it splits a thread's CPU time by the clock ticks that found it in
+    # each, and beside CPU-bound processes it once charged nearly all of the
+    # system burns to user time. The same case again then, under a new pattern;
+    # every value is checked in every round.
+    for tries, prefix in enumerate(("work", "again", "more")):
+        user, system = _exited_jobs_round(sdk, jobs, prefix)
+        if user > 0.05 and system > 0.05 and abs(user - system) >= 0.02:
+            break
+        assert tries < 2, f"the OS never told the burns apart: user {user}, system {system}"
+
+
+def _exited_jobs_round(sdk: Sdk, jobs: list[Job], prefix: str) -> tuple[float, float]:
+    """Three jobs named ``<prefix>-<n>``, one per collection; what their pattern totals."""
+    series = f"{prefix}-N"
     user = system = 0.0  # the truth: every job of the pattern so far
     # One job per collection: the previous one exits in between, so each read
     # adds a live job to the retired ones.
@@ -76,22 +92,22 @@ def test_exited_threads_stay_in_their_pattern_with_user_and_system_apart(
     # user total is kept over three times the system total, so that user and
     # system stay apart even were that share 30%.
     for n, (u_burn, s_burn) in enumerate([(0.15, 0.02), (0.03, 0.05), (0.12, 0.02)]):
-        job = Job(f"work-{n + 7}", user=u_burn, system=s_burn)
+        job = Job(f"{prefix}-{n + 7}", user=u_burn, system=s_burn)
         jobs.append(job)
-        got = _series(sdk.reader)
-        u, s = job.times()  # asleep since before the collection: the same values
+        # Its times read on either side: asleep, they stand still (a thread that has
+        # just set its event may still wait for the GIL before it parks: once more then).
+        got, (u, s), _ = while_still(job.times, lambda: _series(sdk.reader))
         user, system = user + u, system + s
-        assert got[("user", "work-N")] == pytest.approx(user, abs=EXACT), (n, got)
-        assert got[("system", "work-N")] == pytest.approx(system, abs=EXACT), (n, got)
+        assert got[("user", series)] == pytest.approx(user, abs=EXACT), (n, got)
+        assert got[("system", series)] == pytest.approx(system, abs=EXACT), (n, got)
         job.finish()
     # All three have exited: the pattern keeps what each used.
     for _ in range(2):
         got = _series(sdk.reader)
-        assert got[("user", "work-N")] == pytest.approx(user, abs=EXACT), got
-        assert got[("system", "work-N")] == pytest.approx(system, abs=EXACT), got
-    assert "work-7" not in {name for _, name in got}
-    # The case tells user from system, and counts every job's system time.
-    assert user > 0.05 and system > 0.05 and abs(user - system) >= 0.02, (user, system)
+        assert got[("user", series)] == pytest.approx(user, abs=EXACT), got
+        assert got[("system", series)] == pytest.approx(system, abs=EXACT), got
+    assert f"{prefix}-7" not in {name for _, name in got}
+    return user, system
 
 
 def test_a_renamed_thread_stays_in_the_pattern_it_was_first_seen_with(
@@ -103,8 +119,7 @@ def test_a_renamed_thread_stays_in_the_pattern_it_was_first_seen_with(
     _series(sdk.reader)
     assert job.thread is not None
     job.thread.name = "second-1"
-    got = _series(sdk.reader)
-    user, system = job.times()
+    got, (user, system), _ = while_still(job.times, lambda: _series(sdk.reader))
     assert got[("user", "first-N")] == pytest.approx(user, abs=EXACT), got
     assert got[("system", "first-N")] == pytest.approx(system, abs=EXACT), got
     assert not {name for _, name in got} & {"second-N", "second-1"}, got
@@ -126,7 +141,11 @@ def test_the_cap_keeps_the_busiest_patterns_user_plus_system(sdk: Sdk, jobs: lis
     keep = max(ranked.index("zz-user"), ranked.index("zz-system")) + 1
     assert keep < len(ranked), ranked
     sdk.instrument(per_thread=True, thread_series_by="name", max_thread_series=2 * keep)
-    got = _series(sdk.reader)
+
+    def burners() -> list[tuple[float, float]]:
+        return [job.times() for job in jobs[:2]]
+
+    got, _, _ = while_still(burners, lambda: _series(sdk.reader))
     totals = _patterns_now()
     assert {name for _, name in got} == set(_ranked(totals)[:keep]), (got, totals)
     for name in ("zz-user", "zz-system"):

@@ -30,7 +30,12 @@ from opentelemetry.instrumentation.process import environment as environment_mod
 from opentelemetry.instrumentation.process import metrics as metrics_module
 from opentelemetry.instrumentation.process import options as options_module
 from opentelemetry.instrumentation.process import platforms as platforms_module
-from opentelemetry.instrumentation.process.catalog import attributes_of, cost_of, platforms_of
+from opentelemetry.instrumentation.process.catalog import (
+    PER_CHILD,
+    attributes_of,
+    cost_of,
+    platforms_of,
+)
 from opentelemetry.instrumentation.process.environment import (
     ENV_VARS,
     FORMATS,
@@ -529,7 +534,7 @@ class PerChildTable(_Generated):
     def run(self) -> list[nodes.Node]:
         self.note_dependencies()
         rows = []
-        for name, row in metrics_module.PER_CHILD.items():
+        for name, row in PER_CHILD.items():
             platforms = _PLATFORMS.get(platforms_of(row), ", ".join(sorted(platforms_of(row))))
             rows.append(
                 [

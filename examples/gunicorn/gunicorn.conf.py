@@ -1,7 +1,12 @@
 """gunicorn config: process metrics for a pre-fork server, one stable identity per worker.
 
     gunicorn -c examples/gunicorn/gunicorn.conf.py --bind 127.0.0.1:8000 --workers 2
+    export OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=system_metrics  # see below
     cd examples/gunicorn && opentelemetry-instrument gunicorn app:application --workers 2
+
+The variable keeps out the peer instrumentor, which the project's venv also
+holds and ``opentelemetry-instrument`` would turn on too; a venv without it
+needs none.
 
 The rule: set up OpenTelemetry in each worker, after the fork (``post_fork``),
 never in the master. Each worker then has its own MeterProvider, its own export

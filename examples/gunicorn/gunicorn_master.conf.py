@@ -208,6 +208,18 @@ def post_fork(server: Any, worker: Any) -> None:
     worker.otel_meter_provider = provider
 
 
+def child_exit(server: Any, worker: Any) -> None:
+    """In the master, after it reaped a worker: one killed for its timeout counts as such.
+
+    Without it, ``process_metrics.tree.process.exits`` counts that worker by its
+    status alone: the ``SIGKILL`` gunicorn sends after its ``SIGABRT`` (a ``signal``,
+    or an ``oom_kill`` if its cgroup counted one meanwhile), or the code it exited with.
+    """
+    from opentelemetry.instrumentation.process import gunicorn_child_exit
+
+    gunicorn_child_exit(server, worker)
+
+
 def worker_exit(server: Any, worker: Any) -> None:
     """A worker of the mixed recipe exports one last time."""
     provider = getattr(worker, "otel_meter_provider", None)

@@ -11,8 +11,9 @@ environment. Nothing below imports OpenTelemetry::
     # This package's options, all optional:
     export OTEL_PYTHON_PROCESS_METRICS_EXCLUDE='cpython.gc.*'
     export OTEL_PYTHON_PROCESS_METRICS_INCLUDE='process.signals_pending'
-    # If opentelemetry-instrumentation-system-metrics is installed too, keep
-    # only one of the two:
+    # The project's venv also holds opentelemetry-instrumentation-system-metrics,
+    # which opentelemetry-instrument would turn on too: keep it out (a venv
+    # without it needs no such line).
     export OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=system_metrics
     opentelemetry-instrument python examples/instrument/app.py
 

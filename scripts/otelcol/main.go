@@ -4,7 +4,9 @@
 // packages (golang-opentelemetry-collector-dev and its dependencies) in GOPATH
 // mode. Components: the otlp receiver, the batch processor and the debug,
 // otlp (gRPC, registered as "otlp_grpc" with alias "otlp") and otlphttp
-// (registered as "otlp_http" with alias "otlphttp") exporters.
+// (registered as "otlp_http" with alias "otlphttp") exporters, and this
+// folder's own remotewrite exporter (remotewrite.go: Prometheus remote write,
+// with exemplars, for the tests of exemplar storage).
 package main
 
 import (
@@ -50,6 +52,7 @@ func components() (otelcol.Factories, error) {
 		debugexporter.NewFactory(),
 		otlpexporter.NewFactory(),
 		otlphttpexporter.NewFactory(),
+		newRemoteWriteFactory(),
 	)
 	if err != nil {
 		return otelcol.Factories{}, err

@@ -1,6 +1,6 @@
 """Fixtures for the end-to-end tests: real servers on 127.0.0.1, started once per session.
 
-Binaries come from ``VICTORIA_METRICS_BIN`` / ``OTELCOL_BIN`` or from the cache
+Binaries come from ``VICTORIA_METRICS_BIN`` / ``OTELCOL_BIN`` / ``PROMETHEUS_BIN`` or the cache
 that ``scripts/get-servers.sh`` fills. A missing binary skips its tests with a
 message saying how to get it, except in CI (``CI=true``), where a missing
 server is a failure, whatever the reason. Outside CI, a collector whose build
@@ -25,6 +25,7 @@ from .servers import (
     OTELCOL_UNAVAILABLE,
     Children,
     Collector,
+    Prometheus,
     VictoriaMetrics,
     collector_config,
     free_port,
@@ -63,6 +64,26 @@ def otelcol_binary() -> Path:
         # failed for a reason outside the project.
         pytest.fail(f"CI=true and the collector is missing: {why}", pytrace=False)
     pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def prometheus_binary() -> Path:
+    path, why = locate("PROMETHEUS_BIN", "prometheus")
+    if path is None:
+        if IN_CI:
+            pytest.fail(f"CI=true and Prometheus is missing: {why}", pytrace=False)
+        pytest.skip(why)
+    return path
+
+
+@pytest.fixture(scope="session")
+def prometheus(
+    prometheus_binary: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
+    """Prometheus storing exemplars, fed by remote write."""
+    server = Prometheus(prometheus_binary, tmp_path_factory.mktemp("prometheus"))
+    with server.running():
+        yield server
 
 
 def _vm(

@@ -365,6 +365,61 @@ class VictoriaMetrics(Server):
         return [json.loads(line) for line in body.splitlines() if line.strip()]
 
 
+class Prometheus(Server):
+    """Prometheus with exemplar storage, fed by remote write (Debian's build has no OTLP receiver).
+
+    Exemplars are kept in memory, in a circular buffer shared by all series
+    (``storage.exemplars.max_exemplars``); ``/api/v1/query_exemplars`` reads them.
+    """
+
+    name = "prometheus"
+
+    def __init__(self, binary: Path, folder: Path) -> None:
+        self.port = free_port()
+        config = folder / "prometheus.yml"
+        # No scrape jobs: every sample comes by remote write.
+        config.write_text("storage:\n  exemplars:\n    max_exemplars: 100000\n")
+        argv = [
+            str(binary),
+            f"--config.file={config}",
+            f"--storage.tsdb.path={folder / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}",
+            "--web.enable-remote-write-receiver",
+            "--enable-feature=exemplar-storage",
+            "--log.level=warn",
+        ]
+        super().__init__(argv, folder / "prometheus.log")
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.remote_write_url = f"{self.url}/api/v1/write"
+
+    def ready(self) -> bool:
+        return _http(f"{self.url}/-/ready", timeout=1)[0] == 200
+
+    def api(self, path: str, params: Sequence[tuple[str, str]] = ()) -> Any:
+        url = f"{self.url}{path}?" + urllib.parse.urlencode(list(params))
+        status, body = _http(url)
+        if status != 200:
+            raise AssertionError(f"GET {url} -> {status}: {body[:500]!r}")
+        answer = json.loads(body)
+        assert answer.get("status") == "success", answer
+        return answer["data"]
+
+    def query(self, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+        """Instant query at ``at`` (default: now)."""
+        at = time.time() if at is None else at
+        result: list[dict[str, Any]] = self.api(
+            "/api/v1/query", [("query", expr), ("time", f"{at:.3f}")]
+        )["result"]
+        return result
+
+    def exemplars(self, expr: str, start: float, end: float | None = None) -> list[dict[str, Any]]:
+        """``/api/v1/query_exemplars``: each series of the selectors in ``expr``, its exemplars."""
+        end = time.time() + 60 if end is None else end
+        params = [("query", expr), ("start", f"{start:.3f}"), ("end", f"{end:.3f}")]
+        result: list[dict[str, Any]] = self.api("/api/v1/query_exemplars", params)
+        return result
+
+
 def collector_config(grpc_port: int, http_port: int, backends: Sequence[str]) -> str:
     """A collector config: OTLP gRPC + HTTP in, batch, OTLP/HTTP out to each backend URL.
 

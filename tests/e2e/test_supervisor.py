@@ -146,7 +146,9 @@ def test_uwsgi_default_fork_master_reports_every_worker_and_none_hangs(
     # must serve (a worker stuck on the GIL would not) and take a freed slot.
     _kill_and_respawn(server, first, listed, rounds=3)
     tree = _scrape(metrics_port)
-    assert tree["process_metrics_tree_process_exits_total"][0][1] >= 3
+    # uWSGI's C master reaps its workers: their ends are counted, their cause unknown
+    # (or the status a worker showed as a zombie, when a collection caught one).
+    assert sum(v for _, v in tree["process_metrics_tree_process_exits_total"]) >= 3
     assert tree["process_metrics_tree_process_restarts_total"][0][1] >= 3
     assert tree["process_metrics_tree_process_count"][0][1] == 4
 

@@ -8,22 +8,95 @@ hanging the suite.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import signal
+import sys
 import threading
 import time
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 import pytest
 
 from .forkapps import c_fork
 
-__all__ = ["c_fork", "in_child"]
+__all__ = [
+    "FORKS",
+    "c_fork",
+    "c_fork_beside_threads",
+    "fork_beside_threads",
+    "fork_quietly",
+    "held_by_another_thread",
+    "in_child",
+]
+
+
+def fork_quietly() -> int:
+    """os.fork(), without its warning of a fork beside running threads (3.12+)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return os.fork()
+
+
+FORKS: dict[str, Callable[[], int]] = {"os.fork": fork_quietly, "C fork, no Python hooks": c_fork}
+"""A fork with Python's at-fork hooks, and one from C without them (uWSGI's default)."""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def c_fork_beside_threads(test: _F) -> _F:
+    """For a test that forks from C while another thread of the runner holds a lock."""
+    from opentelemetry.instrumentation.process.platforms import FREE_THREADED
+
+    marks = (
+        pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc"),
+        pytest.mark.skipif(
+            FREE_THREADED,
+            reason="a fork from C beside running threads may hang on a free-threaded build",
+        ),
+        # Forking while another thread holds a lock is the point (Python 3.12+ warns).
+        pytest.mark.filterwarnings("ignore:This process .* is multi-threaded"),
+    )
+    for mark in marks:
+        test = mark(test)
+    return test
+
+
+def fork_beside_threads(test: _F) -> _F:
+    """For a test that calls ``os.fork()`` while a thread of the runner may run."""
+    test = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")(test)
+    # Python 3.12+ warns of a fork beside threads: that is what a real program does.
+    return pytest.mark.filterwarnings("ignore:This process .* is multi-threaded")(test)
+
+
+@contextlib.contextmanager
+def held_by_another_thread(lock: Any, hold_max: float = 10.0) -> Iterator[Callable[[], bool]]:
+    """``lock`` is held by a helper thread inside the block, for ``hold_max`` at most.
+
+    Yields ``held()``: whether the helper still holds it. Bounded, so that a
+    child that waited for the lock would time out rather than deadlock the parent.
+    """
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            taken.set()
+            release.wait(hold_max)
+
+    holder = threading.Thread(target=hold, name="lock-holder", daemon=True)
+    holder.start()
+    try:
+        assert taken.wait(10), "the helper thread could not take the lock"
+        yield holder.is_alive
+    finally:
+        release.set()
+        holder.join(10)
 
 
 def in_child(

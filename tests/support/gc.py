@@ -13,6 +13,7 @@ import pytest
 
 from opentelemetry.instrumentation.process.probes.gc_pauses import (
     BOUNDS,
+    TIMED_BY_INTERPRETER,
     GcPauseReading,
     GcPauses,
 )
@@ -24,6 +25,22 @@ GRAPH = 300_000
 # this test process, against microseconds for a young collection): the tests
 # that make thousands of gc.collect(0) calls make fewer there.
 FREE_THREADED = bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+RECORDERS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "histogram": {"histogram": True},
+    "long pauses": {"long_pause": 10.0},  # none that long: kept with nothing
+}
+"""The ways to make a recorder. Each times its pauses with a gc callback, but the default
+one where the interpreter times its own collections (then it reads ``gc.get_stats()``)."""
+
+HOOKED = {name: options for name, options in RECORDERS.items() if name != "default"}
+"""The ways that install a gc callback on every interpreter."""
+
+NEEDS_OWN_TIMING = "needs an interpreter that times its own collections (gc.get_stats() duration)"
+NEEDS_NO_OWN_TIMING = "needs an interpreter that does not time its own collections"
+own_timing = pytest.mark.skipif(not TIMED_BY_INTERPRETER, reason=NEEDS_OWN_TIMING)
+no_own_timing = pytest.mark.skipif(TIMED_BY_INTERPRETER, reason=NEEDS_NO_OWN_TIMING)
 
 
 @contextmanager

@@ -1,17 +1,26 @@
-"""Shared helpers of the event-loop tests: apps that block their loop, threads, asyncio's truth."""
+"""Shared helpers of the event-loop tests: apps that block their loop, threads, asyncio's truth.
+
+The probe puts nothing in a loop (probes/loops/probe.py): what a test checks
+on a loop is asyncio's own state (its ready queue, its timer heap, its
+selector), and what a loop of the test's own records as it runs.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import selectors
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, NamedTuple
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
 
 import pytest
 from opentelemetry.sdk.metrics.export import Metric
 
+import opentelemetry.instrumentation.process as package
 from opentelemetry.instrumentation.process.probes.loops import discovery
 from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
 from opentelemetry.instrumentation.process.probes.loops.probe import Probe
@@ -31,28 +40,18 @@ DELAY_P99 = "process_metrics.eventloop.delay.p99"
 UTILIZATION = "process_metrics.eventloop.utilization"
 LOOP_METRICS = (DELAY_MAX, DELAY_MEAN, DELAY_P50, DELAY_P99, UTILIZATION)
 
-UVLOOP_CLOCK = 0.002  # uvloop's clock and timers have 1 ms resolution, each end rounds
-RUNNERS = ["asyncio", "uvloop"]
+T = TypeVar("T")
+
+_PACKAGE_DIR = str(Path(package.__file__).resolve().parent)
 
 
 class Payload:
     """An object the test watches with a weak reference."""
 
 
-class Closing:
-    """A loop's ``call_soon_threadsafe`` as it fails once the loop closed meanwhile."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.calls += 1
-        raise RuntimeError("Event loop is closed")
-
-
 @contextlib.contextmanager
 def monitor_and_loop(interval: float) -> Iterator[tuple[LoopMonitor, asyncio.AbstractEventLoop]]:
-    """A started monitor ticking every ``interval`` and a new asyncio loop; both closed after."""
+    """A started monitor of ``interval`` and a new asyncio loop; both closed after."""
     monitor = LoopMonitor(interval=interval)
     monitor.start()
     loop = asyncio.new_event_loop()
@@ -64,7 +63,7 @@ def monitor_and_loop(interval: float) -> Iterator[tuple[LoopMonitor, asyncio.Abs
 
 
 def monitor_fixture(interval: float) -> Any:
-    """A fixture: a started monitor ticking every ``interval``; no hook left afterwards."""
+    """A fixture: a started monitor of ``interval``; no hook left afterwards."""
 
     @pytest.fixture
     def monitor() -> Iterator[LoopMonitor]:
@@ -83,8 +82,8 @@ def blocking_app(
     """An app that sleeps ``idle``, then blocks its loop with time.sleep(block), ``count`` times.
 
     The actual length of each block, by the test's clock, is appended to
-    ``blocks``. A ``tail`` sleep lets the tick delayed by the last block run
-    before the loop stops.
+    ``blocks``. A ``tail`` sleep lets the loop reach its next ``select`` (where
+    the ticks due in the last block are read) before it stops.
     """
 
     async def app() -> None:
@@ -104,19 +103,21 @@ WATCH = 0.002
 
 
 def watched(
-    app: Callable[[], Coroutine[Any, Any, None]], stalls: list[float]
-) -> Callable[[], Coroutine[Any, Any, None]]:
+    app: Callable[[], Coroutine[Any, Any, T]], stalls: list[float]
+) -> Callable[[], Coroutine[Any, Any, T]]:
     """``app``, with a timer of the test's beside it, every ``WATCH`` s: how late each ran.
+
+    It returns what ``app`` returns.
 
     That is the loop's own truth about how long it was held up, whatever held
     it (the app's block, a garbage collection, another thread holding the
-    GIL, a machine too busy to run it): a tick due in a stall runs at its end.
-    A probe's tick is due in the same stall, at most ``WATCH`` earlier than
-    this timer's, so its delay is at most the longest of ``stalls`` plus
-    ``WATCH`` (and the clock's resolution on uvloop).
+    GIL, a machine too busy to run it): a timer due in a stall runs at its
+    end. A virtual tick of the probe due in the same stall is read at most as
+    late as this timer ran, plus ``WATCH`` (it can fall due up to one
+    ``WATCH`` before this timer's due time).
     """
 
-    async def run() -> None:
+    async def run() -> T:
         loop = asyncio.get_running_loop()
 
         def tick(due: float) -> None:
@@ -130,7 +131,7 @@ def watched(
         handles: list[asyncio.TimerHandle] = []
         schedule()
         try:
-            await app()
+            return await app()
         finally:  # the tick pending now would run no sooner than now
             stalls.append(loop.time() - handles[0].when())
             handles[0].cancel()
@@ -152,67 +153,272 @@ def in_thread(name: str, body: Callable[[], Any]) -> threading.Thread:
 
 
 @contextlib.contextmanager
-def idle_loop(name: str) -> Iterator[threading.Thread]:
-    """A thread named ``name`` running an asyncio loop, ticking every 20 ms until the block ends."""
-    release, running = threading.Event(), threading.Event()
+def idle_loop(name: str) -> Iterator[asyncio.AbstractEventLoop]:
+    """A thread named ``name`` running an asyncio loop, awake every 20 ms until the block ends."""
+    release = threading.Event()
 
     async def app() -> None:
-        running.set()
         while not release.is_set():
             await asyncio.sleep(0.02)
 
-    thread = in_thread(name, lambda: asyncio.run(app()))
+    with _loop_in_thread(name, app, release.set) as loop:
+        yield loop
+
+
+@contextlib.contextmanager
+def waiting_loop(name: str) -> Iterator[asyncio.AbstractEventLoop]:
+    """A thread named ``name`` whose asyncio loop waits on a future (``select`` with no
+    timeout: no timer of its own) until the block ends."""
+    done: list[asyncio.Future[None]] = []
+
+    async def app() -> None:
+        done.append(asyncio.get_running_loop().create_future())
+        await done[0]
+
+    with _loop_in_thread(name, app, lambda: _settle(done)) as loop:
+        yield loop
+
+
+@contextlib.contextmanager
+def blocked_loop(name: str) -> Iterator[tuple[asyncio.AbstractEventLoop, threading.Event]]:
+    """A thread named ``name`` whose asyncio loop blocks in a callback until the event is
+    set (no ``select`` meanwhile), then waits on a future until the block ends."""
+    release = threading.Event()
+    done: list[asyncio.Future[None]] = []
+
+    async def app() -> None:
+        done.append(asyncio.get_running_loop().create_future())
+        release.wait(20)
+        await done[0]
+
+    with _loop_in_thread(name, app, lambda: (release.set(), _settle(done))) as loop:
+        yield loop, release
+
+
+def _settle(done: list[asyncio.Future[None]]) -> None:
+    future = done[0]
+    with contextlib.suppress(RuntimeError):  # closed already
+        future.get_loop().call_soon_threadsafe(lambda: future.done() or future.set_result(None))
+
+
+@contextlib.contextmanager
+def _loop_in_thread(
+    name: str, app: Callable[[], Coroutine[Any, Any, None]], end: Callable[[], Any]
+) -> Iterator[asyncio.AbstractEventLoop]:
+    loops: list[asyncio.AbstractEventLoop] = []
+    running = threading.Event()
+
+    async def main() -> None:
+        loops.append(asyncio.get_running_loop())
+        running.set()
+        await app()
+
+    thread = in_thread(name, lambda: asyncio.run(main()))
     try:
         assert running.wait(10)
-        yield thread
+        yield loops[0]
     finally:
-        release.set()
+        end()
         thread.join(10)
 
 
-def live_timers(loop: asyncio.AbstractEventLoop) -> int:
-    """Timers of an asyncio loop that are not cancelled (asyncio's truth).
+class Blocked(NamedTuple):
+    """What :func:`loops_blocking` saw: each loop's blocks, and how late its own timer ran."""
 
-    Those on its heap, and those already due, moved to its ready queue in the
-    iteration that runs the caller.
+    blocks: dict[str, list[float]]
+    stalls: dict[str, list[float]]
+
+
+@contextlib.contextmanager
+def loops_blocking(lengths: dict[str, float], unprobed: str | None = None) -> Iterator[Blocked]:
+    """A thread per name, each running a loop that blocks twice for its length, 0.8 s
+    apart, then idles until the block ends; entered once every loop has blocked.
+
+    Each loop has a timer of the test's beside it (:func:`watched`); the one named
+    ``unprobed`` runs on uvloop instead, and blocks for 50 ms. Read the stalls
+    after the block: a timer late in a block runs after the block's first read.
     """
-    due = [h for h in loop._ready if isinstance(h, asyncio.TimerHandle)]  # type: ignore[attr-defined]
-    return sum(1 for h in [*loop._scheduled, *due] if not h.cancelled())  # type: ignore[attr-defined]
+    names = [*lengths, *([unprobed] if unprobed else [])]
+    seen = Blocked({name: [] for name in names}, {name: [] for name in names})
+    ready = {name: threading.Event() for name in names}
+    release = threading.Event()
+
+    def body(name: str) -> None:
+        async def app() -> None:
+            block = lengths.get(name, 0.05)
+            await periodic_app(seen.blocks[name], count=2, every=0.8, block=block)()
+            ready[name].set()
+            while not release.is_set():
+                await asyncio.sleep(0.02)
+
+        if name == unprobed:
+            uvloop.run(app())
+        else:
+            asyncio.run(watched(app, seen.stalls[name])())
+
+    threads = [in_thread(name, functools.partial(body, name)) for name in names]
+    try:
+        assert all(event.wait(20) for event in ready.values())
+        yield seen
+    finally:
+        release.set()
+        for thread in threads:
+            thread.join(10)
 
 
-def parked(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether a probe is parked on ``loop``: its selector's select is a probe's parked select."""
-    hook = vars(loop._selector).get("select")  # type: ignore[attr-defined]
-    return getattr(hook, "__func__", None) is Probe.parked_select
+def in_loop(loop: asyncio.AbstractEventLoop, what: Callable[[], T], after: float = 0.0) -> T:
+    """``what()``, run in ``loop``'s thread ``after`` seconds from now (the loop runs on)."""
+
+    async def run() -> T:
+        await asyncio.sleep(after)
+        return what()
+
+    return asyncio.run_coroutine_threadsafe(run(), loop).result(20)
 
 
-def probed(loop: asyncio.AbstractEventLoop) -> int:
-    """A probe's pending tick, or its parked select, on ``loop`` (one for each probe)."""
-    return live_timers(loop) + parked(loop)
+# --- what is in a loop, by asyncio's own state
+
+
+def ours(callback: Any) -> bool:
+    """Whether ``callback`` (a function, bound method or partial) is code of the package's."""
+    while isinstance(callback, functools.partial):
+        callback = callback.func
+    owner = getattr(callback, "__self__", None)
+    if owner is not None and type(owner).__module__.startswith(package.__name__):
+        return True
+    code = getattr(getattr(callback, "__func__", callback), "__code__", None)
+    return code is not None and str(Path(code.co_filename).resolve()).startswith(_PACKAGE_DIR)
+
+
+def queued(loop: asyncio.AbstractEventLoop) -> list[asyncio.Handle]:
+    """The handles in ``loop``'s ready queue and on its timer heap, cancelled ones too."""
+    return [*loop._ready, *loop._scheduled]  # type: ignore[attr-defined]
+
+
+def package_handles(loop: asyncio.AbstractEventLoop) -> list[asyncio.Handle]:
+    """The handles of the package's in ``loop``'s queues (there must never be one)."""
+    return [h for h in queued(loop) if ours(h._callback)]  # type: ignore[attr-defined]
+
+
+def hooked(loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop``'s selector holds a probe's hook in place of its ``select``."""
+    selector = getattr(loop, "_selector", None)
+    if selector is None or not hasattr(selector, "__dict__"):
+        return False
+    return ours(vars(selector).get("select"))
+
+
+def probe_of(monitor: LoopMonitor, loop: asyncio.AbstractEventLoop) -> Probe | None:
+    """``monitor``'s live probe of ``loop``, if any."""
+    for probe in monitor._probes:
+        if probe.loop_ref() is loop and not probe.dead:
+            return probe
+    return None
+
+
+def asleep(monitor: LoopMonitor, loop: asyncio.AbstractEventLoop) -> bool:
+    """Whether ``loop`` is probed by ``monitor`` and waits in ``select``, through the hook."""
+    probe = probe_of(monitor, loop)
+    return probe is not None and probe.sleep is not None
+
+
+class Witness(selectors.DefaultSelector):  # type: ignore[valid-type,misc]
+    """The platform's selector, which notes a loop's queues at each ``select`` call.
+
+    Its ``select`` is its class's own, as a probe requires: the probe hooks
+    it as it would the plain selector, and each call the loop makes through
+    the hook lands here. ``seen`` holds every handle in the loop's ready queue
+    and timer heap at any ``select`` call; ``timeouts`` each call's timeout.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.seen: list[asyncio.Handle] = []
+        self.timeouts: list[float | None] = []
+        self.calls = 0
+
+    def select(self, timeout: float | None = None) -> Any:
+        self.calls += 1
+        self.timeouts.append(timeout)
+        if self.loop is not None:
+            self.seen.extend(queued(self.loop))
+        return super().select(timeout)
+
+
+class WitnessLoop(asyncio.SelectorEventLoop):
+    """A selector loop that notes every handle put in its queues, and every one seen there.
+
+    Its clock is asyncio's own: it is probed as any default loop is.
+    """
+
+    def __init__(self) -> None:
+        self.witness = Witness()
+        super().__init__(selector=self.witness)
+        self.witness.loop = self
+        self.made: list[asyncio.Handle] = []
+
+    def call_at(self, when: float, callback: Any, *args: Any, context: Any = None) -> Any:
+        handle = super().call_at(when, callback, *args, context=context)
+        self.made.append(handle)
+        return handle
+
+    def _call_soon(self, callback: Any, args: Any, context: Any) -> Any:
+        handle = super()._call_soon(callback, args, context)  # type: ignore[misc]
+        self.made.append(handle)
+        return handle
+
+    def _add_callback(self, handle: Any) -> None:
+        self.made.append(handle)
+        super()._add_callback(handle)  # type: ignore[misc]
+
+    def package_handles(self) -> list[asyncio.Handle]:
+        """Every handle of the package's ever put in or seen in this loop's queues."""
+        return [h for h in [*self.made, *self.witness.seen] if ours(h._callback)]  # type: ignore[attr-defined]
+
+
+class SlottedSelector:
+    """A selector whose instances have no ``__dict__``: nowhere to put a hook."""
+
+    __slots__ = ("inner",)
+
+    def __init__(self) -> None:
+        self.inner = selectors.DefaultSelector()
+
+    def register(self, *args: Any) -> Any:
+        return self.inner.register(*args)
+
+    def unregister(self, fileobj: Any) -> Any:
+        return self.inner.unregister(fileobj)
+
+    def modify(self, *args: Any) -> Any:
+        return self.inner.modify(*args)
+
+    def select(self, timeout: float | None = None) -> Any:
+        return self.inner.select(timeout)
+
+    def get_key(self, fileobj: Any) -> Any:
+        return self.inner.get_key(fileobj)
+
+    def get_map(self) -> Any:
+        return self.inner.get_map()
+
+    def close(self) -> None:
+        self.inner.close()
 
 
 def samples(monitor: LoopMonitor, label: str | None = None) -> int:
-    """Delays recorded since the last read (of ``label``'s loops; every loop's if ``None``).
+    """Delays recorded so far in this window (of ``label``'s loops; every loop's if ``None``).
 
-    As a read now counts them: with the ticks that a sleeping loop's parked
-    probe has let fall due since its last wake, counted as a read counts them.
+    Ticks due while a loop sleeps in ``select`` are counted when it wakes, or
+    by the read: not here.
     """
     total = 0
     for probe in monitor._probes:
         if label is None or probe.label == label:
             with probe.lock:
-                if probe.asleep:
-                    probe._on_time(time.monotonic())
                 total += probe.window.count
     return total
-
-
-def selector_timed(loop: asyncio.AbstractEventLoop) -> bool:
-    """Whether ``loop``'s ``select`` is timed: by ours (under a parked probe too), or someone's."""
-    hook = vars(loop._selector).get("select")  # type: ignore[attr-defined]
-    if getattr(hook, "__func__", None) is Probe.parked_select:
-        return hook.__self__.timed is not None  # type: ignore[union-attr]
-    return hook is not None
 
 
 def run_with(runner: str) -> Callable[[Coroutine[Any, Any, Any]], Any]:

@@ -7,10 +7,13 @@ to one CPU beside a CPU-bound neighbour, ``THREADS`` threads hashing (or, for
 0, the main thread spinning) for ``SECONDS``. ``python runqueue.py quiet
 SECONDS`` sleeps instead, ten times, with no neighbour, at the highest CFS
 priority (nice -20, where allowed), so that the load of other processes on the
-machine does not make it wait at its wake-ups. Either prints one JSON object:
-``waited`` (the metric's growth), ``by_os`` (the threads' run_delay added up
-from ``/proc``), ``wall`` and ``cpu`` (this process's CPU time), all in seconds,
-and ``niced`` (whether the quiet run got its priority).
+machine does not make it wait at its wake-ups. Either prints one JSON object,
+in seconds: ``waited`` (the metric's growth between two collections), ``lo``
+and ``hi`` (the threads' run_delay added up from ``/proc`` over the window
+between the two collections, and over the window around them: the metric's
+growth lies between), ``by_os`` (that sum over the stall alone, from the
+neighbour's start to its stop), ``wall`` and ``cpu`` (this process's CPU time)
+over the stall, and ``niced`` (whether the quiet run got its priority).
 """
 
 from __future__ import annotations
@@ -158,7 +161,11 @@ def measure(threads: int | None, seconds: float) -> dict[str, float]:
     # waits for no CPU, and the metric's window and the OS's are the same.
     pause(neighbour, signal.SIGSTOP)
     try:
-        before, os_before = waited(), os_sum()
+        # Each collection bracketed by the OS's sums: on a loaded machine the reading
+        # thread itself may wait for a CPU in between, which both count.
+        around_before = os_sum()
+        before = waited()
+        os_before = os_sum()
         cpu_before, wall_before = time.process_time(), time.monotonic()
         pause(neighbour, signal.SIGCONT)
         if threads is None:
@@ -174,7 +181,9 @@ def measure(threads: int | None, seconds: float) -> dict[str, float]:
                 pass
         pause(neighbour, signal.SIGSTOP)
         wall, used = time.monotonic() - wall_before, time.process_time() - cpu_before
-        by_os, after = os_sum() - os_before, waited()
+        os_after = os_sum()
+        after = waited()
+        around_after = os_sum()
     finally:
         workers.end()
         if neighbour is not None:
@@ -182,7 +191,15 @@ def measure(threads: int | None, seconds: float) -> dict[str, float]:
             neighbour.wait()
         made.close()
         provider.shutdown()
-    return {"waited": after - before, "by_os": by_os, "wall": wall, "cpu": used, "niced": niced}
+    return {
+        "waited": after - before,
+        "lo": os_after - os_before,
+        "hi": around_after - around_before,
+        "by_os": os_after - os_before,
+        "wall": wall,
+        "cpu": used,
+        "niced": niced,
+    }
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics.export import Gauge, Sum
+from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
 
 from opentelemetry.instrumentation.process.catalog import attributes_of
 from opentelemetry.instrumentation.process.instruments import SCHEMA_URL
@@ -124,6 +124,13 @@ def check_shape(metric: Metric, reported: Any) -> None:
         kind, unit = semconv_shapes()[metric.name]
         assert reported.unit == unit, metric.name
     data = reported.data
+    if kind is Kind.HISTOGRAM:
+        assert isinstance(data, Histogram)
+        assert data.data_points, f"{metric.name} has no points"
+        for point in data.data_points:
+            assert set(point.attributes or {}) <= set(attributes_of(metric)), metric.name
+            assert point.count > 0 and point.sum >= point.min * point.count, metric.name
+        return
     if kind is Kind.GAUGE:
         assert isinstance(data, Gauge)
     else:

@@ -7,10 +7,12 @@ a collection is what the collection reads too.
 from __future__ import annotations
 
 import _thread
+import contextlib
 import os
 import re
 import threading
 import time
+from collections.abc import Iterator
 
 import psutil
 
@@ -119,3 +121,17 @@ class Job:
 def pattern(name: str | None) -> str | None:
     """A thread name with each run of digits as ``N``: the metric reference's rule."""
     return None if name is None else re.sub(r"[0-9]+", "N", name)
+
+
+@contextlib.contextmanager
+def waiting_thread() -> Iterator[tuple[threading.Thread, int]]:
+    """A thread that waits on an event for the block (then ends and is joined), and its tid."""
+    done = threading.Event()
+    thread = threading.Thread(target=done.wait)
+    thread.start()
+    try:
+        assert thread.native_id is not None
+        yield thread, thread.native_id
+    finally:
+        done.set()
+        thread.join()

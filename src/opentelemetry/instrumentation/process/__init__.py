@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from .instruments import SCOPE_NAME, ProcessMetrics
     from .options import ProcessMetricsOptions
     from .probes.loops.monitor import watch_loop
+    from .probes.reaps import gunicorn_child_exit
 
 # Imported when first used (instrument() uses them): importing the package
 # alone, as the auto-instrumentation's entry point does, costs little.
@@ -38,6 +39,7 @@ _LAZY = {
     "ProcessMetrics": "instruments",
     "ProcessMetricsOptions": "options",
     "watch_loop": "probes.loops.monitor",
+    "gunicorn_child_exit": "probes.reaps",
 }
 
 __all__ = [
@@ -46,6 +48,7 @@ __all__ = [
     "ProcessMetrics",
     "ProcessMetricsOptions",
     "__version__",
+    "gunicorn_child_exit",
     "watch_loop",
 ]
 
@@ -86,6 +89,11 @@ class ProcessInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         return super().instrument(**kwargs)
 
     def _instrument(self, **kwargs: Any) -> None:
+        from . import interpreter
+
+        if not interpreter.is_main():
+            interpreter.log_not_main()
+            return
         from .environment import resolve
         from .instruments import ProcessMetrics
 

@@ -17,12 +17,16 @@ takes the role of another process of the group.
 
 ``--json`` prints each snapshot as one JSON object on one line; its shape is
 documented in docs/getting-started.md ("See it first") and held by the tests.
+The readable form prints what it found once, under the first snapshot.
+
+A bad argument is argparse's error (status 2), showing at most a 200-character
+excerpt of it; a failed write to standard output (a full disk) is one line on
+standard error and status :data:`WRITE_ERROR`, as ``cat`` says it.
 """
 
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import logging
 import os
@@ -33,12 +37,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import psutil
+
 from .catalog import supported
 from .environment import ENV_VARS, from_environment, resolve
+from .excerpt import excerpt
 from .facts import Facts
+from .group.election import reporters
 from .instruments import Instrumentation
 from .metrics import METRICS, Metric
-from .options import OPTION_NAMES, ProcessMetricsOptions, declared
+from .options import OPTION_NAMES, ProcessMetricsOptions, declared, matches
 from .printer import Point, footnotes, readable, table
 from .version import __version__
 
@@ -47,6 +55,8 @@ WINDOW = 1.0
 """Seconds between the start and the first snapshot: what its utilisations cover."""
 JSON_FORMAT = 1
 """The version of the ``--json`` shape; a change that removes or renames a key raises it."""
+WRITE_ERROR = 74
+"""The exit status when standard output cannot be written: ``EX_IOERR`` of sysexits.h."""
 FORCED = {"shared_metrics": "every"}
 """Options this command sets itself, whatever the arguments and the environment say."""
 
@@ -103,9 +113,11 @@ def _seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds, got {excerpt(text)}"
+        ) from None
     if not 0.1 <= value <= 86_400:
-        raise argparse.ArgumentTypeError(f"expected 0.1 to 86400 seconds, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected 0.1 to 86400 seconds, got {excerpt(text)}")
     return value
 
 
@@ -116,14 +128,16 @@ def from_arguments(p: argparse.ArgumentParser, settings: Sequence[str]) -> dict[
         name, equals, raw = setting.partition("=")
         name = name.strip()
         if not equals or name not in ENV_VARS:
-            p.error(f"{setting!r}: expected OPTION=VALUE, OPTION one of {', '.join(ENV_VARS)}")
+            p.error(
+                f"{excerpt(setting)}: expected OPTION=VALUE, OPTION one of {', '.join(ENV_VARS)}"
+            )
         parse = declared(name).form.parse
         assert parse is not None  # every option of ENV_VARS has one
         try:
             value = parse(raw)
             ProcessMetricsOptions(**{name: value})  # the check of a value from code
         except ValueError as exc:
-            p.error(f"{setting!r}: {exc}")
+            p.error(f"{excerpt(setting)}: {exc}")
         found[name] = value
     return found
 
@@ -215,6 +229,7 @@ class Snapshot:
             "memory": {"limit": facts.memory_limit, "cgroup_limit": facts.cgroup_memory_limit},
             "cgroup": _cgroup(facts),
             "pressure": self._pressure(),
+            "shared": shared(self.live.options.shared_metrics),
             "off": off(self.live),
         }
 
@@ -256,8 +271,8 @@ class Snapshot:
             ],
         }
 
-    def lines(self) -> list[str]:
-        """The readable form: the metrics, then what was found."""
+    def lines(self, found: bool = True) -> list[str]:
+        """The readable form: the metrics, then what was found (unless ``found`` is False)."""
         facts = self.live.cache.facts
         shown = [p for points in self.points.values() for p in points]
         empty = [m.name for m, points in self.points.items() if not points]
@@ -272,7 +287,7 @@ class Snapshot:
             notes.append(f"No value this time (unknown here, so left out): {', '.join(empty)}.")
         for note in notes:
             out += ["", *textwrap.wrap(f"Note: {note}", WIDTH)]
-        return [*out, "", *found_lines(self.found())]
+        return [*out, "", *found_lines(self.found())] if found else out
 
 
 def _cgroup(facts: Facts) -> dict[str, Any] | None:
@@ -284,6 +299,23 @@ def _cgroup(facts: Facts) -> dict[str, Any] | None:
         controller: None if h is None else {"version": h.version, "path": str(h.own)}
         for controller, h in paths._asdict().items()
     }
+
+
+def shared(mode: str) -> dict[str, Any]:
+    """Who reports the shared metrics: this command (``this``), and each group's reporter.
+
+    ``reporters`` are the live processes of this user that hold a group's role,
+    as they wrote themselves in the runtime directory: a process that reports
+    none of them finds there which one does, and for which group.
+    """
+    found = []
+    for holder in reporters():
+        try:
+            name: str | None = psutil.Process(holder.pid).name()
+        except psutil.Error:
+            name = None
+        found.append({**holder._asdict(), "name": name})
+    return {"this": mode, "reporters": found}
 
 
 EXCLUDED, OPTION, OPT_IN, NOTHING_TO_READ = "exclude", "option", "opt-in", "nothing to read"
@@ -311,7 +343,7 @@ def off(live: Instrumentation) -> list[dict[str, Any]]:
 
 
 def _why_off(m: Metric, options: ProcessMetricsOptions, live: Instrumentation) -> tuple[str, str]:
-    if any(fnmatch.fnmatchcase(m.name, p) for p in options.exclude):
+    if any(matches(m.name, p) for p in options.exclude):
         return EXCLUDED, "left out by exclude"
     if m.option is not None and getattr(options, m.option) is False:
         return OPTION, f"{m.option}=False"
@@ -331,6 +363,7 @@ def found_lines(found: Mapping[str, Any]) -> list[str]:
         ("memory available", _memory_text(found["memory"])),
         ("cgroup", _cgroup_text(found["cgroup"])),
         ("pressure stall files", _pressure_text(found["pressure"])),
+        ("shared metrics", _shared_text(found["shared"])),
     ]
     width = max(len(k) for k, _ in rows)
     out = ["Found here:"]
@@ -376,6 +409,19 @@ def _cgroup_text(cgroup: Mapping[str, Any] | None) -> str:
     return "\n".join(f"{', '.join(names)}: {where}" for where, names in seen.items())
 
 
+def _shared_text(shared: Mapping[str, Any]) -> str:
+    """Who reads them here, then a line per group's reporter."""
+    lines = [f"this command reads them itself (shared_metrics={shared['this']!r})"]
+    if not shared["reporters"]:
+        lines.append("no process of this user reports them for a group now")
+    else:
+        lines.append("reported for their groups (docs: Pre-fork servers) by:")
+    for r in shared["reporters"]:
+        name = f" ({r['name']})" if r["name"] else ""
+        lines.append(f"pid {r['pid']}{name}: {r['group']}, cgroup {r['cgroup'] or '(none)'}")
+    return "\n".join(lines)
+
+
 def _pressure_text(pressure: Mapping[str, Any]) -> str:
     if pressure["files"] is None:
         return "not looked for (saturation=False, or not Linux)"
@@ -388,7 +434,10 @@ def _pressure_text(pressure: Mapping[str, Any]) -> str:
 def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = None) -> int:
     """Run the command; returns its exit status (argparse exits 2 on a bad argument)."""
     p = parser()
-    args = p.parse_args(argv)
+    args, unknown = p.parse_known_args(argv)
+    if unknown:  # argparse's own message would repeat them whole
+        more = f" (and {len(unknown) - 1} more)" if len(unknown) > 1 else ""
+        p.error(f"unrecognized argument {excerpt(unknown[0])}{more}")
     arguments = from_arguments(p, args.settings)
     logging.basicConfig(format="%(levelname)s %(name)s: %(message)s", level=logging.WARNING)
     resolved = Resolved(arguments, os.environ if environ is None else environ)
@@ -399,12 +448,16 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     try:
         started = time.monotonic()
         time.sleep(WINDOW)
-        window, seen = time.monotonic() - started, 0
+        window, seen, first = time.monotonic() - started, 0, True
         while True:
             started = time.monotonic()
             snap = Snapshot(live, window, seen)
             seen = snap.generation
-            _print(json.dumps(snap.as_data(resolved)) if args.json else "\n".join(snap.lines()))
+            # What was found does not change between snapshots: said once, with the first.
+            _print(
+                json.dumps(snap.as_data(resolved)) if args.json else "\n".join(snap.lines(first))
+            )
+            first = False
             if args.every is None:
                 return 0
             time.sleep(max(0.0, started + args.every - time.monotonic()))
@@ -417,13 +470,36 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         live.cache.close()
 
 
+class WriteError(Exception):
+    """Standard output cannot be written (a full disk, a closed terminal): not a bug."""
+
+    def __init__(self, exc: OSError) -> None:
+        super().__init__(exc.strerror or str(exc))
+
+
 def _print(text: str) -> None:
-    print(text, flush=True)
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise WriteError(exc) from exc
+
+
+def run() -> int:
+    """:func:`main` as the command runs it: a closed pipe or a failed write ends it cleanly."""
+    try:
+        return main()
+    except BrokenPipeError:  # | head: the reader went away
+        status = 0
+    except WriteError as exc:
+        print(f"{PROG}: write error: {exc}", file=sys.stderr)
+        status = WRITE_ERROR
+    # What is left in stdout's buffer cannot be written either: drop it, so that the
+    # flush at exit finds nothing to write and prints no "Exception ignored".
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return status
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except BrokenPipeError:  # | head: the reader went away; no error at exit's flush either
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(0)
+    sys.exit(run())

@@ -3,7 +3,9 @@
 Precedence, for each option: an explicit argument, then its environment
 variable, then the default. A bad variable logs one warning, with a bounded
 excerpt of its value, and the default is used, so that auto-instrumentation
-never crashes the host application.
+never crashes the host application. In ``include`` and ``exclude``, each bad
+entry is left out with a warning of its own and the valid ones apply
+(:func:`valid_entries`).
 """
 
 from __future__ import annotations

@@ -11,13 +11,17 @@ same instruments: no duplicates, no duplicate-instrument warnings.
 
 from __future__ import annotations
 
+import contextvars
+import inspect
 import logging
+import threading
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry.metrics import (
     CallbackOptions,
+    Histogram,
     Meter,
     MeterProvider,
     Observation,
@@ -25,20 +29,28 @@ from opentelemetry.metrics import (
     get_meter_provider,
 )
 
-from . import sdk_fork_guard, service
+from opentelemetry import context as otel_context
+
+from . import catalog, interpreter, sdk_fork_guard, service
 from .catalog import supported
-from .group.keys import Group
 from .metrics import Kind, Metric
-from .options import ProcessMetricsOptions
+from .options import SHARED_ONCE, ProcessMetricsOptions
 from .selection import enabled_metrics
 from .snapshot import Snapshot, SnapshotCache
 from .sources import Key
+from .sources.base import Sample
 from .version import __version__
+
+if TYPE_CHECKING:
+    from .group.keys import Group
 
 _logger = logging.getLogger(__name__)
 
 SCOPE_NAME = "opentelemetry.instrumentation.process"
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.44.0"
+
+STALL_BOUNDS = (0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+"""Bucket bounds (seconds) advised for the stall histograms, whose events are 100 ms or more."""
 
 SERIES_WARNING_THRESHOLD = 2000
 """Distinct attribute sets of one metric past which a warning explains the SDK's limit.
@@ -62,11 +74,8 @@ class Instrumentation:
         self.provider: weakref.ref[Any] | None = None
         metrics = enabled_metrics(options)
         # Supervisor mode: the process metrics readable from outside get per-child rows.
-        self._children = {
-            m.name: child
-            for m in metrics
-            if options.children and (child := m.per_child) is not None and supported(child)
-        }
+        per_child = (catalog.PER_CHILD.get(m.name) for m in metrics) if options.children else ()
+        self._children = {c.name: c for c in per_child if c is not None and supported(c)}
         sources = {m.source for m in (*metrics, *self._children.values())}
         self.cache = SnapshotCache(options, sources, service)
         # A source with nothing to read here (no cgroup limit, say) gets no instruments.
@@ -77,13 +86,53 @@ class Instrumentation:
         # kept, so exited threads do not pile up here.
         self._attribute_sets: dict[str, dict[Key, dict[str, Any]]] = {}
         self._child_sets: dict[str, dict[Key, dict[str, Any]]] = {}
-        # Hashes of the attribute sets reported so far, per metric, until the
-        # SDK's cardinality limit is passed (then a warning, and no more counting).
-        self._series_seen: dict[str, set[int]] = {}
+        # (metric, hash) of the attribute sets reported so far, and their number per
+        # metric, until the SDK's cardinality limit is passed (then a warning, and no
+        # more counting). One set for all metrics: a set is always walked by the
+        # collector, a tuple of a str and an int is not.
+        self._series_seen: set[tuple[str, int]] = set()
+        self._series_counts: dict[str, int] = {}
         self._series_warned: set[str] = set()
+        self.histograms: dict[Metric, Histogram] = {}
+        """The synchronous instruments of the event fields (stalls), set by :func:`start`."""
+        self._recorded = 0
+        """The generation of the last snapshot whose events were recorded."""
+        self._recording = threading.Lock()
+
+    def record(self, snap: Snapshot) -> None:
+        """Record the events of ``snap`` into the histograms, once per snapshot.
+
+        At a collection, so never from a gc callback: the SDK's aggregation
+        lock may be held by this thread when a collection starts
+        (probes/gc_pauses.py). Each event carries the context it ran under:
+        with a sampled span there, the SDK keeps it as the point's exemplar.
+        """
+        if snap.generation == self._recorded or not self.histograms:
+            return
+        with self._recording:
+            if snap.generation == self._recorded:
+                return
+            self._recorded = snap.generation
+        for metric, histogram in self.histograms.items():
+            reading = snap.readings.get(metric.source)
+            events: Any = None if reading is None else reading.get(metric.field)
+            for event in events or ():
+                histogram.record(
+                    event.value,
+                    self._event_attributes(event),
+                    context=_span_context(event.captured),
+                )
+
+    def _event_attributes(self, event: Sample) -> dict[str, Any]:
+        named = zip(event.key.names, event.key, strict=True)
+        return {**self._attributes, **{n: a for n, a in named if a is not None}}
 
     def observe(self, metric: Metric, snap: Snapshot) -> list[Observation]:
-        """The points of ``metric`` in ``snap``, then its children's; none if a source failed."""
+        """The points of ``metric`` in ``snap``, then its children's; none if a source failed.
+
+        A histogram's are its events, one each (the snapshot command prints them;
+        the instrument records them: :meth:`record`).
+        """
         points = self._observe(metric, snap, self._attribute_sets)
         child = self._children.get(metric.name)
         if child is not None:
@@ -98,8 +147,12 @@ class Instrumentation:
         if value is None:
             return []
         cast = metric.value_type
-        if not isinstance(value, Mapping):
+        # A number first: checked against the Mapping ABC, int and float would join the
+        # negative caches of every mapping class, objects that every full collection walks.
+        if isinstance(value, (int, float)):
             return [Observation(cast(value), self._attributes)]
+        if isinstance(value, tuple):  # events (a histogram's): one point each
+            return [Observation(cast(e.value), self._event_attributes(e)) for e in value]
         sets = cache.get(metric.name)
         if sets is None or sets.keys() != value.keys():
             sets = cache[metric.name] = self._renew(metric, value, sets or {})
@@ -123,11 +176,14 @@ class Instrumentation:
     def _count_series(self, name: str, key: Key) -> None:
         if name in self._series_warned:
             return
-        seen = self._series_seen.setdefault(name, set())
-        seen.add(hash(key))
-        if len(seen) > SERIES_WARNING_THRESHOLD:
+        seen = (name, hash(key))
+        if seen in self._series_seen:
+            return
+        self._series_seen.add(seen)
+        count = self._series_counts[name] = self._series_counts.get(name, 0) + 1
+        if count > SERIES_WARNING_THRESHOLD:
             self._series_warned.add(name)
-            del self._series_seen[name]
+            self._series_seen = {s for s in self._series_seen if s[0] != name}
             _logger.warning(
                 "process metrics: %s has reported more than %d distinct attribute sets "
                 "since instrument() (threads, devices or CPUs that came and went). The "
@@ -157,6 +213,7 @@ class _Observer:
         try:
             snap = live.cache.snapshot(self._seen)
             self._seen = snap.generation
+            live.record(snap)
             return live.observe(self.metric, snap)
         except Exception as exc:  # noqa: BLE001 - a callback never raises into the SDK
             live.cache.faults.warning(
@@ -176,6 +233,7 @@ class _Registry:
     def __init__(self, meter: Meter) -> None:
         self.meter = meter
         self.observers: dict[str, _Observer] = {}
+        self.histograms: dict[str, Histogram] = {}
 
     def observer(self, metric: Metric) -> _Observer:
         found = self.observers.get(metric.name)
@@ -191,6 +249,34 @@ class _Registry:
         self.observers[metric.name] = observer
         return observer
 
+    def histogram(self, metric: Metric) -> Histogram:
+        found = self.histograms.get(metric.name)
+        if found is None:
+            found = self.histograms[metric.name] = _histogram(self.meter, metric)
+        return found
+
+
+def _histogram(meter: Meter, metric: Metric) -> Histogram:
+    """A histogram with the stall buckets, where this API can advise them (1.29 and later)."""
+    kwargs: dict[str, Any] = {"unit": metric.unit, "description": metric.description}
+    if (
+        "explicit_bucket_boundaries_advisory"
+        in inspect.signature(meter.create_histogram).parameters
+    ):
+        kwargs["explicit_bucket_boundaries_advisory"] = STALL_BOUNDS
+    return meter.create_histogram(metric.name, **kwargs)
+
+
+def _span_context(captured: Any) -> Any:
+    """The OpenTelemetry context current in ``captured`` (a ``contextvars.Context``), or ``None``.
+
+    Read in a copy: the original may be entered by its thread right now, and
+    a context can be entered once at a time.
+    """
+    if not isinstance(captured, contextvars.Context):
+        return None
+    return captured.copy().run(otel_context.get_current)
+
 
 _registries: weakref.WeakKeyDictionary[Any, _Registry] = weakref.WeakKeyDictionary()
 
@@ -202,21 +288,27 @@ def start(options: ProcessMetricsOptions, meter_provider: MeterProvider | None) 
     if registry is None:
         meter = get_meter(SCOPE_NAME, __version__, provider, schema_url=SCHEMA_URL)
         registry = _registries[provider] = _Registry(meter)
-    live = Instrumentation(options, service.identity(provider))
+    # Only a group needs the service's identity (``"once"``): with ``"every"`` the group
+    # code is never imported.
+    identity = service.identity(provider) if options.shared_metrics == SHARED_ONCE else ""
+    live = Instrumentation(options, identity)
     for metric in live.metrics:
-        registry.observer(metric).live = live
+        if metric.kind is Kind.HISTOGRAM:
+            live.histograms[metric] = registry.histogram(metric)
+        else:
+            registry.observer(metric).live = live
     live.provider = weakref.ref(provider)
-    live.cache.on_unhooked_fork = _after_fork_without_hooks(live.provider)
+    live.cache.on_fork = _after_fork(live.provider)
     sdk_fork_guard.guard(provider)
     _logger.debug("process metrics: reporting %d metrics", len(live.metrics))
     return live
 
 
-def _after_fork_without_hooks(provider: weakref.ref[Any]) -> Callable[[], None]:
-    def repair() -> None:
+def _after_fork(provider: weakref.ref[Any]) -> Callable[[bool], None]:
+    def repair(hooked: bool) -> None:
         found = provider()
         if found is not None:
-            sdk_fork_guard.after_fork_without_hooks(found)
+            sdk_fork_guard.after_fork(found, hooked)
 
     return repair
 
@@ -249,10 +341,12 @@ class ProcessMetrics:
         *,
         meter_provider: MeterProvider | None = None,
     ) -> None:
-        self._live: Instrumentation | None = start(
-            options or ProcessMetricsOptions(), meter_provider
-        )
-        self._options = self._live.options
+        self._options = options or ProcessMetricsOptions()
+        self._live: Instrumentation | None = None
+        if not interpreter.is_main():
+            interpreter.log_not_main()
+            return
+        self._live = start(self._options, meter_provider)
 
     @property
     def options(self) -> ProcessMetricsOptions:

@@ -19,11 +19,13 @@ EXTENSION_PREFIX = "process_metrics."
 
 
 class Kind(enum.Enum):
-    """Instrument kinds, all observable (asynchronous)."""
+    """Instrument kinds: observable (asynchronous), but for the histogram of events."""
 
     COUNTER = "Counter"
     UP_DOWN_COUNTER = "UpDownCounter"
     GAUGE = "Gauge"
+    HISTOGRAM = "Histogram"
+    """Synchronous: each event of the field (a stall) recorded at the collection that finds it."""
 
 
 class Metric(NamedTuple):
@@ -56,17 +58,8 @@ class Metric(NamedTuple):
         """True for this package's own metrics, outside the semantic conventions."""
         return self.name.startswith(EXTENSION_PREFIX)
 
-    @property
-    def per_child(self) -> Metric | None:
-        """The row of this metric's per-child points in supervisor mode, or ``None``.
 
-        Same name, kind and unit; its source is a children source, and its
-        attributes start with the child's slot (and ``process.pid``, opt-in).
-        """
-        return PER_CHILD.get(self.name)
-
-
-C, U, G = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE
+C, U, G, H = Kind.COUNTER, Kind.UP_DOWN_COUNTER, Kind.GAUGE, Kind.HISTOGRAM
 _PER_CPU = "cpu.logical_number only with per_cpu=True"
 _LOOP = (
     "thread.name: the thread running the loop, with the counter of default names "
@@ -76,10 +69,28 @@ _TREE_CPU = (
     "this process's own time, its live descendants' (with what they reaped of theirs) and "
     "what it reaped of its children (RUSAGE_CHILDREN); never decreases"
 )
+_EXITS = (
+    "process_metrics.exit.cause: exit (code 0), error (another code), signal, oom_kill (a "
+    "SIGKILL while the child's memory cgroup counted an OOM kill), timeout (the server's, "
+    "with its hook: docs/supervisor.md) or unknown (the status was not seen: reaped by "
+    "another process); process_metrics.exit.signal names the signal (SIGKILL...); "
+    "process.exit.code is the code of an exit. A child that lived and ended between two "
+    "collections is counted only if this process reaped it"
+)
 _GIL = (
     "about 5 samples a second; time / samples is the mean wait of a thread that becomes "
     "ready, contended / samples the share of time another thread held the GIL "
     "(docs/stalls.md)"
+)
+_STALL_GC = (
+    "recorded at the collection of metrics after the pause; on interpreters that time their "
+    "own collections (3.15), without gc_pause_histogram, only a generation's lone collection "
+    "of an interval, with no span (docs/stalls.md)"
+)
+_STALL_LOOP = (
+    "code.function.name: module.qualname of the innermost Python frame of the thread of the "
+    "loop during the stall, at most 50 names a process, later ones (other); left out if not "
+    "seen (a block in C holding the GIL, a free-threaded build)"
 )
 _PSI = (
     "stall_type is some or full; scope is cgroup (the files of a v2 cgroup) or host "
@@ -171,6 +182,12 @@ METRICS: tuple[Metric, ...] = (
            "metrics, by generation; 0 for a generation that did not collect (extension).",
            group="cpython", source="cpython_gc_pauses", field="max",
            default=True, value_type=float),
+    Metric("process_metrics.cpython.gc.stall.duration", H, "s",
+           "Garbage-collection pauses of 100 ms or more, by generation; each carries the span "
+           "the collecting thread ran under as an exemplar, where a trace was sampled "
+           "(extension).",
+           group="cpython", source="cpython_gc_pauses", field="stalls",
+           default=True, value_type=float, note=_STALL_GC),
     Metric("process_metrics.cpython.gc.pause.bucket", C, "{pause}",
            "Garbage-collection pauses no longer than each bucket bound, all generations "
            "(extension): a histogram as cumulative counters.",
@@ -218,6 +235,12 @@ METRICS: tuple[Metric, ...] = (
            "the previous collection, rounded up to a bucket bound (extension).",
            group="eventloop", source="asyncio_loops", field="p99",
            value_type=float, option="event_loop", note=_LOOP),
+    Metric("process_metrics.eventloop.stall.duration", H, "s",
+           "Stretches of 100 ms or more in which an asyncio event loop called no select (code "
+           "held it), by loop and the function that held it; each carries the span it ran "
+           "under as an exemplar, where a trace was sampled (extension).",
+           group="eventloop", source="asyncio_loop_stalls", field="stalls",
+           value_type=float, option="event_loop", note=_STALL_LOOP),
     Metric("process_metrics.eventloop.utilization", G, "1",
            "Share of its running time an asyncio event loop spent busy, not waiting for I/O, "
            "since the previous collection; not measured on uvloop (extension).",
@@ -236,7 +259,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("system.cpu.physical.count", U, "{cpu}", "Physical CPU cores of the host.",
            group="system.cpu", source="system_static", field="physical_cpus", default=True),
     Metric("system.memory.usage", U, "By",
-           "Host memory by state; used is total minus available.",
+           "Host memory by state, which add up to the total: used is total minus available; "
+           "free, buffers and cached share out the available rest.",
            group="system.memory", source="system_memory", field="usage", default=True),
     Metric("system.memory.utilization", G, "1", "Host memory by state, as a share of total.",
            group="system.memory", source="system_memory", field="utilization", default=True,
@@ -371,9 +395,9 @@ METRICS: tuple[Metric, ...] = (
            "Processes in the tree: this one and its live descendants (extension).",
            group="tree", source="children_tree", field="count", option="children"),
     Metric("process_metrics.tree.process.exits", C, "{process}",
-           "Descendants seen to exit since instrument() (extension).",
+           "Descendants that ended since instrument(), by cause (extension).",
            group="tree", source="children_tree", field="exits", option="children",
-           note="a child that lived and was reaped between two collections is not seen"),
+           note=_EXITS),
     Metric("process_metrics.tree.process.restarts", C, "{restart}",
            "Slots given again to a new child after their child exited: restarts seen "
            "(extension).",
@@ -387,36 +411,3 @@ METRICS: tuple[Metric, ...] = (
 )  # fmt: skip
 
 METRICS_BY_NAME = {m.name: m for m in METRICS}
-
-
-# --- supervisor mode (children=True): per-child rows ----------------------------
-
-_CHILD_FIELDS = {
-    "process.cpu.time": ("children_cpu", "cpu_time"),
-    "process.cpu.utilization": ("children_cpu", "cpu_utilization"),
-    "process.memory.usage": ("children_memory", "rss"),
-    "process.memory.virtual": ("children_memory", "vms"),
-    "process_metrics.memory.pss": ("children_memory_full", "pss"),
-    "process_metrics.memory.uss": ("children_memory_full", "uss"),
-    "process.disk.io": ("children_io", "bytes"),
-    "process.disk.operations": ("children_io", "operations"),
-    "process.thread.count": ("children_num_threads", "count"),
-    "process.unix.file_descriptor.count": ("children_num_fds", "count"),
-    "process.context_switches": ("children_context_switches", "context_switches"),
-    "process.paging.faults": ("children_paging_faults", "paging_faults"),
-    "process.uptime": ("children_uptime", "uptime"),
-}
-"""The process metrics that can be read from outside a process: its per-child source and field.
-
-PSS and USS count only where their own rows exist in the table.
-"""
-
-PER_CHILD: dict[str, Metric] = {
-    name: METRICS_BY_NAME[name]._replace(
-        source=source,
-        field=field,
-    )
-    for name, (source, field) in _CHILD_FIELDS.items()
-    if name in METRICS_BY_NAME
-}
-"""Per-child rows, by the name of the process metric they add points to."""

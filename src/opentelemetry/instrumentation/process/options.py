@@ -25,7 +25,7 @@ from types import MappingProxyType
 from typing import Any
 
 from .excerpt import excerpt
-from .metrics import METRICS, METRICS_BY_NAME
+from .metrics import EXTENSION_PREFIX, METRICS, METRICS_BY_NAME
 
 DEFAULT_MAX_THREAD_SERIES = 200
 """100 threads, each with a ``user`` and a ``system`` series."""
@@ -137,30 +137,43 @@ def _boolean_or_auto(raw: str) -> bool | None:
 
 
 def _words_or(
-    native: Callable[[object], bool], parse: Callable[[str], Any], expected: str
+    native: Callable[[object], bool],
+    parse: Callable[[str], Any],
+    values: str | None,
+    words: tuple[str, ...],
 ) -> Callable[[str, Any], Any]:
-    """The check from code: a ``native`` value as it is, text as its variable would be read."""
+    """The check from code: a ``native`` value as it is, text as its variable would be read.
+
+    Its message lists what code may pass: the Python ``values`` (``None``: words only),
+    and the ``words`` only when a string was given, quoted as the strings they are
+    (``event_loop=1`` is not told that ``1`` is allowed).
+    """
+    quoted = f"{', '.join(map(repr, words))} (any case)"
+    if values is None:
+        expected = expected_text = f"one of {quoted}"
+    else:
+        expected, expected_text = values, f"{values}, or one of the strings {quoted}"
 
     def check(name: str, value: object) -> Any:
         if isinstance(value, str):
             with contextlib.suppress(ValueError):
                 return parse(value)
-        elif native(value):
+            raise ValueError(f"{name}: expected {expected_text}, got {excerpt(value)}")
+        if native(value):
             return value
         raise ValueError(f"{name}: expected {expected}, got {excerpt(value)}")
 
     return check
 
 
-_IS_BOOL = _words_or(
-    lambda v: isinstance(v, bool), _boolean, f"True or False, or one of {_ALLOWED}"
-)
+_IS_BOOL = _words_or(lambda v: isinstance(v, bool), _boolean, "True or False", _BOOLEAN_WORDS)
 BOOLEAN = Form(_IS_BOOL, _boolean, _written(_BOOLEAN_WORDS), kind="bool")
 """``True`` or ``False``, or one of their words in any case."""
 _IS_TRISTATE = _words_or(
     lambda v: v is None or isinstance(v, bool),
     _boolean_or_auto,
-    f"True, False or None (auto), or one of {AUTO_WORD}, {_ALLOWED}",
+    "True, False or None (auto)",
+    (AUTO_WORD, *_BOOLEAN_WORDS),
 )
 BOOLEAN_OR_AUTO = Form(
     _IS_TRISTATE, _boolean_or_auto, _written((AUTO_WORD, *_BOOLEAN_WORDS)), kind="tristate"
@@ -198,8 +211,7 @@ def choice(values: tuple[str, ...]) -> Form:
             raise ValueError(f"expected one of {', '.join(values)} (any case)")
         return word
 
-    expected = f"one of {', '.join(map(repr, values))} (any case)"
-    check = _words_or(lambda _v: False, parse, expected)
+    check = _words_or(lambda _v: False, parse, None, values)
     return Form(check, parse, _written(values), "choice", values)
 
 
@@ -305,7 +317,12 @@ class ProcessMetricsOptions:
     One daemon thread wakes about 5 times a second (``process_metrics.cpython.gil.wait.*``).
     """
     event_loop: bool = option(False, BOOLEAN, gates=True)
-    """Measure how late each asyncio event loop runs a timer (``process_metrics.eventloop.*``)."""
+    """Measure how late each asyncio event loop runs, its busy share and its stalls, with the
+    span and function of each (``process_metrics.eventloop.*``).
+
+    A hook on each loop's ``select``: nothing is put in a loop. uvloop and loops
+    with a clock of their own are not probed (docs/runtime.md).
+    """
     direct_reads: bool = option(True, BOOLEAN)
     """On Linux, read a few values directly where psutil costs more per item or rereads a
     file (each source declares its direct reads; the design page lists them).
@@ -319,10 +336,13 @@ class ProcessMetricsOptions:
     A group is the processes that export one service (its ``service.name``,
     ``service.namespace`` and ``deployment.environment.name``) as one user in
     one cgroup on one boot of one host: the workers of one server in one
-    container or systemd service. The shared metrics are the host ones
-    (``system.*``), the container and cgroup ones and the pressure stalls; the
-    group elects its reporter at a collection, by a lock the kernel frees when
-    the holder dies, and another process takes over at its next collection.
+    container or systemd service. A program that sets no ``service.name`` is
+    told apart by its command line, which a server's workers share. The shared
+    metrics are the host ones (``system.*``), the container and cgroup ones and
+    the pressure stalls; the group elects its reporter at a collection, by a
+    lock the kernel frees when the holder dies, and another process takes over
+    at its next collection. A process that does not report them says so once,
+    at INFO, with the process that does.
     """
 
     children: bool = option(False, BOOLEAN, gates=True)
@@ -371,6 +391,22 @@ def is_glob(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
+def matches(name: str, pattern: str) -> bool:
+    """Whether an ``include`` or ``exclude`` pattern matches the metric ``name``.
+
+    A name matches itself only. A glob matches the name, and an extension's
+    name after its prefix too: ``cpython.gc.*`` covers
+    ``process_metrics.cpython.gc.pause.time``, as one who writes it expects.
+    """
+    if not is_glob(pattern):
+        return name == pattern
+    if fnmatch.fnmatchcase(name, pattern):
+        return True
+    return name.startswith(EXTENSION_PREFIX) and fnmatch.fnmatchcase(
+        name[len(EXTENSION_PREFIX) :], pattern
+    )
+
+
 def _check_patterns(option: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, Iterable):
         hint = f" (write [{excerpt(value, 60)}])" if isinstance(value, str) else ""
@@ -396,7 +432,7 @@ def _check_patterns(option: str, value: object) -> tuple[str, ...]:
 
 def _check_pattern(option: str, pattern: str) -> None:
     if is_glob(pattern):
-        if not any(fnmatch.fnmatchcase(m.name, pattern) for m in METRICS):
+        if not any(matches(m.name, pattern) for m in METRICS):
             raise ValueError(
                 f"{option}: the glob {excerpt(pattern)} matches no metric; allowed: names or "
                 "globs over the names in the metric reference"

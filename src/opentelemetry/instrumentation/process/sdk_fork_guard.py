@@ -2,13 +2,14 @@
 
 This module touches private state of the SDK (``opentelemetry-sdk``), and
 only that, every attribute feature-detected; it is kept apart so that it is
-easy to review and to delete. Before a fork it takes each guarded provider's
+easy to review and to delete. Its at-fork hook takes each guarded provider's
 collection lock, and the lock of each periodic reader's wait (at most
-``FORK_WAIT_SECONDS`` each); in the child it replaces a held export lock, and
-a collection lock the fork did not wait out. A fork made
-in C that skips the at-fork hooks gets :func:`after_fork_without_hooks` at its
-first collection instead. Why, and what stays out of reach: docs/design.md,
-"The SDK's locks across a fork".
+``FORK_WAIT_SECONDS`` each), before a fork, and replaces in the child a
+collection lock the fork did not wait out: nothing later can, since a
+collection waits for that lock before any callback runs. A held export lock
+is replaced by :func:`after_fork`, from the child's first collection, after a
+fork of either kind: no export can start before it. Why, what stays out
+of reach, and the report for upstream: docs/sdk-fork.md.
 """
 
 from __future__ import annotations
@@ -128,30 +129,26 @@ def _after_in_child() -> None:
         if found is not None and found[1].locked():
             # The fork did not wait it out: its holder does not exist here.
             found[0]._lock = threading.Lock()
-        _fresh_export_locks(provider)
 
 
-def _fresh_export_locks(provider: Any) -> None:
-    # Only called where no thread of this process can hold one: its holder
-    # was a thread of the parent.
+def after_fork(provider: Any, hooked: bool) -> None:
+    """Repair ``provider``'s export locks in a forked child; say so if the fork skipped the hooks.
+
+    Called once, from inside the first collection of ``provider`` in the new
+    process (the snapshot cache notices the new pid), whether or not the fork
+    ran Python's at-fork hooks (``hooked``). No export of ``provider`` has run
+    in this process yet (an export follows a collection, in the export thread
+    that the SDK starts in the child as in ``force_flush()``), so an export
+    lock that is held was held by a thread of the parent, and a fresh one
+    replaces it. A fork without the hooks is said once: the SDK's export
+    thread does not run there.
+    """
     for reader in readers(provider):
         export_lock: Any = getattr(reader, "_export_lock", None)
         if _is_lock(export_lock) and export_lock.locked():
             reader._export_lock = threading.Lock()
-
-
-def after_fork_without_hooks(provider: Any) -> None:
-    """Repair what can be repaired in a process forked without Python's at-fork hooks.
-
-    Called once, from inside the first collection of ``provider`` in the new
-    process (the snapshot cache notices the new pid). That collection holds
-    the provider's collection lock itself, so the lock was free; had the fork
-    left it held, the collection would never have started. No export of
-    ``provider`` has run in this process yet (an export follows a
-    collection), so an export lock that is held was held by a thread of the
-    parent, and a fresh one replaces it.
-    """
-    _fresh_export_locks(provider)
+    if hooked:
+        return
     _logger.warning(
         "process metrics: process %d was forked without Python's at-fork hooks (uWSGI does "
         "this unless --py-call-osafterfork or --py-call-uwsgi-fork-hooks is given). Its "

@@ -8,6 +8,13 @@ from the resource of the provider: the attributes of :data:`IDENTITY`. The
 SDK's ``MeterProvider`` keeps its resource in a private attribute: it is
 feature-detected, and where it cannot be read (another SDK, or a provider not
 set yet behind the API's proxy) the standard environment variables stand in.
+
+A program that never named itself has the SDK's default name,
+``unknown_service...``, as any other such program of the user: the command
+line then tells it apart (``program=``, see ``group.keys.program``), so that
+two unrelated programs never take each other's shared metrics, while the
+workers of one server, which share their parent's command line, still elect
+one reporter.
 """
 
 from __future__ import annotations
@@ -34,14 +41,22 @@ UNKNOWN = "unknown_service"
 def identity(provider: Any) -> str:
     """The service ``provider`` exports, as ``name=value`` pairs of :data:`IDENTITY`, in order.
 
-    Attributes that are not set are left out, except ``service.name``.
+    Attributes that are not set are left out, except ``service.name``; a name
+    that is none or the SDK's default is followed by ``program=`` and this
+    program's command line, as ``group.keys.program`` tells it.
     """
     attributes = _resource_attributes(provider)
     if attributes is None:
         attributes = from_environment(os.environ)
-    if not attributes.get("service.name"):
+    name = str(attributes.get("service.name") or "")
+    if not name:
         attributes = {**attributes, "service.name": UNKNOWN}
-    return " ".join(f"{k}={attributes[k]}" for k in IDENTITY if attributes.get(k))
+    found = " ".join(f"{k}={attributes[k]}" for k in IDENTITY if attributes.get(k))
+    if name and not name.startswith(UNKNOWN):
+        return found
+    from .group.keys import program  # the group code, only for a group (shared_metrics="once")
+
+    return f"{found} program={program()}"
 
 
 def _resource_attributes(provider: Any) -> Mapping[str, Any] | None:

@@ -6,31 +6,32 @@ never see a half-built one. Nothing here knows about OpenTelemetry.
 The cache is bound to one process. In a forked child (with or without
 Python's at-fork hooks) its first snapshot re-binds, under the child's own
 lock: a psutil handle, the facts and baselines a fork changes; a child that
-never collects pays nothing. The one at-fork hook here notes when the fork
-happened.
+never collects pays nothing. The pid check is the one mechanism of the
+re-bind; the one at-fork hook here notes when, and whether, a fork ran
+Python's hooks, which a pid cannot tell.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import itertools
 import logging
 import os
-import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from .facts import Facts, after_fork, read_facts, started_monotonic, this_process
 from .faultlog import FaultLog
-from .group.keys import Group
+from .locks import ProcessLock
 from .platforms import FREE_THREADED, ON_LINUX
 from .shared_sources import SharedGate
 from .sources import SOURCES, ReadContext, Reading, Source
 from .sources.process import REFRESH
 
 if TYPE_CHECKING:
+    from .group.keys import Group
     from .options import ProcessMetricsOptions
 
 _logger = logging.getLogger(__name__)
@@ -40,12 +41,15 @@ _logger = logging.getLogger(__name__)
 _generations = itertools.count(1)
 
 
-class Snapshot(NamedTuple):
+class Snapshot:
     """Readings of one refresh, in process ``pid``. A failed source is absent."""
 
-    generation: int
-    pid: int
-    readings: Mapping[str, Reading]
+    __slots__ = ("generation", "pid", "readings")
+
+    def __init__(self, generation: int, pid: int, readings: Mapping[str, Reading]) -> None:
+        self.generation = generation
+        self.pid = pid
+        self.readings = readings
 
 
 class SnapshotCache:
@@ -68,19 +72,20 @@ class SnapshotCache:
         """
         names = set(source_names)
         self.options = options
-        self.sources: tuple[Source, ...] = tuple(s for s in SOURCES.values() if s.name in names)
+        self.sources: tuple[Source, ...] = SOURCES.among(names)
         self.faults = FaultLog(logger=_logger)
         """Rate-limits the log lines of failing sources and facts."""
-        self.refreshes = 0
         self._failing: set[str] = set()
         self._closed = False
-        self.on_unhooked_fork: Callable[[], None] | None = None
-        """Called once in a process forked without Python's at-fork hooks, after the re-bind."""
+        self.on_fork: Callable[[bool], None] | None = None
+        """Called once in a forked child, after the re-bind, with whether the fork ran
+        Python's at-fork hooks."""
         self._shared = SharedGate(options.shared_metrics, service)
         """Leaves out the shared sources where this process does not report for its group."""
         self._pid = os.getpid()
         """The process this cache is bound to; another one re-binds at its first snapshot."""
-        self._locks: dict[int, threading.Lock] = {}
+        self._lock = ProcessLock()
+        """The lock of refreshes, this process's own."""
         self._snapshot: Snapshot | None = None
         process = this_process()
         facts = read_facts(process, cpu_frequency=self.options.cpu_frequency, faults=self.faults)
@@ -96,7 +101,6 @@ class SnapshotCache:
         # Baselines, in every process (the role is taken at a collection, not
         # here): whoever reports first has a real utilisation at once.
         self._read(tuple(s for s in self.sources if s.stateful))
-        _live_caches.add(self)
 
     @property
     def group(self) -> Group | None:
@@ -108,29 +112,6 @@ class SnapshotCache:
         """The static facts of the process this cache is bound to."""
         return self._ctx.facts
 
-    @property
-    def _lock(self) -> threading.Lock:
-        """The lock of refreshes in this process."""
-        return self._lock_for(os.getpid())
-
-    def _lock_for(self, pid: int) -> threading.Lock:
-        """The lock of process ``pid``, made in that process: never one a fork copied.
-
-        A fork copies a lock as it is: held by a thread of the parent (a
-        refresh in flight), it is never released in the child, where that
-        thread does not exist. At-fork hooks could renew it, but a fork from C
-        (uWSGI's default) runs none. So the pid is checked before any lock is
-        taken, and each process makes its own lock. ``setdefault`` on a dict
-        of int keys is atomic (under the GIL, or the dict's own lock without
-        one), so threads of a new process that race here all get the same
-        lock. A lock is never replaced in the process it belongs to: no thread
-        can wait on a lock that another one swapped out.
-        """
-        lock = self._locks.get(pid)
-        if lock is None:
-            lock = self._locks.setdefault(pid, threading.Lock())
-        return lock
-
     def snapshot(self, seen_generation: int = 0) -> Snapshot:
         """The snapshot of the current collection.
 
@@ -141,18 +122,18 @@ class SnapshotCache:
         pid = os.getpid()
         if snap is not None and snap.generation != seen_generation and snap.pid == pid:
             return snap
-        unhooked = False
-        with self._lock_for(pid):
+        forked = hooked = False
+        with self._lock.get(pid):
             if self._pid != pid:
                 # The first snapshot in a forked child: the one place that re-binds.
-                unhooked = self._rebind(pid)
+                forked, hooked = True, self._rebind(pid)
             snap = self._snapshot
             # Another thread may have refreshed while we waited for the lock.
             if snap is None or snap.generation == seen_generation:
                 snap = self._refresh()
                 self._snapshot = snap
-        if unhooked:
-            self._unhooked_fork()
+        if forked:
+            self._forked(hooked)
         return snap
 
     def _refresh(self) -> Snapshot:
@@ -166,7 +147,6 @@ class SnapshotCache:
                 "duration": time.perf_counter() - wall,
                 "cpu_time": time.thread_time() - cpu,
             }
-        self.refreshes += 1
         return Snapshot(next(_generations), self._pid, readings)
 
     def _read(self, sources: tuple[Source, ...]) -> dict[str, Reading]:
@@ -219,10 +199,17 @@ class SnapshotCache:
                 )
 
     def _open(self, source: Source) -> bool:
-        """Run ``source``'s open hook; whether it has anything to read in this process."""
-        if source.open is None:
-            return True
+        """Import what ``source`` reads with, run its open hook; whether it has anything to read.
+
+        Nothing is imported at a collection: the last one runs at exit, where
+        a module made then (a class built from a string) would turn Ctrl-C's
+        exit by SIGINT into status 1 (docs/design.md, "Nothing at exit").
+        """
         try:
+            for module in source.modules:
+                importlib.import_module(module, __package__)
+            if source.open is None:
+                return True
             return source.open(self._ctx)
         except Exception as exc:  # noqa: BLE001 - a hook must never break the host
             self._hook_failed(source, "open", exc)
@@ -267,10 +254,9 @@ class SnapshotCache:
             self._close(source)
         self.sources = ()
         self._snapshot = None
-        _live_caches.discard(self)
 
-    def _unhooked_fork(self) -> None:
-        if FREE_THREADED:
+    def _forked(self, hooked: bool) -> None:
+        if FREE_THREADED and not hooked:
             # CPython's free-threaded collector stops the world and waits for the
             # parent's threads, which only PyOS_AfterFork_Child() would clear: a
             # child forked while another thread ran hangs at its first collection.
@@ -283,25 +269,25 @@ class SnapshotCache:
                 "thread, say). Fork with os.fork(), or have uWSGI run the hooks "
                 "(--py-call-osafterfork or --py-call-uwsgi-fork-hooks).",
             )
-        callback = self.on_unhooked_fork
+        callback = self.on_fork
         if callback is None:
             return
         try:
-            callback()
+            callback(hooked)
         except Exception as exc:  # noqa: BLE001 - never break the forking program
             self.faults.warning(
                 (
-                    "unhooked fork",  # pragma: no mutate - a fault key is only compared with itself
+                    "fork clean-up",  # pragma: no mutate - a fault key is only compared with itself
                     type(exc).__name__,
                 ),
-                "process metrics: the clean-up after a fork without at-fork hooks failed (%s: %s).",
+                "process metrics: the clean-up after a fork failed (%s: %s).",
                 type(exc).__name__,
                 exc,
                 exc_info=True,
             )
 
     def _rebind(self, pid: int) -> bool:
-        """Re-bind to process ``pid`` (a fork); whether that fork skipped Python's hooks.
+        """Re-bind to process ``pid`` (a fork); whether that fork ran Python's hooks.
 
         Called under ``pid``'s lock. Only what a fork changes is read again:
         the psutil handle (bound to a pid), the facts of the process itself
@@ -337,13 +323,8 @@ class SnapshotCache:
             )
         self._pid = pid
         self._snapshot = None
-        # The parent's locks: no thread of this process holds or waits on them.
-        self._locks = {pid: self._locks[pid]}
-        return not hooked
+        return hooked
 
-
-_live_caches: weakref.WeakSet[SnapshotCache] = weakref.WeakSet()
-"""Every cache not yet closed or collected: what a leak check counts."""
 
 _fork_time: tuple[int, float] = (0, 0.0)
 """(pid, ``time.monotonic()``) of the last fork that ran Python's at-fork hooks."""

@@ -1,23 +1,42 @@
 """The election: one process of a group reports the shared metrics.
 
-The leader is the process that holds an exclusive ``flock`` on
-``<runtime dir>/groups/<group key>.lock`` (see ``keys.group_of``); the kernel
-frees it when the leader dies, and another process takes it at its next try.
-One descriptor per group and process (``O_CLOEXEC``), shared by every
-:class:`Election` of that group in the process; a forked child never believes
-it leads. Without a safe runtime directory every process reports, after one
-warning. Details: docs/design.md, "Worker slots and the election".
+The reporter is the live process named in ``<runtime dir>/groups/<group key>.lock``
+(see ``keys.group_of``): its pid and start time, a line each, then its user,
+cgroup and service (:class:`Holder`). At each refresh, a process opens the file,
+takes an exclusive ``flock`` for the few instructions of its turn, reads who is
+named, names itself if the one named is gone (or none is), and closes the file.
+No descriptor outlives a turn: a program that lists or moves its own
+descriptors sees none of ours between two refreshes (CPython's
+``test_subprocess`` found the descriptor that a lock held for the life of the
+process needed). A process that dies is found gone by its record (its pid no
+longer runs, or runs with another start time), and another takes over at its
+next turn. A forked child never believes it leads: it is not the process
+named. Without a safe runtime directory, or a file system without ``flock``,
+every process reports, after one warning. Details: docs/design.md, "Worker
+slots and the election".
+
+A file nobody is named in may be removed (:func:`prune`, when the folder holds
+more than :data:`KEPT_FILES`); a process checks, once it holds the lock, that
+the path still names the file it opened, and opens it again if not.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import threading
 from pathlib import Path
+from typing import NamedTuple
 
-from .heldfile import HeldFile
-from .keys import Group
-from .rundir import open_private, private_dir, runtime_dir, warn_unusable
+from ..locks import ProcessLock
+from .keys import Group, start_time
+from .rundir import (
+    NOFOLLOW,
+    check_private,
+    open_private,
+    private_dir,
+    runtime_dir,
+    warn_unusable,
+)
 
 try:
     import fcntl
@@ -26,23 +45,40 @@ except ImportError:  # Windows: runtime_dir() is None there, so fcntl is never u
 
 
 class _Lock:
-    """This process's lock file of one group (``file`` is ``None`` when unusable: it reports)."""
+    """This process's part in one group's election (``path`` ``None`` when unusable: it reports)."""
 
-    __slots__ = ("file", "leading", "path", "pid", "users")
+    __slots__ = ("leading", "path", "started", "users")
 
-    def __init__(self, pid: int, file: HeldFile | None, path: Path | None = None) -> None:
-        self.pid = pid
-        self.file = file
+    def __init__(self, path: Path | None = None) -> None:
         self.path = path
         self.leading = False
         self.users = 0
+        self.started = ""
+        """This process's start time, read when the file is opened: its record, if it leads."""
+
+
+KEPT_FILES = 64
+"""Group files kept before the free ones are pruned: one per group that ever ran here."""
+MAX_PRUNED = 32
+"""Most files removed by one prune: a bounded cost."""
+_RECORD_SIZE = 4096
+
+
+class Holder(NamedTuple):
+    """The process that reports a group's shared metrics, as it wrote itself in the file."""
+
+    pid: int
+    group: str
+    """The group's service, as ``Group.service`` names it."""
+    user: int
+    cgroup: str
 
 
 _states: dict[str, _Lock] = {}
 """This process's lock of each group it takes part in, by group key."""
 _pid = os.getpid()
-"""The process ``_states`` belong to: a fork that skipped the at-fork hooks is seen by it."""
-_mutex = threading.Lock()
+"""The process ``_states`` belong to: a forked child sees that they are its parent's."""
+_mutex = ProcessLock()
 
 
 class Election:
@@ -50,63 +86,123 @@ class Election:
 
     def __init__(self, group: Group) -> None:
         self.group = group
-        with _mutex:
+        with _mutex.get():
             _current(group).users += 1
         self._closed = False
 
     def leader(self) -> bool:
-        """True while this process holds the group's lock, or when no lock can be used.
+        """True while this process is the one named in the group's file, or when none can be.
 
-        A non-leader tries to take the lock at each call (one non-blocking
-        ``flock``); a leader keeps it until it exits or every election of the
-        group in this process is closed.
+        One turn at each call: the file opened, locked, read, perhaps written,
+        and closed. While another process of the group takes its turn (the
+        lock is busy), the answer is the last one.
         """
         if self._closed:
             return False
-        with _mutex:
+        with _mutex.get():
             state = _current(self.group)
-            if state.file is None:
-                return True  # no safe lock file: "every" (warned once)
-            if state.leading:
-                return True
+            for _ in range(2):  # again, once, if the file was pruned before the lock
+                if state.path is None:
+                    return True  # no safe lock file: "every" (warned once)
+                turn = _turn(state)
+                if turn is None:
+                    continue  # pruned meanwhile: a new file
+                named, fd = turn
+                try:
+                    if named is None or _is_me(named):
+                        if named is None:
+                            _write_holder(fd, state, self.group)
+                        state.leading = True
+                    else:
+                        state.leading = False
+                finally:
+                    os.close(fd)  # and with it the lock
+                return state.leading
+            return state.leading
+
+    def holder(self) -> Holder | None:
+        """The live process that reports this group, as it wrote itself; ``None`` if unknown."""
+        with _mutex.get():
+            state = _current(self.group)
+            if state.path is None:
+                return None
             try:
-                fcntl.flock(state.file.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False
-            except OSError as exc:  # a file system that has no flock (some network ones)
-                warn_unusable(state.path or Path(os.curdir), exc)
-                state.file.drop()
-                state.file = None
-                return True
-            state.leading = True
-            return True
+                fd = os.open(state.path, os.O_RDONLY | os.O_CLOEXEC | NOFOLLOW)
+            except OSError:
+                return None
+            try:
+                return _live(os.pread(fd, _RECORD_SIZE, 0))
+            finally:
+                os.close(fd)
 
     def close(self) -> None:
-        """Stop taking part; the last election of the group to close frees its lock."""
+        """Stop taking part; at the last close of the group here, a reporter unnames itself."""
         if self._closed:
             return
         self._closed = True
-        with _mutex:
+        with _mutex.get():
             _forget_other_process()
             state = _states.get(self.group.key)
             if state is None:
                 return
             state.users -= 1
-            if state.users <= 0:
-                del _states[self.group.key]
-                if state.file is not None:
-                    state.file.drop()
+            if state.users > 0:
+                return
+            del _states[self.group.key]
+            if state.leading and state.path is not None:
+                turn = _turn(state)
+                if turn is not None:
+                    named, fd = turn
+                    with contextlib.suppress(OSError):  # it reports no more
+                        if named is not None and _is_me(named):
+                            os.ftruncate(fd, 0)
+                    os.close(fd)
+
+
+def _turn(state: _Lock) -> tuple[Holder | None, int] | None:
+    """The group's file opened and locked, and the live process it names; the caller closes it.
+
+    The lock is exclusive and waits: another process holds it only for its own
+    turn, a few system calls. ``None`` if the file was pruned before the lock
+    (the caller opens the new one), or is unusable: then the path is dropped
+    (every process reports), after one warning.
+    """
+    assert state.path is not None
+    try:
+        fd = open_private(state.path)
+    except OSError as exc:
+        warn_unusable(state.path, exc)
+        state.path = None
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError as exc:  # a file system that has no flock (some network ones)
+        os.close(fd)
+        warn_unusable(state.path, exc)
+        state.path = None
+        return None
+    if not _still_named(state.path, fd):
+        os.close(fd)  # pruned before the lock: its record elects no one
+        return None
+    return _live(os.pread(fd, _RECORD_SIZE, 0)), fd
+
+
+def _is_me(named: Holder) -> bool:
+    # A live holder's start time was checked: a live process of this pid is this one.
+    return named.pid == os.getpid()
 
 
 def _forget_other_process() -> None:
-    """Drop a parent's states (a fork that skipped the at-fork hooks); under ``_mutex``."""
+    """In a forked child, drop the parent's states; under ``_mutex``.
+
+    A child joins its own group anew (the shared-sources gate's pid check):
+    its cgroup, and so its group, may not be its parent's. It holds no
+    descriptor of the parent's: none outlives a turn.
+    """
     global _pid
     if _pid == os.getpid():
         return
     _pid = os.getpid()
-    for state in _states.values():
-        if state.file is not None:
-            state.file.drop()  # a child's copy: the parent keeps its lock
     _states.clear()
 
 
@@ -120,25 +216,133 @@ def _current(group: Group) -> _Lock:
 
 
 def _open(group: Group) -> _Lock:
-    pid = os.getpid()
     base = runtime_dir()
     if base is None:
-        return _Lock(pid, None)
-    path = base / "groups"
+        return _Lock(None)
+    folder = base / "groups"
     try:
-        private_dir(path)
-        path = path / f"{group.key}.lock"
-        return _Lock(pid, HeldFile.of(open_private(path)), path)
+        private_dir(folder)
     except OSError as exc:
-        warn_unusable(path, exc)
-        return _Lock(pid, None, path)
+        warn_unusable(folder, exc)
+        return _Lock(None)
+    prune(folder, keep=f"{group.key}.lock")
+    lock = _Lock(folder / f"{group.key}.lock")
+    lock.started = _started()
+    if not lock.started:
+        return _Lock(None)  # no start time, no record that another could check: "every"
+    return lock
 
 
-def _forget_in_child() -> None:
-    global _mutex
-    _mutex = threading.Lock()
-    _forget_other_process()
+def _started() -> str:
+    """This process's start time, for its record; "" if it cannot be read."""
+    try:
+        return start_time(os.getpid())
+    except Exception:  # noqa: BLE001 - without it, no record: every process reports
+        return ""
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
+def _still_named(path: Path, fd: int) -> bool:
+    """Whether ``path`` still names the file open at ``fd`` (not pruned meanwhile)."""
+    try:
+        named = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _write_holder(fd: int, state: _Lock, group: Group) -> None:
+    """Who leads, in the file: pid, start time, user, cgroup and service, a line each."""
+    fields = (os.getpid(), state.started, group.user, group.cgroup, group.service)
+    text = "".join(str(f).replace("\n", " ") + "\n" for f in fields)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text.encode("utf-8", "replace")[:_RECORD_SIZE], 0)
+
+
+def _live(data: bytes) -> Holder | None:
+    """The holder that ``data`` records, if that process still runs; else ``None``."""
+    try:
+        pid, started, user, cgroup, service = data.decode("utf-8", "replace").split("\n")[:5]
+        if not _our_record(int(pid), started) and start_time(int(pid)) != started:
+            return None  # gone, and its pid perhaps reused
+        return Holder(int(pid), service, int(user), cgroup)
+    except Exception:  # noqa: BLE001 - no record, a partial one, or a process gone
+        return None
+
+
+def _our_record(pid: int, started: str) -> bool:
+    """Whether a record names this very process: a leader's turn reads no ``/proc`` file."""
+    if pid != os.getpid():
+        return False
+    return any(state.started == started for state in _states.values() if state.started)
+
+
+def reporters() -> list[Holder]:
+    """The live processes that report a group's shared metrics, as their files say; by pid.
+
+    Reads at most twice :data:`KEPT_FILES` files of this user's runtime
+    directory, without locking them (a lock taken to look would stop a takeover).
+    """
+    base = runtime_dir()
+    if base is None:
+        return []
+    folder = base / "groups"
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".lock"))
+    except OSError:
+        return []
+    found = []
+    for name in names[: 2 * KEPT_FILES]:
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDONLY | NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            check_private(os.fstat(fd), path, want_dir=False)
+            holder = _live(os.pread(fd, _RECORD_SIZE, 0))
+        except OSError:
+            holder = None
+        finally:
+            os.close(fd)
+        if holder is not None:
+            found.append(holder)
+    return sorted(found)
+
+
+def prune(folder: Path, keep: str) -> int:
+    """Remove group files that name no live process, when ``folder`` holds more than
+    :data:`KEPT_FILES`.
+
+    Each is removed while this process holds its lock (a turn of its own, not
+    waited for), at most :data:`MAX_PRUNED`; a process that locks it
+    afterwards finds the path gone and opens a new one (:func:`_still_named`).
+    Returns how many were removed. Never raises.
+    """
+    try:
+        names = [n for n in os.listdir(folder) if n.endswith(".lock") and n != keep]
+    except OSError:
+        return 0
+    if len(names) < KEPT_FILES:
+        return 0
+    removed = 0
+    for name in names[: MAX_PRUNED * 4]:
+        if removed >= MAX_PRUNED:
+            break
+        path = folder / name
+        try:
+            fd = os.open(path, os.O_RDWR | NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            check_private(os.fstat(fd), path, want_dir=False)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            live = _live(os.pread(fd, _RECORD_SIZE, 0))
+            if live is None and _still_named(path, fd):
+                os.unlink(path)
+                removed += 1
+        except OSError:
+            pass  # in another's turn, or not ours
+        finally:
+            os.close(fd)
+    return removed

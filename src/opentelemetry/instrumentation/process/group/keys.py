@@ -6,7 +6,9 @@ boot and create times stand in for them.
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 from typing import NamedTuple
 
 import psutil
@@ -75,6 +77,33 @@ def parent_key(ppid: int) -> str:
     main process) has no ``/proc`` entry: its start time is 0.
     """
     return f"{boot_id()}-{ppid}-{start_time(ppid) if ppid > 0 else 0}"
+
+
+def program() -> str:
+    """This program, as its command line tells it apart: ``<main script>#<hash of the rest>``.
+
+    Read from ``sys.argv``, which the workers of a pre-fork server share: a
+    forked child has its parent's, and ``multiprocessing`` gives a spawned one
+    its parent's (gunicorn, uWSGI, Celery, pools, uvicorn ``--workers``). The
+    script is made absolute where it is a file (two ``app.py`` in two folders
+    differ); ``-c`` code is in ``sys.orig_argv`` only. A spawned worker not set
+    up yet (``--multiprocessing-fork``: instrumented at its start, by
+    ``opentelemetry-instrument``) has only its parent to tell it by.
+    """
+    argv = [str(a) for a in getattr(sys, "argv", None) or ()]
+    if argv[1:2] == ["--multiprocessing-fork"]:
+        ppid = os.getppid()
+        return f"(spawned by pid {ppid})#{_digest(parent_key(ppid))}"
+    main, rest = (argv[0], argv[1:]) if argv else ("", [])
+    if main == "-c":
+        rest = [str(a) for a in getattr(sys, "orig_argv", ())] or rest
+    elif main and os.path.isfile(main):
+        main = os.path.abspath(main)
+    return f"{main or '(no command line)'}#{_digest(chr(0).join(rest))}"
+
+
+def _digest(text: str) -> str:
+    return str(sha256(text.encode("utf-8", "surrogateescape")).hexdigest())[:8]
 
 
 class Group(NamedTuple):

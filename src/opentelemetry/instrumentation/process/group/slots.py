@@ -12,7 +12,6 @@ slots and the election".
 from __future__ import annotations
 
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ try:
 except ImportError:  # Windows: runtime_dir() is None there, so fcntl is never used
     fcntl = None  # type: ignore[assignment]
 
+from ..locks import ProcessLock
 from . import keys
 from .heldfile import HeldFile
 from .rundir import (
@@ -52,37 +52,26 @@ class Claim:
 
 
 _claim: Claim | None = None
-_lock = threading.Lock()
+_lock = ProcessLock()
 
 
 def claim() -> Claim | None:
     """This process's slot, taken on the first call; ``None`` when no safe directory is usable.
 
-    Idempotent per process. A forked child never keeps its parent's slot: it
-    closes the inherited descriptor and takes its own.
+    Idempotent per process. A forked child never keeps its parent's slot: at
+    its first call (a pid check, which a fork from C passes too) it closes the
+    inherited descriptor and takes its own.
     """
     global _claim
-    found = _claim
-    if found is not None and found.held.ours():
-        return found
-    with _lock:
+    with _lock.get():
         found = _claim
         if found is not None and found.held.ours():
             return found
-        if found is not None:  # inherited through a fork that skipped the at-fork hooks
+        if found is not None:  # the parent's, inherited through a fork
             found.held.drop()
             _claim = None
         _claim = _take()
         return _claim
-
-
-def release() -> None:
-    """Give the slot back (tests; a process normally holds it until it dies)."""
-    global _claim
-    with _lock:
-        found, _claim = _claim, None
-        if found is not None:
-            found.held.drop()
 
 
 def _take() -> Claim | None:
@@ -102,7 +91,9 @@ def _take() -> Claim | None:
                 if _lock_free(fd, ppid):
                     os.ftruncate(fd, 0)
                     os.pwrite(fd, b"%d\n" % os.getpid(), 0)
-                    claimed = Claim(slot, parent_key, HeldFile.of(fd))
+                    held = HeldFile.of(fd)  # moved to a high number: fd is its now
+                    fd = held.fd
+                    claimed = Claim(slot, parent_key, held)
                     prune(base / "slots", keep=parent_key)
                     return claimed
             except BaseException:
@@ -253,15 +244,3 @@ def _remove_free(folder: Path) -> int:
     except OSError:
         return 0
     return 1
-
-
-def _forget_in_child() -> None:
-    global _claim, _lock
-    _lock = threading.Lock()
-    found, _claim = _claim, None
-    if found is not None:
-        found.held.drop()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)

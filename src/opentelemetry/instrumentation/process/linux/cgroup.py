@@ -96,7 +96,7 @@ def discover(
 ) -> CgroupPaths:
     """Find the process's cgroup folders. Never raises: what is not found is ``None``."""
     try:
-        lines = proc_self_cgroup.read_text().splitlines()
+        lines = proc_self_cgroup.read_text(encoding="utf-8").splitlines()
         unified, v1 = _memberships(cgroup_root, lines)
         cpu = _pick(unified, v1.get("cpu"), "cpu", "cpu.max")
         memory = _pick(unified, v1.get("memory"), "memory", "memory.max")
@@ -185,7 +185,7 @@ def _cpuacct(
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text().strip()
+        return path.read_text(encoding="utf-8").strip()
     except OSError:
         return None
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TypeAlias
 
 from ..excerpt import excerpt
 
-Number = int | float
-Values = dict[str, Number]
+# Type aliases as strings: nothing made at import (each alias object would be
+# walked by every full garbage collection).
+Number: TypeAlias = "int | float"
+Values: TypeAlias = "dict[str, Number]"
 """Field name -> number. A field the kernel does not give is absent, never 0."""
 
 # Every file read here is one kernel record (one show() call), which the
@@ -72,7 +75,7 @@ class KernelFile:
         return values
 
 
-Failure = tuple[KernelFile, Exception]
+Failure: TypeAlias = "tuple[KernelFile, Exception]"
 
 
 def read_all(files: tuple[KernelFile, ...]) -> tuple[Values, list[Failure]]:

@@ -7,7 +7,7 @@ Each function opens, reads and closes on every call, and reads ``/proc/self``
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def thread_ids() -> list[int]:
@@ -20,13 +20,19 @@ def thread_ids() -> list[int]:
     return [int(name) for name in os.listdir("/proc/self/task")]
 
 
-def status_counts() -> tuple[int, int]:
-    """``(pending signals, threads)`` of this process, from one read of ``/proc/self/status``.
+class Status(NamedTuple):
+    """What is read of ``/proc/self/status``, in one read: each value a source wants of it."""
 
-    Pending signals are the bits set in ``SigPnd`` or ``ShdPnd``; psutil has no
-    API for them. The thread count comes with them from the same read, so that
-    ``status`` is not read twice. Raises ``LookupError`` if the kernel does not
-    show those lines (unknown is not 0).
+    pending: int
+    """Pending signals: the bits set in ``SigPnd`` or ``ShdPnd`` (psutil has no API)."""
+    threads: int
+    """``Threads``: the thread count, read with them, so that ``status`` is not read twice."""
+
+
+def status() -> Status:
+    """This process's :class:`Status`, from one read of ``/proc/self/status``.
+
+    Raises ``LookupError`` if the kernel does not show those lines (unknown is not 0).
     """
     pending, found, threads = 0, 0, None
     with open("/proc/self/status", "rb") as f:
@@ -38,7 +44,7 @@ def status_counts() -> tuple[int, int]:
                 threads = int(line.split()[1])
     if found != 2 or threads is None:
         raise LookupError("SigPnd, ShdPnd or Threads not in /proc/self/status")
-    return bin(pending).count("1"), threads
+    return Status(bin(pending).count("1"), threads)
 
 
 def page_faults() -> tuple[int, int]:

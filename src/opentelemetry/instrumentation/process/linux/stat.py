@@ -8,7 +8,6 @@ in seconds, as psutil does. Each call opens, reads and closes the file.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
 CLOCK_TICKS: int = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 """Clock ticks a second (``USER_HZ``): the unit of the times in ``stat`` and ``cpuacct.stat``.
@@ -17,22 +16,38 @@ Windows has no ``os.sysconf``: 100 there, where nothing reads these files.
 """
 
 
-class Stat(NamedTuple):
+class Stat:
     """The fields of one ``stat`` file that this package reads (proc(5))."""
 
-    state: str
-    """One letter: ``R`` running, ``S`` sleeping, ``Z`` zombie, ..."""
-    ppid: int
-    minflt: int
-    """Minor page faults (no disk read)."""
-    majflt: int
-    """Major page faults (a page read from disk)."""
-    utime: float
-    """Seconds in user mode."""
-    stime: float
-    """Seconds in kernel mode."""
-    starttime: int
-    """When it started, in clock ticks after boot: with the pid, one process over all time."""
+    __slots__ = ("exit_code", "majflt", "minflt", "ppid", "starttime", "state", "stime", "utime")
+
+    def __init__(
+        self,
+        *,
+        state: str,
+        ppid: int,
+        minflt: int,
+        majflt: int,
+        utime: float,
+        stime: float,
+        starttime: int,
+        exit_code: int | None = None,
+    ) -> None:
+        self.state = state
+        """One letter: ``R`` running, ``S`` sleeping, ``Z`` zombie, ..."""
+        self.ppid = ppid
+        self.minflt = minflt
+        """Minor page faults (no disk read)."""
+        self.majflt = majflt
+        """Major page faults (a page read from disk)."""
+        self.utime = utime
+        """Seconds in user mode."""
+        self.stime = stime
+        """Seconds in kernel mode."""
+        self.starttime = starttime
+        """When it started, in clock ticks after boot: with the pid, one process over all time."""
+        self.exit_code = exit_code
+        """A zombie's wait status (field 52, Linux 3.5+; 0 unless the reader may trace it)."""
 
 
 def parse(data: bytes) -> Stat:
@@ -50,6 +65,7 @@ def parse(data: bytes) -> Stat:
         utime=int(fields[11]) / CLOCK_TICKS,
         stime=int(fields[12]) / CLOCK_TICKS,
         starttime=int(fields[19]),
+        exit_code=int(fields[49]) if len(fields) > 49 else None,  # field 52
     )
 
 

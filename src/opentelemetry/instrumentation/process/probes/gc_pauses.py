@@ -1,74 +1,95 @@
-"""Garbage-collection pauses, measured with ``gc.callbacks``.
+"""Garbage-collection pauses: timed by the interpreter where it can, else by a gc callback.
 
-CPython calls every entry of ``gc.callbacks`` with ``("start", info)`` before a
-collection and ``("stop", info)`` after it, in the thread that collects. One
-callback of ours reads ``time.perf_counter()`` at both ends and adds the
-difference to running totals kept per generation: the seconds spent, the number
-of pauses, and the longest pause since the previous :meth:`GcPauses.read`.
+Two ways, chosen by what the interpreter offers, never by its version:
+
+The interpreter's own timing
+    Where ``gc.get_stats()`` reports a ``duration`` per generation (CPython
+    3.15, gh-140638), the totals are read from it and no callback runs unless
+    something needs each pause: the buckets (``histogram=True``) or the long
+    pauses with what ran (``long_pause``); that callback times the pauses as
+    on other interpreters (one callback, one cost, everywhere). Without a
+    callback, the longest pause of a generation is known only when it
+    collected at most once since the previous read; otherwise it is ``None``.
+
+A callback of ours
+    CPython calls every entry of ``gc.callbacks`` with ``("start", info)``
+    before a collection and ``("stop", info)`` after it, in the thread that
+    collects. Ours reads ``time.perf_counter()`` at both ends and adds the
+    difference to running totals per generation.
 
 The hot path
-    The callback runs for every collection of every generation, and
-    generation-0 collections can come thousands of times a second. It binds
-    everything it touches as default arguments (local loads), builds no tuple,
-    dict or closure, looks up no attribute, and keeps every total in a list
-    allocated once. Counts are kept as floats: a float comes from CPython's float
-    free list, where an int above 256 would be a fresh allocation each time. The
-    only objects it creates are floats (the clock's result, the difference, the
-    new sums), each replacing the one before it. ``benchmarks/gc_pauses.py``
-    measures about 0.25 µs per collection over an empty callback (0.35 µs on
-    3.10), on top of the 0.5 µs CPython spends calling any gc callback.
+    The callback runs for every collection of every generation, thousands of
+    times a second in an allocating program. It binds everything it touches as
+    default arguments (local loads), builds no tuple, dict or closure, looks up
+    no attribute and takes no lock. Counts are floats: they come from CPython's
+    float free list, where an int above 256 would be a fresh allocation.
+
+Signals
+    A signal handler runs at the next check of the eval breaker in the main
+    thread, and a gc callback is Python code: a Ctrl-C during a collection
+    raises ``KeyboardInterrupt`` in the callback (from 3.11 at its first
+    instruction, before any ``try``), and CPython then prints it as ignored
+    and drops it (gh-95959 for weakref callbacks). The program would not stop.
+    So whatever a handler raised in our callback is handed back, to be raised
+    at the program's next bytecode as if we had not been there (``_armed``):
+    the callback catches it, and a ``sys.unraisablehook`` of ours, chained to
+    the one before it while a callback runs, catches what escaped before the
+    ``try``. One raised as a collection starts is handed back when it stops:
+    finalizers run in between, and would drop it too.
 
 Re-entrancy
-    CPython runs one collection at a time per interpreter: a ``collecting``
-    flag makes ``gc.collect()`` return 0 during a collection (3.10 to 3.12
-    ``gc_collect_impl``, 3.13 ``_PyGC_Collect``), and allocations do not start
-    one meanwhile. 3.12 has a gap: a collection scheduled before another began
-    runs at the next eval-breaker check, which can be inside a gc callback, and
-    ``_Py_RunGC`` neither checks the flag nor restores it (it sets it to 0 when
-    done), so one collection can nest inside another (seen on 3.12.1). The
-    callback therefore keeps a small stack of start times indexed by depth,
-    reads the start time before calling the clock (the only call at which a
-    nested collection can run), and ignores a ``stop`` that has no ``start``
-    (a callback installed mid-collection).
+    CPython runs one collection at a time per interpreter, but 3.12 can nest a
+    collection scheduled earlier inside a gc callback (seen on 3.12.1). The
+    callback keeps a small stack of start times indexed by depth, reads the
+    start time before calling the clock (the only call at which a nested
+    collection can run), and ignores a ``stop`` that has no ``start`` (a
+    callback installed mid-collection).
 
-Without the GIL
-    On a free-threaded build the callback of one thread's collection runs while
-    other threads run, read() among them. CPython still runs one collection at a
-    time (its ``collecting`` flag is taken before the ``start`` callbacks and
-    released after the ``stop`` ones), so the callback's stores never race each
-    other; only read()'s take-and-zero of the maxima races the callback, where
-    a maximum stored between read()'s load and its zeroing would be lost. A new
-    maximum is therefore stored under a guard (an RLock) that read() holds for
-    its take-and-zero. The callback takes it only when a pause beats the
-    maximum so far, which is rare once an interval has begun: the common case
-    takes no lock.
+The longest pause, without a lock
+    A read takes and zeroes each generation's maximum with no call or jump
+    between the load and the store, where a thread could switch: with a GIL,
+    no collection ends in between. Without one (a free-threaded build), a
+    pause of another thread ending in those two instructions is lost from the
+    maximum (never from the totals), a race no lock is worth: a lock there is
+    one a fork can copy held.
 
 The histogram
     OpenTelemetry has no asynchronous histogram, and the callback must never
     record into a synchronous one: a collection can start while the same
-    thread holds the SDK's aggregation lock (``_ExplicitBucketHistogramAggregation``
-    allocates inside ``with self._lock`` in ``collect()``), and recording from
-    the callback would then wait for that lock forever (``tests/test_gc_pauses``
-    shows it). Replaying the pauses into a synchronous histogram at collection
-    time is safe but costs one ``record()`` (about 6 µs here) per pause, so it
-    grows with the GC rate. With ``histogram=True`` the callback instead counts
-    pauses into fixed buckets (:data:`BOUNDS`), cumulative: a backend's
-    ``histogram_quantile`` over two readings gives a bounded quantile of the
-    pauses between them.
+    thread holds the SDK's aggregation lock, and recording from the callback
+    would then wait for that lock forever (``tests/test_gc_pauses`` shows
+    it). With ``histogram=True`` the callback counts pauses into fixed
+    buckets (:data:`BOUNDS`), cumulative.
+
+Long pauses
+    With ``long_pause`` set, a pause at least that long is kept with
+    ``capture()``'s result, called in the thread that collected (by default a
+    copy of its ``contextvars`` context: what was running, O(1)). At most
+    :data:`MAX_LONG` are kept between two reads.
+
+Forks
+    A forked child starts its own totals when its snapshot source calls
+    :meth:`GcPauses.reset` (with or without Python's at-fork hooks). Nothing
+    here holds a lock a fork could copy held.
 
 Nothing here knows about OpenTelemetry.
 """
 
 from __future__ import annotations
 
+import _thread
 import bisect
+import collections
+import contextvars
+import functools
 import gc
-import os
+import signal
+import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, TypeAlias
 
 from ..excerpt import excerpt
 
@@ -76,9 +97,15 @@ from ..excerpt import excerpt
 # per-generation stats, whose length is that of gc.get_stats().
 GENERATIONS = len(gc.get_stats())
 
+TIMED_BY_INTERPRETER = "duration" in gc.get_stats()[0]
+"""Whether this interpreter times its own collections (``gc.get_stats()`` has ``duration``)."""
+
 # Nesting depth with a start time of its own (3.12 can nest one collection in
 # another); deeper levels are still paired, but not timed.
 DEPTH = 4
+
+MAX_LONG = 16
+"""Long pauses kept between two reads; later ones are counted in the totals only."""
 
 # Upper bounds (seconds) of the pause buckets: the 1-2-5 series from 10 µs to
 # 1 s. A generation-0 pause of a small heap takes tens of µs and a full
@@ -93,233 +120,456 @@ BOUNDS: tuple[float, ...] = (
     1.0,
 )  # fmt: skip
 
-GcCallback = Callable[[str, dict[str, int]], None]
+# Aliases as strings: no alias object made at import (linux/files.py says why).
+GcCallback: TypeAlias = "Callable[[str, dict[str, Any]], None]"
+_Histogram: TypeAlias = (
+    "tuple[list[list[float]], Callable[[Sequence[float], float], int], tuple[float, ...]]"
+)
+_Rare: TypeAlias = "tuple[list[list[LongPause]], Callable[[], Any], list[BaseException]]"
+
+PENDING = -(1 << 30)
+"""The depth that marks a signal's exception raised as a collection started: its stop hands it
+back (the stop finds no start, as when installed mid-collection)."""
 
 
-class GcPauseReading(NamedTuple):
+class LongPause:
+    """One pause of at least ``long_pause`` seconds."""
+
+    __slots__ = ("captured", "generation", "seconds")
+
+    def __init__(self, seconds: float, generation: int, captured: Any) -> None:
+        self.seconds = seconds
+        self.generation = generation
+        self.captured = captured
+        """What ``capture()`` returned in the thread that collected."""
+
+
+class GcPauseReading:
     """Totals since :meth:`GcPauses.start` (or the last reset), by generation.
 
     ``seconds`` and ``pauses`` are cumulative. ``longest`` is the longest pause
-    of each generation since the previous :meth:`GcPauses.read`, or ``None`` if
-    that generation did not collect since. ``buckets`` holds, per generation,
-    cumulative pause counts for each bucket of :data:`BOUNDS` plus one above the
-    last bound, or is ``None`` unless the recorder was made with
-    ``histogram=True``.
+    of each generation since the previous :meth:`GcPauses.read`: 0.0 if that
+    generation did not collect since, ``None`` if it is not known (timed by the
+    interpreter, no callback, more than one collection). ``buckets`` holds, per
+    generation, cumulative pause counts for each bucket of :data:`BOUNDS` plus
+    one above the last bound, or is ``None`` unless the recorder was made with
+    ``histogram=True``. ``long`` holds the long pauses since the previous read.
     """
 
-    seconds: tuple[float, ...]
-    pauses: tuple[int, ...]
-    longest: tuple[float | None, ...]
-    buckets: tuple[tuple[int, ...], ...] | None = None
+    __slots__ = ("buckets", "long", "longest", "pauses", "seconds")
+
+    def __init__(
+        self,
+        seconds: tuple[float, ...],
+        pauses: tuple[int, ...],
+        longest: tuple[float | None, ...],
+        buckets: tuple[tuple[int, ...], ...] | None = None,
+        long: tuple[LongPause, ...] = (),
+    ) -> None:
+        self.seconds = seconds
+        self.pauses = pauses
+        """Collections of each generation since the start, as ``gc.get_stats()`` counts them."""
+        self.longest = longest
+        self.buckets = buckets
+        self.long = long
+
+
+class _State:
+    """What the callback writes: lists made once, changed in place (the callback holds them)."""
+
+    __slots__ = ("buckets", "depth", "long", "peak", "pending", "starts", "total")
+
+    def __init__(self) -> None:
+        self.depth = [0]
+        """Collections started and not stopped (the callback saw their start)."""
+        self.pending: list[BaseException] = []
+        """Raised by a signal handler as a collection started: handed back when it stops."""
+        self.starts = [0.0] * DEPTH
+        self.total = [0.0] * GENERATIONS
+        self.peak = [0.0] * GENERATIONS
+        self.buckets = [[0.0] * (len(BOUNDS) + 1) for _ in range(GENERATIONS)]
+        self.long: list[list[LongPause]] = [[]]
+        """The long pauses since the previous read (the inner list is replaced by a read)."""
 
 
 def _callback(
-    depth: list[int], starts: list[float], total: list[float], count: list[float],
-    peak: list[float], guard: list[Callable[[], Any]], buckets: list[list[float]] | None,
-) -> GcCallback:  # fmt: skip
-    """The ``gc.callbacks`` entry: times each collection; counts it in ``buckets`` if given.
+    state: _State,
+    buckets: list[list[float]] | None,
+    long_pause: float,
+    capture: Callable[[], Any],
+) -> GcCallback:
+    """The ``gc.callbacks`` entry: times each collection; buckets and long pauses if asked.
 
-    The state comes in as default arguments, read as fast locals on each call.
+    The state comes in as default arguments, read as fast locals on each call;
+    what only a rare branch reads comes in one tuple (each default costs a
+    little at every call).
     """
+    hist = None if buckets is None else (buckets, bisect.bisect_left, BOUNDS)
 
     def on_gc(
         phase: str,
-        info: dict[str, int],
+        info: dict[str, Any],
         _clock: Callable[[], float] = time.perf_counter,
-        _depth: list[int] = depth,
-        _starts: list[float] = starts,
-        _total: list[float] = total,
-        _count: list[float] = count,
-        _peak: list[float] = peak,
-        _guard: list[Callable[[], Any]] = guard,
-        _buckets: list[list[float]] | None = buckets,
-        _find: Callable[[Sequence[float], float], int] = bisect.bisect_left,
-        _bounds: tuple[float, ...] = BOUNDS,
+        _depth: list[int] = state.depth,
+        _starts: list[float] = state.starts,
+        _total: list[float] = state.total,
+        _peak: list[float] = state.peak,
+        _hist: _Histogram | None = hist,
         _slots: int = DEPTH,
+        _long_pause: float = long_pause,
+        _rare: _Rare = (state.long, capture, state.pending),
     ) -> None:
-        if phase == "start":
-            i = _depth[0]
-            _depth[0] = i + 1  # before the clock call: a nested collection takes i + 1
-            if i < _slots:
-                _starts[i] = _clock()
-            return
-        i = _depth[0] - 1
-        if i < 0:
-            return  # no start seen: installed mid-collection
-        _depth[0] = i
-        if i >= _slots:
-            return
-        began = _starts[i]  # before the clock call: a nested collection reuses slot i
-        elapsed = _clock() - began
-        g = info["generation"]
-        _total[g] += elapsed
-        _count[g] += 1.0
-        if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
-            # A new maximum (rare once an interval has begun): stored under the
-            # guard that read() holds to take and zero the maxima.
-            _guard[0]()
+        try:
+            if phase == "start":
+                i = _depth[0]
+                _depth[0] = i + 1  # before the clock call: a nested collection takes i + 1
+                if i < _slots:
+                    _starts[i] = _clock()
+                return
+            i = _depth[0] - 1
+            if i < 0:  # no start seen: installed mid-collection, or a signal at the start
+                _depth[0] = 0
+                pending = _rare[2]
+                if pending:
+                    armed = _armed(pending.pop())
+                    if armed is not None:
+                        armed[0]  # the last bytecode that can run a handler: see _armed
+                return
+            _depth[0] = i
+            if i >= _slots:
+                return
+            began = _starts[i]  # before the clock call: a nested collection reuses slot i
+            elapsed = _clock() - began
+            g = info["generation"]
+            _total[g] += elapsed  # counted by CPython itself (gc.get_stats())
             if elapsed > _peak[g]:  # pragma: no mutate - ">=" stores the same value
                 _peak[g] = elapsed
-            _guard[1]()
-        if _buckets is not None:
-            # bisect_left: a pause equal to a bound counts in that bound's bucket,
-            # as OpenTelemetry's explicit buckets (upper bound inclusive) do.
-            _buckets[g][_find(_bounds, elapsed)] += 1.0
+            if _hist is not None:
+                # bisect_left: a pause equal to a bound counts in that bound's bucket,
+                # as OpenTelemetry's explicit buckets (upper bound inclusive) do.
+                _hist[0][g][_hist[1](_hist[2], elapsed)] += 1.0
+            if elapsed >= _long_pause:
+                kept = _rare[0][0]
+                if len(kept) < MAX_LONG:
+                    kept.append(LongPause(elapsed, g, _captured(_rare[1])))
+        except BaseException as exc:  # a signal handler's: not ours to keep
+            if phase == "start":
+                _rare[2].append(exc)  # finalizers run before the stop, and would drop it
+                _depth[0] = PENDING
+                return
+            armed = _armed(exc)
+            if armed is None:
+                raise  # to the unraisable hooks, as without us
+            armed[0]
 
     return on_gc
+
+
+_CALLBACK_CODE = _callback(_State(), None, 0.0, contextvars.copy_context).__code__
+"""The code of every callback of ours (each a closure of the same function)."""
 
 
 class GcPauses:
     """Running totals of garbage-collection pauses.
 
-    ``start()`` installs one callback in ``gc.callbacks``; ``stop()`` removes
-    it; ``read()`` returns the totals; ``reset()`` zeroes them. A forked child
-    starts from zero: at fork (``os.register_at_fork``), or, where a fork
-    bypasses Python's hooks (a C server), at its first call of any of these.
+    ``start()`` installs the callback where one is needed; ``stop()`` removes
+    it; ``read()`` returns the totals; ``reset()`` zeroes them.
+
+    ``long_pause``: seconds from which a pause is kept with ``capture()``'s
+    result (``None``: none kept). ``capture`` defaults to
+    ``contextvars.copy_context``.
     """
 
-    def __init__(self, *, histogram: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        histogram: bool = False,
+        long_pause: float | None = None,
+        capture: Callable[[], Any] = contextvars.copy_context,
+    ) -> None:
         if not isinstance(histogram, bool):
             raise ValueError(
                 f"histogram must be True or False, not {type(histogram).__name__} "
                 f"{excerpt(histogram, 40)}"
             )
+        if long_pause is not None and (
+            isinstance(long_pause, bool)
+            or not isinstance(long_pause, (int, float))
+            or not long_pause > 0
+        ):
+            raise ValueError(
+                "long_pause must be a number of seconds above 0, or None; "
+                f"got {excerpt(long_pause, 40)}"
+            )
         self.histogram = histogram
-        # start/stop/reset/read among themselves. Re-entrant: a collection
-        # triggered inside one of them can run a gc callback that calls another.
-        self._lock = threading.RLock()
-        self._pid = os.getpid()
-        self._depth = [0]
-        self._starts = [0.0] * DEPTH
-        self._total = [0.0] * GENERATIONS
-        self._count = [0.0] * GENERATIONS
-        self._peak = [0.0] * GENERATIONS
+        self.hooked = not TIMED_BY_INTERPRETER or histogram or long_pause is not None
+        """Whether a callback times the pauses (else ``gc.get_stats()`` alone is read)."""
+        self._long_pause = float("inf") if long_pause is None else float(long_pause)
+        self._capture = capture
+        self._state = _State()
         self._tops = [0.0] * GENERATIONS
-        self._guard: list[Callable[[], Any]] = []
-        self._new_guard()
-        self._buckets = [[0.0] * (len(BOUNDS) + 1) for _ in range(GENERATIONS)]
-        shared = (self._depth, self._starts, self._total, self._count, self._peak, self._guard)
-        self._callback = _callback(*shared, self._buckets if histogram else None)
+        self._base = _interpreter_totals()
+        """Interpreter-timed: ``gc.get_stats()``'s totals at the start, and at the last read."""
+        self._last = self._base
+        self._callback = self._made()
         self._finalizer: weakref.finalize[Any, Any] | None = None
-        _live.add(self)
+
+    def _made(self) -> GcCallback:
+        buckets = self._state.buckets if self.histogram else None
+        return _callback(self._state, buckets, self._long_pause, self._capture)
+
+    def keep_long(self, seconds: float) -> None:
+        """Keep the pauses of at least ``seconds`` from now (with what ``capture`` returns).
+
+        Timed by the interpreter without a callback, a pause is known alone only
+        when its generation collected once since the previous read; it is kept
+        then, with nothing captured. The threshold is bound into the callback
+        (a fast local): a running one is replaced.
+        """
+        self._long_pause = float(seconds)
+        running = self.running
+        if running:
+            self.stop()
+        if self._finalizer is not None:  # it holds the old callback: a new one at start()
+            self._finalizer.detach()
+            self._finalizer = None
+        self._callback = self._made()
+        if running:
+            self.start()
 
     @staticmethod
     def available() -> bool:
-        """Whether this runtime has ``gc.callbacks``."""
-        return isinstance(getattr(gc, "callbacks", None), list)
+        """Whether this runtime has ``gc.callbacks``, or times its collections."""
+        return TIMED_BY_INTERPRETER or isinstance(getattr(gc, "callbacks", None), list)
 
     @property
     def running(self) -> bool:
         """Whether our callback is in ``gc.callbacks``."""
-        return self.available() and _holds(gc.callbacks, self._callback)
+        return _holds(self._callback)
 
     def start(self) -> bool:
-        """Install the callback; False (and nothing done) without ``gc.callbacks``."""
+        """Install the callback where one is needed; False (and nothing done) if it cannot run."""
         if not self.available():
             return False
-        with self._locked():
-            if _holds(gc.callbacks, self._callback):
-                return True
-            self._depth[0] = 0  # a start left behind by an earlier stop() mid-collection
-            gc.callbacks.append(self._callback)
-            if self._finalizer is None:
-                # A recorder dropped without stop() takes its callback with it.
-                self._finalizer = weakref.finalize(self, _uninstall, self._callback)
+        if not self.hooked or _holds(self._callback):
             return True
+        if not isinstance(getattr(gc, "callbacks", None), list):
+            return False
+        self._state.depth[0] = 0  # a start left behind by an earlier stop() mid-collection
+        _installed.append((self._callback, self._state))
+        _chain_unraisable()
+        gc.callbacks.append(self._callback)
+        if self._finalizer is None:
+            # A recorder dropped without stop() takes its callback with it.
+            self._finalizer = weakref.finalize(self, _uninstall, self._callback)
+        return True
 
     def stop(self) -> None:
-        """Remove the callback, wherever it now is in ``gc.callbacks``; totals freeze."""
-        with self._locked():
-            if self.available():
-                _uninstall(self._callback)
+        """Remove the callback, wherever it now is in ``gc.callbacks``; its totals freeze (the
+        count of collections is CPython's own, and goes on)."""
+        _uninstall(self._callback)
 
     def reset(self) -> None:
-        """Zero every total, and forget a collection in flight."""
-        with self._locked():
-            self._zero()
+        """Zero every total, and forget a collection in flight (a forked child, say)."""
+        state = self._state
+        state.depth[0] = 0
+        for values in (state.total, state.peak, *state.buckets):
+            values[:] = [0.0] * len(values)  # in place: the callback holds the lists
+        state.long[0] = []
+        self._base = self._last = _interpreter_totals()
 
     def read(self) -> GcPauseReading:
         """The totals, and the longest pause per generation since the previous read."""
-        with self._locked():
-            peak, tops = self._peak, self._tops
-            acquire, release = self._guard
-            # Take and zero the maxima under the guard that a new maximum is
-            # stored under: without the GIL another thread's collection runs its
-            # callback in parallel. A collection of this thread can only start
-            # at a call or a loop's jump, never between a load and its zeroing.
-            acquire()
-            for g in range(GENERATIONS):
-                tops[g] = peak[g]
-                peak[g] = 0.0
-            release()
-            # 0.0 is "no pause since": a measured pause takes microseconds.
-            longest = [top if top > 0.0 else None for top in tops]
-            return GcPauseReading(
-                seconds=tuple(self._total),
-                pauses=tuple(int(x) for x in self._count),
-                longest=tuple(longest),
-                buckets=(
-                    tuple(tuple(int(x) for x in row) for row in self._buckets)
-                    if self.histogram
-                    else None
-                ),
-            )
+        state = self._state
+        long = state.long[0]
+        state.long[0] = []
+        if not self.hooked:
+            return self._read_interpreter()
+        # Take and zero each maximum: no call or jump between the load and the
+        # store, so with a GIL no collection of any thread ends in between.
+        peak, tops = state.peak, self._tops
+        for g in range(GENERATIONS):
+            tops[g] = peak[g]
+            peak[g] = 0.0
+        # The pauses are CPython's own count of collections since the start;
+        # nothing else of this reading needs it, so a failure of it costs only it.
+        try:
+            _, counts = _interpreter_totals()
+        except Exception:  # noqa: BLE001 - gc.get_stats() has never failed; the count waits
+            counts = self._last[1]
+        self._last = (self._last[0], counts)
+        return GcPauseReading(
+            seconds=tuple(state.total),
+            pauses=tuple(n - b for n, b in zip(counts, self._base[1], strict=True)),
+            # A generation that collected since the last read paused for its
+            # maximum (a pause takes time); one that did not, for 0.0.
+            longest=tuple(tops),
+            buckets=(
+                tuple(tuple(int(x) for x in row) for row in state.buckets)
+                if self.histogram
+                else None
+            ),
+            long=tuple(long),
+        )
 
-    def _locked(self) -> threading.RLock:
-        """The lock, renewed (and the totals zeroed) in a child forked without hooks.
-
-        There the old lock may be held by a thread of the parent, which the
-        child does not have: it would never be released.
-        """
-        pid = os.getpid()
-        if pid != self._pid:
-            self._pid = pid
-            self._lock = threading.RLock()
-            self._new_guard()
-            self._zero()
-        return self._lock
-
-    def _new_guard(self) -> None:
-        # Re-entrant: a collection can start in a thread that holds it (in
-        # read(), between two of its loads). In place: the callback holds the list.
-        guard = threading.RLock()
-        self._guard[:] = [guard.acquire, guard.release]
-
-    def _zero(self) -> None:
-        # Slice assignment keeps the list objects the callback is bound to.
-        self._depth[0] = 0
-        self._total[:] = [0.0] * GENERATIONS
-        self._count[:] = [0.0] * GENERATIONS
-        self._peak[:] = [0.0] * GENERATIONS
-        for row in self._buckets:
-            row[:] = [0.0] * len(row)
+    def _read_interpreter(self) -> GcPauseReading:
+        seconds, counts = _interpreter_totals()
+        base_s, base_n = self._base
+        last_s, last_n = self._last
+        self._last = (seconds, counts)
+        longest: list[float | None] = []
+        long: list[LongPause] = []
+        for g in range(GENERATIONS):
+            collected = counts[g] - last_n[g]
+            # One collection since the last read: its duration is the longest.
+            alone = seconds[g] - last_s[g] if collected == 1 else None
+            longest.append(0.0 if collected == 0 else alone)
+            if alone is not None and alone >= self._long_pause:
+                long.append(LongPause(alone, g, None))
+        return GcPauseReading(
+            seconds=tuple(s - b for s, b in zip(seconds, base_s, strict=True)),
+            pauses=tuple(n - b for n, b in zip(counts, base_n, strict=True)),
+            longest=tuple(longest),
+            long=tuple(long),
+        )
 
 
-def _holds(callbacks: list[Any], callback: GcCallback) -> bool:
-    return any(x is callback for x in callbacks)
+def _interpreter_totals() -> tuple[tuple[float, ...], tuple[int, ...]]:
+    """``gc.get_stats()``'s duration and collections per generation (durations 0.0 if not timed)."""
+    stats = gc.get_stats()
+    return (
+        tuple(float(s.get("duration", 0.0)) for s in stats),
+        tuple(int(s["collections"]) for s in stats),
+    )
+
+
+_installed: list[tuple[GcCallback, _State]] = []
+"""Our callbacks in ``gc.callbacks`` and their state: what escapes them is handed back."""
+
+_previous_hook: list[Callable[[Any], Any]] = []
+"""The ``sys.unraisablehook`` ours was chained to, while it is installed."""
+
+
+def _holds(callback: GcCallback) -> bool:
+    callbacks = getattr(gc, "callbacks", None)
+    return isinstance(callbacks, list) and any(x is callback for x in callbacks)
 
 
 def _uninstall(callback: GcCallback) -> None:
     # By identity, from wherever others have moved it; every copy.
     callbacks = getattr(gc, "callbacks", None)
-    if not isinstance(callbacks, list):
+    if isinstance(callbacks, list):
+        for i in range(len(callbacks) - 1, -1, -1):
+            if callbacks[i] is callback:
+                del callbacks[i]
+    _installed[:] = [entry for entry in _installed if entry[0] is not callback]
+    if not _installed:
+        _unchain_unraisable()
+
+
+def _captured(capture: Callable[[], Any]) -> Any:
+    """What ``capture()`` returns, or ``None`` if it fails: its fault is not the program's."""
+    try:
+        return capture()
+    except Exception:  # noqa: BLE001 - a capture's own fault; a signal's BaseException goes on
+        return None
+
+
+def _ours(unraisable: Any) -> _State | None:
+    """The state of our callback that ``unraisable`` escaped from, or ``None``.
+
+    Told by the object CPython names, or, from 3.14, where it names none
+    (``PyErr_FormatUnraisable``), by the callback's frame in the traceback.
+    """
+    for callback, state in _installed:
+        if callback is unraisable.object:
+            return state
+    tb = unraisable.exc_traceback
+    while tb is not None:
+        if tb.tb_frame.f_code is _CALLBACK_CODE:
+            for _callback_of_state, state in _installed:
+                if tb.tb_frame.f_locals.get("_depth") is state.depth:
+                    return state
+        tb = tb.tb_next
+    return None
+
+
+def _unraisable(unraisable: Any) -> None:
+    """``sys.unraisablehook`` while a callback of ours runs: what a signal raised in it goes back.
+
+    Raised before our callback's first line: at a stop (its start was seen),
+    it goes back now; at a start, when that collection stops.
+    """
+    exc = unraisable.exc_value
+    state = _ours(unraisable)
+    if state is not None and exc is not None:
+        if state.depth[0] <= 0:
+            state.pending.append(exc)
+            state.depth[0] = PENDING  # its stop finds no start, and hands it back
+            return
+        state.depth[0] -= 1  # that stop was not seen: it is now
+        armed = _armed(exc)
+        if armed is not None:
+            armed[0]  # the last bytecode that can run a handler: see _armed
+            return
+    previous = _previous_hook[0] if _previous_hook else sys.__unraisablehook__
+    if previous is _unraisable or getattr(_passing, "on", False):
+        previous = sys.__unraisablehook__  # a hook chained to ours that we chained to
+    _passing.on = True
+    try:
+        previous(unraisable)
+    finally:
+        _passing.on = False
+
+
+_passing = threading.local()
+"""``on`` while this thread's ``_unraisable`` hands an exception on: a loop back ends there."""
+
+
+def _chain_unraisable() -> None:
+    """Installs ours, chained to the hook in place; again if another replaced ours since."""
+    current = sys.unraisablehook
+    if current is _unraisable:
         return
-    for i in range(len(callbacks) - 1, -1, -1):
-        if callbacks[i] is callback:
-            del callbacks[i]
+    _previous_hook[:] = [current]
+    sys.unraisablehook = _unraisable
 
 
-_live: weakref.WeakSet[GcPauses] = weakref.WeakSet()
+def _unchain_unraisable() -> None:
+    if _previous_hook:
+        previous = _previous_hook.pop()
+        if sys.unraisablehook is _unraisable:  # replaced since: theirs stays
+            sys.unraisablehook = previous
 
 
-def _after_fork_in_child() -> None:
-    # A forked child starts its own totals. No lock: the child has one thread,
-    # and a lock held by a parent thread at fork time would never be released.
-    for recorder in list(_live):
-        recorder._locked()
+def _armed(exc: BaseException) -> Any:
+    """A mapping whose first lookup raises ``exc`` again in this thread at its next bytecode.
+
+    A signal handler (Ctrl-C's, or one calling ``sys.exit()``) raised ``exc``
+    in our gc callback, where CPython would print and drop it. It must be
+    raised once the collection is over, in the code that allocated, as if we
+    had not been there. Raising it, or asking for it, from Python code of
+    ours would raise it right there: the next call of ours runs pending
+    handlers. So the request is made in C, by a lookup of a missing key in a
+    ``defaultdict`` (a subscript runs no handler afterwards), which the caller
+    makes as its last statement: its factory simulates a SIGINT, whose
+    handler, borrowed until it runs once, raises ``exc`` itself. Handlers run
+    only in the main thread; anywhere else (an exception another thread sent
+    with ``PyThreadState_SetAsyncExc``) ``None``: it cannot be handed back.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGINT)
+
+    def once(_signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if previous is None else previous)
+        raise exc
+
+    try:
+        signal.signal(signal.SIGINT, once)
+    except ValueError:  # not the main interpreter
+        return None
+    return collections.defaultdict(functools.partial(_thread.interrupt_main, signal.SIGINT))
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
-
-__all__ = ["BOUNDS", "GENERATIONS", "GcPauseReading", "GcPauses"]
+__all__ = ["BOUNDS", "GENERATIONS", "GcPauseReading", "GcPauses", "LongPause"]

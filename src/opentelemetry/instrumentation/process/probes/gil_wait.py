@@ -28,7 +28,6 @@ about OpenTelemetry.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
@@ -80,7 +79,6 @@ class GilWait:
         "_contended",
         "_guard",
         "_longest",
-        "_pid",
         "_running",
         "_samples",
         "_since",
@@ -91,7 +89,6 @@ class GilWait:
 
     def __init__(self, period: float = PERIOD) -> None:
         self.period = period
-        self._pid = os.getpid()
         self._guard = threading.Lock()  # read()'s take-and-zero of the longest wait
         self._stop = threading.Event()
         self._running = False
@@ -114,8 +111,11 @@ class GilWait:
         if not self.available():
             return False
         schedstat.this_thread_waiting_ns()
+        try:
+            threading.Thread(target=self._run, name=THREAD_NAME, daemon=True).start()
+        except RuntimeError:  # at interpreter shutdown (a forked child's last collection)
+            return False
         self._running = True
-        threading.Thread(target=self._run, name=THREAD_NAME, daemon=True).start()
         return True
 
     def stop(self) -> None:
@@ -125,8 +125,6 @@ class GilWait:
 
     def read(self) -> GilWaitReading:
         """The totals now; the longest wait starts again from here."""
-        if os.getpid() != self._pid:
-            self._forked()
         with self._guard:
             longest, self._longest = self._longest, 0
         samples = self._samples
@@ -135,10 +133,12 @@ class GilWait:
         seconds = self._total_ns / 1e9
         return GilWaitReading(samples, seconds, self._contended, longest / 1e9 if woke else None)
 
-    def _forked(self) -> None:
-        # The thread did not survive the fork, and the parent's lock may have
-        # been held then: start again, with a new lock and, if it ran, a thread.
-        self._pid = os.getpid()
+    def forked(self) -> None:
+        """In a forked child, before its first read: start again, and sample if the parent did.
+
+        The thread did not survive the fork, and the parent's lock may have
+        been held then: a new lock, zero totals and, if it ran, a new thread.
+        """
         self._guard = threading.Lock()
         self._samples = self._contended = self._total_ns = self._longest = self._since = 0
         self._stop = threading.Event()
@@ -176,8 +176,10 @@ class GilWait:
                 self._samples += 1
                 # Uniform in [P/2, 3P/2): the clock's low digits follow nothing the program does.
                 nap_ns = (period_ns >> 1) + t1 % period_ns
-        except OSError:
-            return  # schedstat went away (another mount namespace): stop sampling
+        except (OSError, ValueError):
+            # schedstat went away or read empty (another mount namespace, a thread
+            # on its way out): stop sampling. Nothing of ours reaches the program.
+            return
 
     def _add(self, wait: int) -> None:
         self._total_ns += wait

@@ -10,9 +10,10 @@ against those names. Nothing here knows about OpenTelemetry.
 from __future__ import annotations
 
 import copy
+import errno
 from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar, Generic, NamedTuple, TypeVar, cast
+from typing import Any, ClassVar, Generic, NamedTuple, TypeAlias, TypeVar, cast
 
 import psutil
 
@@ -32,16 +33,25 @@ class Key(tuple[str | int | None, ...]):
     names: ClassVar[tuple[str, ...]] = ()
 
 
+_KEY_TYPES: dict[tuple[str, ...], type[Key]] = {}
+
+
 def attributes(*names: str) -> type[Key]:
     """The key type of a field whose points have the attributes ``names``.
 
     Build a key with a tuple of values, in the order of ``names``:
-    ``MODE = attributes("cpu.mode")``, then ``MODE(("user",))``.
+    ``MODE = attributes("cpu.mode")``, then ``MODE(("user",))``. Fields with the
+    same attributes share one type (a class is a few objects that every full
+    garbage collection walks).
     """
-    return cast("type[Key]", type("Key", (Key,), {"__slots__": (), "names": names}))
+    found = _KEY_TYPES.get(names)
+    if found is None:
+        made = type("Key", (Key,), {"__slots__": (), "names": names})
+        found = _KEY_TYPES[names] = cast("type[Key]", made)
+    return found
 
 
-Fields = Mapping[str, "type[Key] | None"]
+Fields: TypeAlias = "Mapping[str, type[Key] | None]"
 """A source's fields: the key type of each field that has points, ``None`` for a number."""
 
 
@@ -50,8 +60,22 @@ def numbers(*names: str) -> dict[str, type[Key] | None]:
     return dict.fromkeys(names)
 
 
-Value = int | float | Mapping[Key, int | float]
-Reading = Mapping[str, Value]
+class Sample:
+    """One event of a field that holds events, not a total: a stall, say (a histogram's)."""
+
+    __slots__ = ("captured", "key", "value")
+
+    def __init__(self, value: float, key: Key, captured: Any) -> None:
+        self.value = value
+        self.key = key
+        """Its attributes, as a key of the field's key type."""
+        self.captured = captured
+        """What ran when it happened (a ``contextvars.Context``), or ``None``: the span's source."""
+
+
+# Aliases as strings: no alias object made at import (linux/files.py says why).
+Value: TypeAlias = "int | float | Mapping[Key, int | float] | tuple[Sample, ...]"
+Reading: TypeAlias = "Mapping[str, Value]"
 
 
 def known(**facts: int | float | None) -> Reading:
@@ -141,7 +165,7 @@ class ReadContext:
         self.state: dict[str, Any] = {}
         """Each source's :class:`State`, by its name: read it with :meth:`state_of`."""
         self.readings: Mapping[str, Reading] = {}
-        """The readings of this refresh so far: a source reads only those it ``needs``."""
+        """The readings of this refresh so far: a source reads those it ``needs``, by ``needed``."""
         self.direct_failed: set[str] = set()
         self.source: Source | None = None
         """The source being read: the direct reads it declares are those it may make."""
@@ -181,11 +205,28 @@ class ReadContext:
         self.floors[name] = values
         return values
 
+    def needed(self, source: str, field: str) -> int | float | None:
+        """The number ``field`` of ``source``'s reading in this refresh; ``None`` if it has none.
+
+        ``source`` is one that the source being read declares in ``needs`` (read
+        earlier in the refresh): another fails it. ``None`` when that source is
+        off, failed, or gave no such field: read the value some other way then.
+        """
+        reader = self.source
+        if reader is not None and source not in reader.needs:
+            raise RuntimeError(f"source {reader.name!r} reads {source!r}'s reading: declare it")
+        found = self.readings.get(source, {}).get(field)
+        return found if isinstance(found, (int, float)) else None
+
     def direct_read(self, name: str, read: Callable[[], _T]) -> _T | None:
         """``read()``, the direct read ``name``; ``None`` when it is off or given up.
 
         A read that raises ``OSError`` is given up for this process (said once),
-        and its caller falls back to psutil.
+        and its caller falls back to psutil. But for ``EBADF`` or ``ENOTSOCK``:
+        another thread of the program closed or replaced the read's own
+        descriptor meanwhile (CPython's ``test_subprocess`` moves descriptors
+        with ``dup2``), which says nothing of the read: it is made once more,
+        and if that too is raced, psutil stands in for this collection only.
         """
         source = self.source
         if source is not None and all(d.name != name for d in source.direct):
@@ -195,7 +236,14 @@ class ReadContext:
         try:
             return read()
         except OSError as exc:
-            self.direct_failed_once(name, exc)
+            if exc.errno not in _RACED:
+                self.direct_failed_once(name, exc)
+                return None
+        try:
+            return read()
+        except OSError as exc:
+            if exc.errno not in _RACED:
+                self.direct_failed_once(name, exc)
             return None
 
     def use_direct(self, name: str) -> bool:
@@ -219,6 +267,10 @@ class ReadContext:
         )
 
 
+_RACED = frozenset({errno.EBADF, errno.ENOTSOCK})
+"""Errors of a descriptor that another thread closed or replaced under a read of ours."""
+
+
 def _always() -> bool:
     return True
 
@@ -236,15 +288,18 @@ def psutil_has(name: str) -> Callable[[], bool]:
     return check
 
 
-class DirectRead(NamedTuple):
+class DirectRead:
     """A Linux read a source makes instead of a psutil call, which stays its fallback."""
 
-    name: str
-    """Its name in ``ctx.direct_read(name, ...)`` and in the one warning when it fails."""
-    reads: str
-    """What it reads, in words, for the docs."""
-    instead_of: str
-    """The psutil call it replaces, and what that call costs that this read does not."""
+    __slots__ = ("instead_of", "name", "reads")
+
+    def __init__(self, name: str, reads: str, instead_of: str) -> None:
+        self.name = name
+        """Its name in ``ctx.direct_read(name, ...)`` and in the one warning when it fails."""
+        self.reads = reads
+        """What it reads, in words, for the docs."""
+        self.instead_of = instead_of
+        """The psutil call it replaces, and what that call costs that this read does not."""
 
 
 class Source(NamedTuple):
@@ -270,6 +325,12 @@ class Source(NamedTuple):
     ``shared_metrics="once"`` only the group's elected process reads it."""
     available: Callable[[], bool] = _always
     """A run-time check on top of ``platforms`` (a psutil call that may be missing)."""
+    modules: tuple[str, ...] = ()
+    """Modules it reads with, imported when it opens (relative to the package: ``.linux.smaps``).
+
+    A module that only an option needs is imported then, at ``instrument()``,
+    never at a collection (the test of it derives from every source).
+    """
     open: Callable[[ReadContext], bool] | None = None
     """Called before the first read in each process: installs hooks, finds paths.
 

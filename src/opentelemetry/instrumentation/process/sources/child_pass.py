@@ -1,51 +1,34 @@
 """The pass of supervisor mode: one per refresh lists the descendants and reads each child once.
 
 Every children source of a refresh takes its fields from the same pass
-(``children.py`` declares the sources); the pass reads only what the enabled
-sources need. Loaded at the first read of a children source: a process that
-does not supervise never imports it. Nothing here knows about OpenTelemetry.
+(``children.py`` declares the sources, and gives the pass the per-child ones);
+the pass reads only what the enabled sources need. Loaded at the first read
+of a children source: a process that does not supervise never imports it.
+Nothing here knows about OpenTelemetry.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Sequence
 
 import psutil
 
 from ..linux import children as linux_children
 from ..options import TREE_PARENT
-from .base import Key, ReadContext, Value
+from ..platforms import ON_LINUX
+from ..probes.reaps import reaps
+from .base import ReadContext
+from .child_exits import FIRST_MINUTE
 from .child_reads import ChildReading, Gone, Row, identity, read_first, read_rest
-from .child_slots import Child, Tree
-from .children import _KEY_TYPES, _MEASURE, _PASS, _TREE, _TREE_MODE, wanted
+from .child_slots import Child, Pass, Tree
+from .child_state import KEPT, REAPING, TREE, PerChild, wanted
 
 try:
     import resource as _resource
 except ImportError:  # Windows
     _resource = None  # type: ignore[assignment]
-
-
-class Pass:
-    """What one refresh found; each children source reads its fields from it."""
-
-    __slots__ = ("failed", "fields", "now", "targets")
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-        self.fields: dict[str, dict[str, Value]] = {}
-        self.failed: Exception | None = None
-        self.targets: dict[tuple[str, str], dict[Key, float]] = {}
-        """The mappings of ``fields`` by (source, field), found once per pass."""
-
-    def target(self, source: str, name: str) -> dict[Key, float]:
-        """The mapping of field ``name`` of ``source``, made empty on first use."""
-        fields = self.fields.setdefault(source, {})
-        found = fields.get(name)
-        if found is None:
-            found = fields[name] = {}
-        return found  # type: ignore[return-value]
 
 
 # --- finding the descendants --------------------------------------------------
@@ -74,16 +57,18 @@ def descendants(ctx: ReadContext) -> list[tuple[int, int | None, psutil.Process 
 # --- the pass -----------------------------------------------------------------
 
 
-def read_pass(ctx: ReadContext) -> Pass:
-    latest = ctx.state_of(_PASS)
-    if latest and latest[0].now == ctx.now:
-        if latest[0].failed is not None:  # once per refresh: every children source fails alike
-            raise latest[0].failed
-        return latest[0]
-    found = Pass(ctx.now)
-    latest[:] = [found]
+def read_pass(ctx: ReadContext, declared: Sequence[PerChild]) -> Pass:
+    """This refresh's pass, made at its first call: ``declared`` are all per-child sources."""
+    tree = ctx.state_of(KEPT)
+    latest = tree.latest
+    if latest is not None and latest.now == ctx.now:
+        if latest.failed is not None:  # once per refresh: every children source fails alike
+            raise latest.failed
+        return latest
+    found = tree.latest = Pass(ctx.now)
+    want = wanted(ctx)
     try:
-        _run(ctx, found, wanted(ctx))
+        _run(ctx, tree, found, declared, want)
     except Exception as exc:
         found.failed = exc
         raise
@@ -103,18 +88,32 @@ def _own_times(ctx: ReadContext, top: int) -> tuple[float, float, float, float]:
     return t.user, t.system, t.children_user, t.children_system
 
 
-def _run(ctx: ReadContext, out: Pass, want: frozenset[str]) -> None:
-    tree = ctx.state_of(_TREE)
-    with_tree = "children_tree" in want
-    with_pss = "children_memory_full" in want
-    need_cpu = with_tree or "children_cpu" in want
-    need_memory = (with_tree and not with_pss) or "children_memory" in want
+def _run(
+    ctx: ReadContext, tree: Tree, out: Pass, declared: Sequence[PerChild], want: frozenset[str]
+) -> None:
+    # Where the tree's own memory comes from: the source of this process that each
+    # part of a child's first read mirrors ("memory": process_memory, say).
+    mirrors = {s.read: s.mirrors for s in declared if isinstance(s.read, str)}
+    declared = [s for s in declared if s.name in want]
+    with_tree = TREE in want
+    # What every child is read for first: what the sources take from it, and the tree's.
+    parts = {s.read for s in declared if isinstance(s.read, str)}
+    memory = "pss" if "pss" in parts else "memory"  # the tree sums PSS where it is read
+    if with_tree:
+        parts |= {"cpu", memory}
     # The times of this process and of its reaped children first, then each
     # child, parents before their children: a child reaped during the pass is
     # then missed once (the floor holds), never counted twice.
     me = os.getpid()
     top = root(ctx)
     user, system, reaped_user, reaped_system = _own_times(ctx, top) if with_tree else (0, 0, 0, 0)
+    # What this process reaped, taken before the listing: a child reaped after it
+    # is listed (alive, or a zombie), and its note waits for the next pass.
+    tokens = ctx.state_of(REAPING) if with_tree else []
+    reaped = [note for token in tokens for note in reaps.drain(token)]
+    ends = tree.ends
+    cgroups = with_tree and ON_LINUX  # where OOM kills are counted
+    noted: set[int] = set()
     listed = descendants(ctx)
     live: dict[int, Child] = {}
     readings: dict[int, ChildReading] = {}
@@ -127,27 +126,39 @@ def _run(ctx: ReadContext, out: Pass, want: frozenset[str]) -> None:
                 if child is None:
                     child = Child(pid, handle or psutil.Process(pid), parent, out.now, started)
                 stack.enter_context(child.process.oneshot())
-                reading = read_first(ctx, child, need_cpu, need_memory, with_pss, found)
+                reading = read_first(ctx, child, frozenset(parts), found)
             except (Gone, psutil.Error, OSError):  # gone, hidden, or not ours to read
                 if known is not None:
                     live[pid] = known  # listed, so alive: exiting now, or hidden from us
                 continue
+            if child.parent is None:
+                child.parent = reading.ppid
             if reading.zombie:
-                if pid not in tree.live and pid not in tree.zombies:
-                    tree.exits += 1  # exited before it was ever seen alive
+                if with_tree and pid not in tree.zombies:
+                    status = _zombie_status(reading, child.process)
+                    ends.note(pid, child.rss, child.cgroup, out.now, child.parent == me, status)
+                    noted.add(pid)
                 tree.zombies.add(pid)
             else:
-                if child.parent is None:
-                    child.parent = reading.ppid
                 live[pid] = child
+                if cgroups and out.now - child.first_seen < FIRST_MINUTE:
+                    child.cgroup = ends.cgroup_of(pid)  # a worker may move itself at first
+                resident = reading.pss if reading.pss is not None else reading.memory
+                child.rss = int(getattr(resident, "rss", 0) or 0)
             readings[pid] = reading
-            if with_tree and reading.times is not None:
-                u, s, cu, cs = reading.times
-                user, system = user + u + cu, system + s + cs
+            if with_tree and reading.cpu is not None:
+                t = reading.cpu
+                user += t.user + getattr(t, "children_user", 0.0)
+                system += t.system + getattr(t, "children_system", 0.0)
+        if with_tree:
+            for pid, gone in tree.live.items():  # gone, a zombie, or replaced by a reused pid
+                if live.get(pid) is not gone and pid not in noted:
+                    ends.note(pid, gone.rss, gone.cgroup, out.now, gone.parent == me)
+            kept_cgroups = (c.cgroup for c in live.values()) if cgroups else ()
+            ends.count(out.now, reaped, tree.zombies, kept_cgroups, reaps.active, cgroups)
         tree.zombies &= {pid for pid, _, _ in listed}
         # Every listed process that is not a zombie is alive, read or not.
-        alive = len(listed) - len(tree.zombies)
-        tree.count_exits(live)
+        out.alive = len(listed) - len(tree.zombies)
         tree.give_slots(live, top, out.now)
         # A helper reporting its parent's tree (tree_root="parent") is not one of the children.
         kept = sorted(
@@ -167,64 +178,65 @@ def _run(ctx: ReadContext, out: Pass, want: frozenset[str]) -> None:
                     cap,
                 )
             kept = kept[:cap]
-        for child in kept:
-            rows = read_rest(ctx, child, readings[child.pid], want, out.now)
-            if rows is not None:
-                _store(out, rows)
+        if declared:
+            for child in kept:
+                rows = read_rest(ctx, child, readings[child.pid], declared, out.now)
+                if rows is not None:
+                    _store(out, rows)
     tree.live = live
     if with_tree:
-        times = (user, system, reaped_user, reaped_system)
-        _tree_fields(ctx, tree, alive, readings, out, times, top)
+        out.times = (user + reaped_user, system + reaped_system)
+        kind = "pss" if memory == "pss" else "rss"
+        own = _own_memory(ctx, kind, top, ctx.needed(mirrors[memory], kind))
+        if own is not None:
+            out.memory = (kind, own + sum(_memory(r, kind) for r in readings.values()))
+
+
+def _zombie_status(reading: ChildReading, process: psutil.Process) -> int | None:
+    """A zombie's wait status, from its stat file where it was read directly; else ``None``.
+
+    The kernel shows 0 to a reader that may not trace the zombie: 0 is
+    believed only from root, or of a zombie of this process's user.
+    """
+    found = reading.proc_stat.exit_code if reading.proc_stat is not None else None
+    if found != 0:
+        return found
+    if os.geteuid() == 0:
+        return 0
+    try:
+        uids, gids = process.uids(), process.gids()
+    except (psutil.Error, OSError):
+        return None
+    me, group = os.geteuid(), os.getegid()
+    return 0 if {*uids, me} == {me} and {*gids, group} == {group} else None
 
 
 def _store(out: Pass, rows: list[Row]) -> None:
-    """One child's points into the pass, each under its field's key type."""
-    targets = out.targets
+    """One child's points into the pass."""
+    fields = out.fields
     for source, name, key, value in rows:
-        target = targets.get((source, name))
+        found = fields.get(source)
+        if found is None:
+            found = fields[source] = {}
+        target = found.get(name)
         if target is None:
-            target = targets[source, name] = out.target(source, name)
-        target[_KEY_TYPES[source, name](key)] = value
+            target = found[name] = {}
+        target[key] = value
 
 
-def _tree_fields(
-    ctx: ReadContext,
-    tree: Tree,
-    alive: int,
-    readings: Mapping[int, ChildReading],
-    out: Pass,
-    times: tuple[float, float, float, float],
-    top: int,
-) -> None:
-    user, system, reaped_user, reaped_system = times
-    cpu = ctx.never_below_previous(
-        "children_tree",
-        {
-            _TREE_MODE(("user",)): user + reaped_user,
-            _TREE_MODE(("system",)): system + reaped_system,
-        },
-    )
-    fields = out.fields.setdefault("children_tree", {})
-    fields["cpu_time"] = cpu
-    fields["count"] = 1 + alive
-    fields["exits"] = tree.exits
-    fields["restarts"] = tree.restarts
-    kind = "pss" if "children_memory_full" in wanted(ctx) else "rss"
-    own = _own_memory(ctx, kind, top)
-    if own is not None:
-        total = own + sum(getattr(r, kind) or 0 for r in readings.values() if not r.zombie)
-        fields["memory"] = {_MEASURE((kind,)): total}
+def _memory(reading: ChildReading, kind: str) -> int:
+    """A child's PSS or RSS, 0 where it was not read (a zombie, or one we may not read)."""
+    read = reading.pss if kind == "pss" else reading.memory  # the part of the first read
+    return int(getattr(read, kind, None) or 0)
 
 
-def _own_memory(ctx: ReadContext, kind: str, top: int) -> int | None:
-    """The memory of the root ``top`` (this process, or its parent)."""
-    if top == os.getpid():
-        # This process's own reading of this refresh, where its source ran:
-        # reading smaps again would cost a second walk of its mappings.
-        own = ctx.readings.get("process_smaps" if kind == "pss" else "process_memory", {})
-        value = own.get(kind)
-        if isinstance(value, int):
-            return value
+def _own_memory(ctx: ReadContext, kind: str, top: int, own: float | None) -> int | None:
+    """The ``kind`` memory of the root ``top`` (this process, or its parent).
+
+    ``own`` is this process's, read in this refresh where its source ran.
+    """
+    if top == os.getpid() and own is not None:
+        return int(own)  # reading smaps again would cost a second walk of its mappings
     try:
         process = ctx.process if top == os.getpid() else psutil.Process(top)
         if kind == "pss":

@@ -9,20 +9,18 @@ Nothing here knows about OpenTelemetry.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import psutil
 
 from ..linux import stat
-from .base import ReadContext, attributes
+from .base import Delta, Key, ReadContext
 from .child_slots import Child
+from .child_state import PerChild
 
-_MODE = attributes("cpu.mode")
-
-Row = tuple[str, str, tuple[int | str | None, ...], float]
-"""One point of a child: ``(source, field, attribute values, value)``."""
+Row = tuple[str, str, Key, float]
+"""One point of a child: ``(source, field, key, value)``."""
 
 
 class Gone(Exception):
@@ -30,17 +28,21 @@ class Gone(Exception):
 
 
 class ChildReading(NamedTuple):
-    """What the pass reads of every child first; ``None`` where not read, or not readable."""
+    """What the pass reads of every child first; ``None`` where not read, or not readable.
+
+    Its parts other than ``zombie`` and ``ppid`` are what a per-child source may
+    take its points from (``PerChild.read``).
+    """
 
     zombie: bool
     ppid: int | None
     """Its parent, read only where the listing did not say."""
-    times: tuple[float, float, float, float] | None
-    """``(user, system, reaped children's user, system)`` seconds."""
-    rss: int | None
-    vms: int | None
-    pss: int | None
-    uss: int | None
+    cpu: Any
+    """psutil's ``cpu_times()``: user, system and, where given, what it reaped of its children."""
+    memory: Any
+    """psutil's ``memory_info()``."""
+    pss: Any
+    """psutil's ``memory_full_info()``."""
     proc_stat: stat.Stat | None
     """Its ``/proc/<pid>/stat``, where it was read directly (for its identity and page faults)."""
 
@@ -89,96 +91,74 @@ def identity(pid: int, handle: psutil.Process | None) -> tuple[float, stat.Stat 
 
 
 def read_first(
-    ctx: ReadContext, child: Child, cpu: bool, memory: bool, pss: bool, found: stat.Stat | None
+    ctx: ReadContext, child: Child, parts: frozenset[str], found: stat.Stat | None
 ) -> ChildReading:
-    """What the tree needs of every child: its state, CPU times and memory."""
+    """What the tree and the sources need of every child: its state, and the ``parts`` named."""
     p = child.process
     zombie = _try(ctx, "status", child, p.status) == psutil.STATUS_ZOMBIE
     ppid = _try(ctx, "parent", child, p.ppid) if child.parent is None else None
-    times = rss = vms = full_pss = uss = None
-    if cpu:
-        t = _try(ctx, "cpu", child, p.cpu_times)
-        if t is not None:
-            cu = getattr(t, "children_user", 0.0)
-            cs = getattr(t, "children_system", 0.0)
-            times = (t.user, t.system, cu, cs)
-    if not zombie and memory:
-        m = _try(ctx, "memory", child, p.memory_info)
-        if m is not None:
-            rss, vms = m.rss, m.vms
-    if not zombie and pss:
-        full = _try(ctx, "pss", child, p.memory_full_info)
-        if full is not None:
-            full_pss, uss = getattr(full, "pss", None), full.uss
-    return ChildReading(zombie, ppid, times, rss, vms, full_pss, uss, found)
+    cpu = _try(ctx, "cpu", child, p.cpu_times) if "cpu" in parts else None
+    alive = not zombie  # a zombie has no memory left to read
+    memory = _try(ctx, "memory", child, p.memory_info) if alive and "memory" in parts else None
+    pss = _try(ctx, "pss", child, p.memory_full_info) if alive and "pss" in parts else None
+    return ChildReading(zombie, ppid, cpu, memory, pss, found)
 
 
 def read_rest(
-    ctx: ReadContext, child: Child, reading: ChildReading, want: frozenset[str], now: float
+    ctx: ReadContext,
+    child: Child,
+    reading: ChildReading,
+    declared: Sequence[PerChild],
+    now: float,
 ) -> list[Row] | None:
-    """The per-child points of one kept child, for the sources ``want``; ``None`` if it went.
+    """The points of one kept child, for the per-child sources ``declared``; ``None`` if it went.
 
     A child that exits during its reads gives nothing, rather than part of its points.
     """
     pid: int | None = child.pid if ctx.options.child_pid else None
-    slot = child.slot
+    attrs = (child.slot, pid)
     # Kept aside until the child's last read: a child gone meanwhile gives nothing.
     rows: list[Row] = []
-    add = rows.append
-    p = child.process
     try:
-        if "children_cpu" in want and reading.times is not None:
-            u, s, _, _ = reading.times
-            add(("children_cpu", "cpu_time", (slot, pid, "user"), u))
-            add(("children_cpu", "cpu_time", (slot, pid, "system"), s))
-            cpus = ctx.facts.available_cpus or 0.0
-            if cpus:
-                share = child.util.step(
-                    now,
-                    {_MODE(("user",)): u, _MODE(("system",)): s},
-                    lambda d, e: {k: v / (e * cpus) for k, v in d.items()},
-                )
-                for (mode,), v in (share or {}).items():
-                    add(("children_cpu", "cpu_utilization", (slot, pid, mode), v))
-        if "children_memory" in want and reading.rss is not None and reading.vms is not None:
-            add(("children_memory", "rss", (slot, pid), reading.rss))
-            add(("children_memory", "vms", (slot, pid), reading.vms))
-        if "children_memory_full" in want:
-            if reading.pss is not None:
-                add(("children_memory_full", "pss", (slot, pid), reading.pss))
-            if reading.uss is not None:
-                add(("children_memory_full", "uss", (slot, pid), reading.uss))
-        if "children_io" in want:
-            io = _try(ctx, "I/O", child, p.io_counters)
-            if io is not None:
-                add(("children_io", "bytes", (slot, pid, "read"), io.read_bytes))
-                add(("children_io", "bytes", (slot, pid, "write"), io.write_bytes))
-                add(("children_io", "operations", (slot, pid, "read"), io.read_count))
-                add(("children_io", "operations", (slot, pid, "write"), io.write_count))
-        if "children_num_threads" in want:
-            n = _try(ctx, "threads", child, p.num_threads)
-            if n is not None:
-                add(("children_num_threads", "count", (slot, pid), n))
-        if "children_num_fds" in want:
-            n = _try(ctx, "file descriptors", child, p.num_fds)
-            if n is not None:
-                add(("children_num_fds", "count", (slot, pid), n))
-        if "children_context_switches" in want:
-            cs = _try(ctx, "context switches", child, p.num_ctx_switches)
-            if cs is not None:
-                field = "context_switches"
-                add(("children_context_switches", field, (slot, pid, "voluntary"), cs.voluntary))
-                add(
-                    ("children_context_switches", field, (slot, pid, "involuntary"), cs.involuntary)
-                )
-        if "children_paging_faults" in want and reading.proc_stat is not None:
-            faults = reading.proc_stat
-            add(("children_paging_faults", "paging_faults", (slot, pid, "major"), faults.majflt))
-            add(("children_paging_faults", "paging_faults", (slot, pid, "minor"), faults.minflt))
-        if "children_uptime" in want:
-            created = _try(ctx, "uptime", child, p.create_time)
-            if created is not None:
-                add(("children_uptime", "uptime", (slot, pid), time.time() - created))
+        for source in declared:
+            read = source.read
+            if isinstance(read, str):
+                got = getattr(reading, read)
+            else:
+                got = _try(ctx, source.what, child, _bound(read, child.process))
+            if got is None:
+                continue
+            counted: dict[str, dict[Key, float]] = {}
+            for field, points in source.points.items():
+                key = source.fields[field]
+                found = counted[field] = {}
+                for values, attr in points.items():
+                    value = getattr(got, attr, None) if attr else got
+                    if value is not None:
+                        found[Key(values)] = value
+                        rows.append((source.name, field, key((*attrs, *values)), value))
+            for field, of in source.rates.items():
+                key = source.fields[field]
+                for own, v in _rates(ctx, child, source.name, counted[of], now).items():
+                    rows.append((source.name, field, key((*attrs, *own)), v))
     except Gone:
         return None
     return rows
+
+
+def _bound(read: Callable[[psutil.Process], object], process: psutil.Process) -> Callable[[], Any]:
+    return lambda: read(process)
+
+
+def _rates(
+    ctx: ReadContext, child: Child, source: str, counted: dict[Key, float], now: float
+) -> dict[Key, float]:
+    """Each of ``counted``'s change since the child's previous read, per second and per CPU."""
+    cpus = ctx.facts.available_cpus or 0.0
+    if not cpus:
+        return {}
+    delta = child.rates.get(source)
+    if delta is None:
+        delta = child.rates[source] = Delta()
+    share = delta.step(now, counted, lambda d, e: {k: v / (e * cpus) for k, v in d.items()})
+    return share or {}

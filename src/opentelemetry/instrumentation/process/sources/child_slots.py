@@ -1,4 +1,4 @@
-"""The children between refreshes (supervisor mode): who each one is, its slot, exits and restarts.
+"""The children between refreshes (supervisor mode): who each one is, its slot, ends and restarts.
 
 A child is known by its pid and its start time: a pid seen again with another
 start time is another process. A new child gets the lowest slot free among
@@ -15,7 +15,8 @@ from collections.abc import Mapping
 
 import psutil
 
-from .base import Delta
+from .base import Delta, Key
+from .child_exits import Exits
 
 RECORDED_SLOT_WINDOW = 60.0
 """Seconds after its first sight during which a child's own recorded slot is looked for.
@@ -28,7 +29,18 @@ master first sees it; a child with no record after this is not a detector's.
 class Child:
     """One descendant, as the master sees it."""
 
-    __slots__ = ("first_seen", "parent", "pid", "process", "recorded", "slot", "started", "util")
+    __slots__ = (
+        "cgroup",
+        "first_seen",
+        "parent",
+        "pid",
+        "process",
+        "rates",
+        "recorded",
+        "rss",
+        "slot",
+        "started",
+    )
 
     def __init__(
         self,
@@ -53,34 +65,54 @@ class Child:
         self.slot = -1
         self.recorded = False
         """Whether ``slot`` is the child's own, from the resource detector."""
-        self.util = Delta()
+        self.rates: dict[str, Delta] = {}
+        """The baseline of each per-child source's rates, by source."""
+        self.rss = 0
+        """Its resident memory at the last pass that read it (bytes)."""
+        self.cgroup: bytes | None = None
+        """Its memory cgroup (``child_exits.Exits.cgroup_of``); ``None``: this process's."""
+
+
+class Pass:
+    """What one refresh found: the per-child sources' points and the tree's totals."""
+
+    __slots__ = ("alive", "failed", "fields", "memory", "now", "times")
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.fields: dict[str, dict[str, dict[Key, float]]] = {}
+        """Each per-child source's fields, by source."""
+        self.failed: Exception | None = None
+        self.alive = 0
+        """The live descendants listed."""
+        self.times: tuple[float, float] | None = None
+        """User and system seconds of the tree, what was reaped included (tree only)."""
+        self.memory: tuple[str, int] | None = None
+        """``("pss" or "rss", bytes)`` of the tree (tree only)."""
 
 
 class Tree:
     """The children of this process between refreshes."""
 
-    __slots__ = ("cap_warned", "exits", "live", "restarts", "used_slots", "zombies")
+    __slots__ = ("cap_warned", "ends", "latest", "live", "restarts", "used_slots", "zombies")
 
     def __init__(self) -> None:
         self.live: dict[int, Child] = {}
         self.used_slots: set[int] = set()
         """Every slot given so far: giving one again is a restart."""
         self.zombies: set[int] = set()
-        """Zombie pids already counted as exits."""
-        self.exits = 0
+        """Zombie pids whose end is noted already."""
+        self.ends = Exits()
+        """How the children ended, by cause."""
         self.restarts = 0
         self.cap_warned = False
+        self.latest: Pass | None = None
+        """The pass of the latest refresh: every children source of it reads that one."""
 
     def known(self, pid: int, started: float) -> Child | None:
         """The child seen at ``pid`` before, if it is still the one that started at ``started``."""
         child = self.live.get(pid)
         return child if child is not None and child.started == started else None
-
-    def count_exits(self, live: Mapping[int, Child]) -> None:
-        """Count the children of the last refresh that ``live`` no longer holds."""
-        for pid, child in self.live.items():
-            if live.get(pid) is not child:  # gone, a zombie, or replaced by a reused pid
-                self.exits += 1
 
     def give_slots(self, live: Mapping[int, Child], root: int, now: float) -> None:
         """A slot for each new child; a direct child of ``root`` keeps its own recorded one."""

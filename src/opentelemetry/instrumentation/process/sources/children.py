@@ -6,8 +6,11 @@ the descendants (on Linux from each task's ``children`` file, else psutil's
 child once, inside its own ``Process.oneshot()``.
 Every children source of that refresh takes its fields from the same pass;
 the pass reads only what the enabled sources need (each source's open hook
-says it is wanted).
+says it is wanted). The state they share: ``child_state.py``.
 
+A per-child source is one row of ``PER_CHILD``: it gives, for each child, the
+fields that a source of this process gives of this process, so that the
+metrics of those fields get a point per child (``catalog.PER_CHILD``).
 Who each child is, and its slot: ``child_slots.py``. Per-child points are
 given for the ``max_children`` lowest slots; the tree totals count every child.
 
@@ -21,40 +24,154 @@ Nothing here knows about OpenTelemetry.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 import psutil
 
 from ..group import SLOT_ATTRIBUTE
-from ..platforms import LINUX, POSIX, WINDOWS
-from .base import DirectRead, Key, ReadContext, Reading, Source, State, attributes
+from ..platforms import LINUX
+from . import process
+from .base import DirectRead, Key, ReadContext, Reading, Source, attributes
+from .child_state import KEPT, REAPING, TREE, WANTED, PerChild
+from .exit_causes import EXIT
 
 if TYPE_CHECKING:  # the pass and its records load with the first read of a children source
-    from .child_pass import Pass
-    from .child_slots import Tree
+    from .child_slots import Pass
 
-_WANTED: State[set[str]] = State("children_wanted", lambda _ctx: set())
-"""The names of the children sources of this process, kept by their open hooks."""
+CHILD_ATTRIBUTES = (SLOT_ATTRIBUTE, "process.pid")
+"""The attributes of every per-child point, before its own (``process.pid`` with child_pid=True)."""
 
-_CHILD = (SLOT_ATTRIBUTE, "process.pid")  # process.pid is None unless child_pid=True
-_ONE = attributes(*_CHILD)
-_MODE = attributes(*_CHILD, "cpu.mode")
-_DIRECTION = attributes(*_CHILD, "disk.io.direction")
-_SWITCH = attributes(*_CHILD, "process.context_switch.type")
-_FAULT = attributes(*_CHILD, "system.paging.fault.type")
+_MIRRORED = {s.name: s for s in process.SOURCES}
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+def _per_child(
+    name: str,
+    mirrors: str,
+    read: str | Callable[[psutil.Process], object],
+    points: Mapping[str, Mapping[tuple[str, ...], str]],
+    cost: str,
+    *,
+    rates: Mapping[str, str] = _EMPTY,
+    what: str = "",
+    platforms: frozenset[str] | None = None,
+) -> PerChild:
+    """A per-child source, read where ``mirrors`` is (or on ``platforms``).
+
+    Each field's attributes are the child's, then those of the field of ``mirrors``.
+    """
+    own = _MIRRORED[mirrors]
+    fields = {}
+    for field in (*points, *rates):
+        key = own.fields[field]
+        fields[field] = attributes(*CHILD_ATTRIBUTES, *(key.names if key is not None else ()))
+    where = own.platforms if platforms is None else platforms
+    return PerChild(
+        name, mirrors, read, points, fields, rates, what or name, cost, where, own.available
+    )
+
+
+def _uptime(child: psutil.Process) -> float:
+    return time.time() - child.create_time()
+
+
+_IN_ONESHOT = "per child, in its oneshot"
+
+PER_CHILD: tuple[PerChild, ...] = (
+    _per_child(
+        "children_cpu",
+        "process_rusage",
+        "cpu",
+        {"cpu_time": {("user",): "user", ("system",): "system"}},
+        f"/proc/<pid>/stat {_IN_ONESHOT} (shared with the tree)",
+        rates={"cpu_utilization": "cpu_time"},
+    ),
+    _per_child(
+        "children_memory",
+        "process_memory",
+        "memory",
+        {"rss": {(): "rss"}, "vms": {(): "vms"}},
+        f"/proc/<pid>/statm {_IN_ONESHOT}",
+    ),
+    _per_child(
+        "children_memory_full",
+        "process_smaps",
+        "pss",
+        {"pss": {(): "pss"}, "uss": {(): "uss"}},
+        f"/proc/<pid>/smaps_rollup {_IN_ONESHOT}: its cost grows with the RSS of the child",
+        platforms=LINUX,
+    ),
+    _per_child(
+        "children_io",
+        "process_io",
+        lambda child: child.io_counters(),
+        {
+            "bytes": {("read",): "read_bytes", ("write",): "write_bytes"},
+            "operations": {("read",): "read_count", ("write",): "write_count"},
+        },
+        f"/proc/<pid>/io {_IN_ONESHOT}",
+        what="I/O",
+    ),
+    _per_child(
+        "children_num_threads",
+        "process_num_threads",
+        lambda child: child.num_threads(),
+        {"count": {(): ""}},
+        f"/proc/<pid>/status {_IN_ONESHOT}",
+        what="threads",
+    ),
+    _per_child(
+        "children_num_fds",
+        "process_num_fds",
+        lambda child: child.num_fds(),
+        {"count": {(): ""}},
+        f"lists /proc/<pid>/fd {_IN_ONESHOT}",
+        what="file descriptors",
+    ),
+    _per_child(
+        "children_context_switches",
+        "process_rusage",
+        lambda child: child.num_ctx_switches(),
+        {"context_switches": {("voluntary",): "voluntary", ("involuntary",): "involuntary"}},
+        f"/proc/<pid>/status {_IN_ONESHOT} (the main thread only on Linux, as psutil counts)",
+        what="context switches",
+    ),
+    _per_child(
+        "children_paging_faults",
+        "process_rusage",
+        "proc_stat",
+        {"paging_faults": {("major",): "majflt", ("minor",): "minflt"}},
+        "/proc/<pid>/stat per child, read directly (psutil has no API)",
+        platforms=LINUX,
+    ),
+    _per_child(
+        "children_uptime",
+        "process_uptime",
+        _uptime,
+        {"uptime": {(): ""}},
+        "none: the create time of each child is read once",
+        what="uptime",
+    ),
+)
+"""The per-child sources, one row each: what it reads of each child, and each field's points."""
+
+_OWN_MEMORY = tuple(p.mirrors for p in PER_CHILD if p.read in ("memory", "pss"))
 _TREE_MODE = attributes("cpu.mode")
+_TREE_USER, _TREE_SYSTEM = _TREE_MODE(("user",)), _TREE_MODE(("system",))
 _MEASURE = attributes("process_metrics.memory.measure")
 
 
-# --- the wanted sources -------------------------------------------------------
+# --- the wanted sources, and the pass they share -------------------------------
 
 
 def _wants(name: str) -> Callable[[ReadContext], bool]:
     def open_(ctx: ReadContext) -> bool:
         if not ctx.options.children:
             return False
-        ctx.state_of(_WANTED).add(name)
+        ctx.state_of(WANTED).add(name)
         return True
 
     return open_
@@ -62,69 +179,84 @@ def _wants(name: str) -> Callable[[ReadContext], bool]:
 
 def _unwants(name: str) -> Callable[[ReadContext], None]:
     def close(ctx: ReadContext) -> None:
-        ctx.state_of(_WANTED).discard(name)
+        ctx.state_of(WANTED).discard(name)
 
     return close
 
 
-def wanted(ctx: ReadContext) -> frozenset[str]:
-    """The children sources this process reads."""
-    names: set[str] = ctx.state_of(_WANTED)
-    return frozenset(names)
+def _open_tree(ctx: ReadContext) -> bool:
+    """The tree is wanted: the wait calls are wrapped, to see how each child ends."""
+    if not _wants(TREE)(ctx):
+        return False
+    from ..probes.reaps import reaps  # supervisor mode only: most processes never load it
+
+    ctx.state_of(REAPING).append(reaps.subscribe())
+    return True
 
 
-# --- the state of the pass, declared by every children source -------------------------
+def _close_tree(ctx: ReadContext) -> None:
+    _unwants(TREE)(ctx)
+    tokens = ctx.state_of(REAPING)
+    if tokens:
+        from ..probes.reaps import reaps
+
+        while tokens:
+            reaps.unsubscribe(tokens.pop())
 
 
-def _new_tree(_ctx: ReadContext) -> Tree:
-    from .child_slots import Tree  # supervisor mode only: most processes never load it
-
-    return Tree()
-
-
-_TREE: State[Tree] = State("children_slots", _new_tree)
-"""The children, their slots and the counts, between refreshes."""
-_PASS: State[list[Pass]] = State("children_pass", lambda _ctx: [])
-"""The pass of the latest refresh (at most one): every children source of it reads that one."""
+def _forget_the_parents_tree(ctx: ReadContext, _forked_at: float | None) -> None:
+    # A forked child starts a tree of its own: its parent's children, slots,
+    # counts, latest pass and CPU floor are not its own (the wanted sources
+    # are: same options).
+    ctx.drop(KEPT)
+    ctx.floors.pop(TREE, None)
 
 
-# --- the sources --------------------------------------------------------------
+def _pass(ctx: ReadContext) -> Pass:
+    from .child_pass import read_pass  # supervisor mode only: loaded at its first read
+
+    return read_pass(ctx, PER_CHILD)
 
 
-def _source_reader(name: str) -> Callable[[ReadContext], Reading]:
+def _per_child_reader(name: str) -> Callable[[ReadContext], Reading]:
     def read(ctx: ReadContext) -> Reading:
-        from .child_pass import read_pass  # supervisor mode only: loaded at its first read
-
-        return read_pass(ctx).fields.get(name, {})
+        return _pass(ctx).fields.get(name, {})
 
     return read
 
 
+def _read_tree(ctx: ReadContext) -> Reading:
+    found = _pass(ctx)
+    kept = ctx.state_of(KEPT)
+    out: dict[str, int | float | Mapping[Key, int | float]] = {
+        "count": 1 + found.alive,
+        "exits": dict(kept.ends.totals),
+        "restarts": kept.restarts,
+    }
+    if found.times is not None:
+        user, system = found.times
+        out["cpu_time"] = ctx.never_below_previous(TREE, {_TREE_USER: user, _TREE_SYSTEM: system})
+    if found.memory is not None:
+        kind, total = found.memory
+        out["memory"] = {_MEASURE((kind,)): total}
+    return out
+
+
 def _source(
     name: str,
+    read: Callable[[ReadContext], Reading],
     fields: Mapping[str, type[Key] | None],
     cost: str,
-    *,
-    platforms: frozenset[str] | None = None,
-    stateful: bool = False,
-    available: Callable[[], bool] | None = None,
-    needs: tuple[str, ...] = (),
 ) -> Source:
-    extra: dict[str, Any] = {}
-    if platforms is not None:
-        extra["platforms"] = platforms
-    if available is not None:
-        extra["available"] = available
+    """A children source: it reads the pass, when its option is on."""
     return Source(
         name,
-        _source_reader(name),
+        read,
         dict(fields),
         cost,
-        stateful=stateful,
         open=_wants(name),
         close=_unwants(name),
         after_fork=_forget_the_parents_tree,
-        needs=needs,
         direct=(
             DirectRead(
                 "children",
@@ -133,89 +265,36 @@ def _source(
                 "process on the host",
             ),
         ),
-        keeps=(_WANTED, _TREE, _PASS),
-        **extra,
+        keeps=(WANTED, KEPT, REAPING),
+        # The pass, run by whichever children source reads first, takes this
+        # process's own RSS or PSS of the refresh for the tree: what the per-child
+        # memory reads mirror.
+        needs=_OWN_MEMORY,
     )
 
 
-def _forget_the_parents_tree(ctx: ReadContext, _forked_at: float | None) -> None:
-    # A forked child starts a tree of its own: its parent's children, slots,
-    # counts and CPU floor are not its own (the wanted sources are: same options).
-    ctx.drop(_TREE)
-    ctx.drop(_PASS)
-    ctx.floors.pop("children_tree", None)
-
-
-def _has(name: str) -> Callable[[], bool]:
-    return lambda: hasattr(psutil.Process, name)
-
-
-_PROCESS_IO = (POSIX | WINDOWS) - {"darwin", "sunos"}
-_PER_CHILD = "per child, in its oneshot"
-
 SOURCES: tuple[Source, ...] = (
-    _source(
-        "children_cpu",
-        {"cpu_time": _MODE, "cpu_utilization": _MODE},
-        f"/proc/<pid>/stat {_PER_CHILD} (shared with the tree)",
-        stateful=True,
-    ),
-    _source("children_memory", {"rss": _ONE, "vms": _ONE}, f"/proc/<pid>/statm {_PER_CHILD}"),
-    _source(
-        "children_memory_full",
-        {"pss": _ONE, "uss": _ONE},
-        f"/proc/<pid>/smaps_rollup {_PER_CHILD}: its cost grows with the RSS of the child",
-        platforms=LINUX,
+    *(
+        _source(p.name, _per_child_reader(p.name), p.fields, p.cost)._replace(
+            platforms=p.platforms,
+            available=p.available,
+            stateful=bool(p.rates),  # a rate's first point needs a baseline
+        )
+        for p in PER_CHILD
     ),
     _source(
-        "children_io",
-        {"bytes": _DIRECTION, "operations": _DIRECTION},
-        f"/proc/<pid>/io {_PER_CHILD}",
-        platforms=_PROCESS_IO,
-        available=_has("io_counters"),
-    ),
-    _source("children_num_threads", {"count": _ONE}, f"/proc/<pid>/status {_PER_CHILD}"),
-    _source(
-        "children_num_fds",
-        {"count": _ONE},
-        f"lists /proc/<pid>/fd {_PER_CHILD}",
-        platforms=POSIX,
-        available=_has("num_fds"),
-    ),
-    _source(
-        "children_context_switches",
-        {"context_switches": _SWITCH},
-        f"/proc/<pid>/status {_PER_CHILD} (the main thread only on Linux, as psutil counts)",
-    ),
-    _source(
-        "children_paging_faults",
-        {"paging_faults": _FAULT},
-        "/proc/<pid>/stat per child, read directly (psutil has no API)",
-        platforms=LINUX,
-    ),
-    _source(
-        "children_uptime", {"uptime": _ONE}, "none: the create time of each child is read once"
-    ),
-    _source(
-        "children_tree",
+        TREE,
+        _read_tree,
         {
             "cpu_time": _TREE_MODE,
             "count": None,
-            "exits": None,
+            "exits": EXIT,
             "restarts": None,
             "memory": _MEASURE,
         },
         "getrusage(2) twice, lists the children file of each task (elsewhere: psutil reads every "
-        "process on the host), /proc/<pid>/stat and statm per child",
-        stateful=True,
-        needs=("process_memory", "process_smaps"),  # this process's own RSS or PSS
-    ),
+        "process on the host), /proc/<pid>/stat and statm per child; on Linux, "
+        "/proc/<pid>/cgroup of each child in its first minute and the OOM kill count of each "
+        "memory cgroup of the children (one small file, usually one)",
+    )._replace(open=_open_tree, close=_close_tree, stateful=True),
 )
-
-_KEY_TYPES: dict[tuple[str, str], type[Key]] = {
-    (source.name, name): key
-    for source in SOURCES
-    for name, key in source.fields.items()
-    if key is not None
-}
-"""The key type of each per-child field: a child's point is stored under it."""

@@ -79,19 +79,30 @@ def _system_cpu(ctx: ReadContext) -> Reading:
 
 
 def _system_memory(ctx: ReadContext) -> Reading:
+    """Host memory by state; the states add up to the total, as the conventions ask.
+
+    ``used`` is total minus available (the conventions' definition); the others
+    share out the available rest: ``free``, ``buffers``, then ``cached``, all
+    that remains (the cache and slab the kernel can reclaim). Linux's ``Cached``
+    line also counts pages it cannot reclaim (tmpfs), which ``used`` holds.
+    Without psutil's cached field (macOS: inactive pages) the rest is ``cached``.
+    """
     vm = psutil.virtual_memory()
-    usage: dict[Key, int] = {
-        _MEMORY(("used",)): vm.total - vm.available,
-        _MEMORY(("free",)): vm.free,
-    }
-    for state in ("buffers", "cached"):
-        value = getattr(vm, state, None)
-        if value is not None:
-            usage[_MEMORY((state,))] = value
+    total = vm.total
+    available = min(vm.available, total)
+    free = min(vm.free, available)
+    usage: dict[Key, int] = {_MEMORY(("used",)): total - available, _MEMORY(("free",)): free}
+    rest = available - free
+    buffers = getattr(vm, "buffers", None)
+    if buffers is not None:
+        usage[_MEMORY(("buffers",))] = held = min(buffers, rest)
+        rest -= held
+    if rest or hasattr(vm, "cached"):
+        usage[_MEMORY(("cached",))] = rest
     return {
         "usage": usage,
-        "utilization": {k: v / vm.total for k, v in usage.items()},
-        "limit": vm.total,
+        "utilization": {k: v / total for k, v in usage.items()},
+        "limit": total,
     }
 
 
@@ -289,6 +300,7 @@ SOURCES: tuple[Source, ...] = (
         "one netlink sock_diag dump per transport (elsewhere: psutil walks the fds of every "
         "process on the host)",
         shared=True,
+        modules=(".linux.sock_diag",),
         direct=(
             DirectRead(
                 "connections",

@@ -119,7 +119,7 @@ def _num_threads(ctx: ReadContext) -> Reading:
     # Free where a source read earlier in this refresh counted them: the
     # per-thread read lists the threads, the signals read parses status.
     for name in _COUNTED_BY:
-        count = ctx.readings.get(name, {}).get(THREAD_COUNT)
+        count = ctx.needed(name, THREAD_COUNT)
         if count is not None:
             return {"count": count}
     return {"count": int(ctx.process.num_threads())}
@@ -322,8 +322,8 @@ def _threads_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
 
 
 def _signals_pending(ctx: ReadContext) -> Reading:
-    pending, threads_in_status = procfs.status_counts()
-    return {"count": pending, THREAD_COUNT: threads_in_status}
+    found = procfs.status()
+    return {"count": found.pending, THREAD_COUNT: found.threads}
 
 
 def _smaps(ctx: ReadContext) -> Reading:
@@ -395,6 +395,7 @@ SOURCES: tuple[Source, ...] = (
         field_platforms={"pss": LINUX},
         in_process=True,
         available=psutil_has("Process.memory_full_info"),
+        modules=(".linux.smaps",),
         direct=(
             DirectRead(
                 "smaps",
@@ -410,6 +411,7 @@ SOURCES: tuple[Source, ...] = (
         "lists /proc/self/task, one clock read per thread, one stat file per kept thread "
         "(elsewhere: psutil reads every thread)",
         in_process=True,
+        modules=(".linux.threads",),
         direct=(
             DirectRead(
                 "threads",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import gc
 import sys
 from itertools import accumulate
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..platforms import LINUX
 from ..probes.gc_pauses import BOUNDS, GcPauses
-from .base import Key, ReadContext, Reading, Source, State, attributes, numbers
+from .base import Key, ReadContext, Reading, Sample, Source, State, attributes, numbers
 
 if TYPE_CHECKING:  # imported when a loop or GIL source opens: most processes never use one
     from ..probes.gil_wait import GilWait
@@ -18,9 +18,16 @@ if TYPE_CHECKING:  # imported when a loop or GIL source opens: most processes ne
 _GENERATION = attributes("cpython.gc.generation")
 _GENERATIONS = tuple(_GENERATION((gen,)) for gen in range(3))
 _BUCKET = attributes("le")
-_LE = tuple(_BUCKET((le,)) for le in (*(f"{bound:g}" for bound in BOUNDS), "+Inf"))
-"""Bucket labels, as Prometheus writes them: a histogram_quantile() over them works."""
+_LE = (*(f"{bound:g}" for bound in BOUNDS), "+Inf")
+"""Bucket labels, as Prometheus writes them: a histogram_quantile() over them works.
+
+Their keys are made at each read of the histogram (an opt-in): kept, they would be
+objects that every full garbage collection walks in every process."""
 _LOOP = attributes("thread.name")
+_LOOP_CODE = attributes("thread.name", "code.function.name")
+
+STALL_SECONDS = 0.1
+"""A garbage-collection pause, or a stretch of a loop without ``select``, this long is a stall."""
 
 
 def _gc(ctx: ReadContext) -> Reading:
@@ -39,7 +46,13 @@ def _is_cpython() -> bool:
     return sys.implementation.name == "cpython"
 
 
-_PAUSES = State("cpython_gc_pauses", lambda ctx: GcPauses(histogram=ctx.options.gc_pause_histogram))
+def _new_pauses(ctx: ReadContext) -> GcPauses:
+    recorder = GcPauses(histogram=ctx.options.gc_pause_histogram)
+    recorder.keep_long(STALL_SECONDS)  # free: one comparison per collection
+    return recorder
+
+
+_PAUSES = State("cpython_gc_pauses", _new_pauses)
 
 
 def _open_pauses(ctx: ReadContext) -> bool:
@@ -52,19 +65,33 @@ def _close_pauses(ctx: ReadContext) -> None:
         recorder.stop()
 
 
+def _pauses_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    # The pause totals' one fork mechanism: a child starts its own (with or
+    # without Python's at-fork hooks: this runs before the child's first read).
+    recorder: GcPauses | None = ctx.state.get(_PAUSES.name)
+    if recorder is not None:
+        recorder.reset()
+
+
 def _pauses(ctx: ReadContext) -> Reading:
     recorder = ctx.state_of(_PAUSES)
     got = recorder.read()  # once per refresh: it starts the next longest-pause window
-    reading: dict[str, dict[Key, float | int]] = {
+    reading: dict[str, Any] = {
         "time": {_generation(gen): seconds for gen, seconds in enumerate(got.seconds)},
         # A generation that did not collect since the last refresh did not pause
-        # the program: that is known, so it is 0, and the series stays.
-        "max": {_generation(gen): top or 0.0 for gen, top in enumerate(got.longest)},
+        # the program: that is known, so it is 0, and the series stays. One
+        # whose longest pause is not known (timed by the interpreter, without
+        # a callback, more than one collection) is left out.
+        "max": {_generation(gen): top for gen, top in enumerate(got.longest) if top is not None},
     }
+    reading["stalls"] = tuple(
+        Sample(pause.seconds, _generation(pause.generation), pause.captured) for pause in got.long
+    )
     if got.buckets is not None:
         # Cumulative counts per upper bound, all generations together.
         per_bucket = [sum(column) for column in zip(*got.buckets, strict=True)]
-        reading["buckets"] = dict(zip(_LE, accumulate(per_bucket), strict=True))
+        counts = zip(_LE, accumulate(per_bucket), strict=True)
+        reading["buckets"] = {_BUCKET((le,)): count for le, count in counts}
     return reading
 
 
@@ -87,8 +114,15 @@ def _close_gil_wait(ctx: ReadContext) -> None:
         probe.stop()
 
 
+def _gil_wait_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
+    # The probe's one fork mechanism: its thread did not survive the fork.
+    probe: GilWait | None = ctx.state.get(_GIL.name)
+    if probe is not None:
+        probe.forked()
+
+
 def _gil_wait(ctx: ReadContext) -> Reading:
-    got = ctx.state_of(_GIL).read()  # in a forked child, it starts its own thread
+    got = ctx.state_of(_GIL).read()
     reading: dict[str, float] = {
         "time": got.seconds,
         "samples": got.samples,
@@ -108,7 +142,7 @@ def _gil_wait_available() -> bool:
 def _new_monitor(_ctx: ReadContext) -> LoopMonitor:
     from ..probes.loops.monitor import LoopMonitor
 
-    return LoopMonitor(delays=False, utilization=False)
+    return LoopMonitor(delays=False, utilization=False, stall=STALL_SECONDS)
 
 
 # One monitor for both loop sources: whichever opens first makes it.
@@ -137,16 +171,7 @@ def _open_utilization(ctx: ReadContext) -> bool:
 def _close_loops(ctx: ReadContext) -> None:
     monitor = ctx.drop(_LOOPS)
     if monitor is not None:
-        monitor.reset()  # in a forked child: the parent's loops are not ours to stop
-        monitor.stop()
-
-
-def _loops_after_fork(ctx: ReadContext, _forked_at: float | None) -> None:
-    # The parent's loops run in threads the child does not have. Python's
-    # at-fork hook forgets them already; a fork from C runs no hook.
-    monitor: LoopMonitor | None = ctx.state.get(_LOOPS.name)
-    if monitor is not None:
-        monitor.reset()  # idempotent: both loop sources call it
+        monitor.stop()  # in a forked child, the parent's loops are forgotten, not stopped
 
 
 _DELAY_FIELDS = ("max", "mean", "p50", "p99")
@@ -163,13 +188,33 @@ def _delays(ctx: ReadContext) -> Reading:
     return reading
 
 
+def _open_stalls(ctx: ReadContext) -> bool:
+    from ..probes.loops.monitor import STALLS
+
+    monitor = ctx.state_of(_LOOPS)
+    monitor.measure(STALLS)
+    monitor.start()
+    return True
+
+
+def _stalls(ctx: ReadContext) -> Reading:
+    found = ctx.state_of(_LOOPS).read_stalls()  # the stalls ended since the last refresh
+    return {
+        "stalls": tuple(
+            Sample(stall.seconds, _LOOP_CODE((label, stall.code)), stall.context)
+            for label, stalls in found.items()
+            for stall in stalls
+        )
+    }
+
+
 def _utilization(ctx: ReadContext) -> Reading:
     busy = ctx.state_of(_LOOPS).read_utilization()  # one window per loop since the last refresh
     # Not measured here (uvloop, or the loop did not run): left out, never 0.
     return {"utilization": {_LOOP((label,)): u for label, u in busy.items() if u is not None}}
 
 
-_PAUSE_FIELDS = {"time": _GENERATION, "max": _GENERATION, "buckets": _BUCKET}
+_PAUSE_FIELDS = {"time": _GENERATION, "max": _GENERATION, "buckets": _BUCKET, "stalls": _GENERATION}
 
 SOURCES: tuple[Source, ...] = (
     Source(
@@ -188,6 +233,7 @@ SOURCES: tuple[Source, ...] = (
         open=_open_pauses,
         close=_close_pauses,
         keeps=(_PAUSES,),
+        after_fork=_pauses_after_fork,
     ),
     Source(
         "cpython_gil_wait",
@@ -200,28 +246,36 @@ SOURCES: tuple[Source, ...] = (
         open=_open_gil_wait,
         close=_close_gil_wait,
         keeps=(_GIL,),
+        after_fork=_gil_wait_after_fork,
     ),
     Source(
         "asyncio_loops",
         _delays,
         dict.fromkeys(_DELAY_FIELDS, _LOOP),
-        "none at collection: a tick every 20 ms on each event loop while it works; none while "
-        "an asyncio loop sleeps (it is never woken for one); a uvloop loop is woken every 20 ms "
-        "(about 50 µs of CPU each)",
+        "none at collection: a hook on the select of each asyncio loop reads the clock "
+        "around each call; nothing is put in the loop, and a sleeping loop is never woken",
         open=_open_delays,
         close=_close_loops,
         keeps=(_LOOPS,),
-        after_fork=_loops_after_fork,
     ),
     Source(
         "asyncio_select_timing",
         _utilization,
         {"utilization": _LOOP},
-        "none at collection: one Python call around each select of an asyncio loop, and two "
-        "clock reads around each that waits (about 0.05 µs per loop iteration)",
+        "none at collection: the hook on select of the event-loop delays (the same clock reads)",
         open=_open_utilization,
         close=_close_loops,
         keeps=(_LOOPS,),
-        after_fork=_loops_after_fork,
+    ),
+    Source(
+        "asyncio_loop_stalls",
+        _stalls,
+        {"stalls": _LOOP_CODE},
+        "none at collection: one thread wakes when a working loop would be stalled (at most "
+        "every 100 ms while a loop works, never while every loop sleeps) and reads the frame "
+        "of the thread of that loop once a stall is on",
+        open=_open_stalls,
+        close=_close_loops,
+        keeps=(_LOOPS,),
     ),
 )

@@ -47,8 +47,8 @@ class _Cgroup:
         self.files: tuple[KernelFile, ...] | None = None
 
 
-_CGROUP = State("cgroup", lambda _ctx: _Cgroup(cgroup.discover()))
-"""Found once per process, shared by the cgroup and pressure sources."""
+_CGROUP = State("cgroup", lambda ctx: _Cgroup(ctx.facts.cgroup_paths or cgroup.discover()))
+"""Found once per process, shared by the cgroup and pressure sources: the facts' own."""
 
 
 def _files(ctx: ReadContext) -> tuple[KernelFile, ...]:

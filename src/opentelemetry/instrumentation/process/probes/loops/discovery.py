@@ -2,8 +2,7 @@
 
 Every loop calls ``asyncio._set_running_loop(loop)`` when it starts running
 and ``_set_running_loop(None)`` when it stops; the hook wraps that function,
-the one private asyncio API this package touches, and uvloop's
-``Loop.run_forever`` when uvloop was imported first. See docs/runtime.md.
+the one private asyncio API this package touches. See docs/runtime.md.
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ import asyncio
 import asyncio.events
 import contextlib
 import os
-import sys
 import threading
 import weakref
 from collections.abc import Callable
@@ -32,9 +30,6 @@ class Watcher(Protocol):
 
     def loop_running(self, loop: Any) -> None:
         """``loop`` was running in another thread when handed over."""
-
-    def forked(self) -> None:
-        """In a forked child: the parent's loops are not the child's."""
 
 
 class Hooks:
@@ -90,14 +85,16 @@ class Hooks:
                 watcher.loop_running(loop)
 
     def _locked(self) -> threading.Lock:
-        """The lock, renewed in a child forked without Python's hooks (a C server).
+        """The lock, renewed in a forked child, with or without Python's at-fork hooks.
 
-        There the old one may be held by a thread of the parent, which the
-        child does not have: it would never be released.
+        The hooks' one fork mechanism. There the old lock may be held by a
+        thread of the parent, which the child does not have: it would never
+        be released. The parent's watched loops are not the child's.
         """
         if self.pid != os.getpid():
             self.pid = os.getpid()
             self.lock = threading.Lock()
+            self.watched = weakref.WeakSet()
         return self.lock
 
     def _live(self) -> tuple[weakref.ref[Watcher], ...]:
@@ -126,22 +123,13 @@ class Hooks:
             wrapper = self._wrap_set_running_loop(original)
             setattr(module, "_set_running_loop", wrapper)  # noqa: B010
             self.installed.append((module, "_set_running_loop", original, wrapper))
-        uvloop = sys.modules.get("uvloop")
-        loop_class = getattr(uvloop, "Loop", None)
-        if isinstance(loop_class, type) and "run_forever" not in loop_class.__dict__:
-            wrapper = self._wrap_run_forever(loop_class)
-            setattr(loop_class, "run_forever", wrapper)  # noqa: B010 - a class of uvloop's, untyped
-            self.installed.append((loop_class, "run_forever", None, wrapper))
 
     def _uninstall(self) -> None:
         while self.installed:
             owner, name, original, wrapper = self.installed.pop()
             if owner.__dict__.get(name) is not wrapper:
                 continue  # wrapped again by someone else: ours stays, as a pass-through
-            if original is None:
-                delattr(owner, name)
-            else:
-                setattr(owner, name, original)
+            setattr(owner, name, original)
 
     def _wrap_set_running_loop(self, original: SetRunningLoop) -> SetRunningLoop:
         get_running_loop = asyncio.events._get_running_loop
@@ -160,40 +148,5 @@ class Hooks:
         _set_running_loop.__wrapped__ = original  # type: ignore[attr-defined]
         return _set_running_loop
 
-    def _wrap_run_forever(self, loop_class: type) -> Callable[[Any], None]:
-        # uvloop bound asyncio's _set_running_loop when it was imported: the
-        # unwrapped one. Its run_until_complete calls self.run_forever().
-        base = next(
-            c.__dict__["run_forever"] for c in loop_class.__mro__[1:] if "run_forever" in c.__dict__
-        )
-
-        def run_forever(loop: Any) -> None:
-            if loop.is_running() or not self.watchers:
-                return base(loop)  # type: ignore[no-any-return]
-            self.started(loop)
-            try:
-                return base(loop)  # type: ignore[no-any-return]
-            finally:
-                self.stopped(loop)
-
-        run_forever.__wrapped__ = base  # type: ignore[attr-defined]
-        return run_forever
-
-    def after_fork_in_child(self) -> None:
-        """Only what must happen at the fork: a new lock; the parent's loops forgotten."""
-        if self.pid == os.getpid():
-            return  # not a new process: nothing to renew
-        self._locked()
-        self.watched = weakref.WeakSet()
-        for ref in self.watchers:
-            watcher = ref()
-            if watcher is not None:
-                with contextlib.suppress(Exception):  # never break the forking program
-                    watcher.forked()
-
 
 hooks = Hooks()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=hooks.after_fork_in_child)

@@ -1,14 +1,12 @@
 """How busy a selector loop is: its running time and its time waiting in ``select``.
 
-The loop's selector gets a timed ``select`` (``time.monotonic()`` before and
-after each ``select`` that may wait); utilisation is ``1 - idle / running``
-over a window, from 0 to 1. Loops without a Python selector (uvloop) are not
-timed.
+The probe's hook (:mod:`.probe`) reads ``time.monotonic()`` around each
+``select`` that may wait; utilisation is ``1 - idle / running`` over a
+window, from 0 to 1. Loops without a Python selector (uvloop) are not probed.
 """
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 
@@ -35,9 +33,13 @@ class Busy:
             self.run = (total, now)
 
     def stopped(self, now: float) -> None:
+        """The loop stops: its running period ends, and a ``select`` left by an exception too."""
         total, since = self.run
         if since:
             self.run = (total + now - since, 0.0)
+        total, since = self.idle
+        if since:
+            self.idle = (total + now - since, 0.0)
 
     def window(self, now: float) -> tuple[float, float]:
         """(running, idle) seconds since the previous call."""
@@ -81,27 +83,3 @@ def hookable(loop: Any) -> tuple[Any, Any]:
     ):
         return None, None
     return selector, select
-
-
-def time_select(select: Any, busy: Busy) -> Any:
-    """A ``select`` that adds the time ``select`` waits to ``busy``'s idle time.
-
-    A ``select`` that cannot wait (timeout 0: work is ready) is not timed: it
-    polls, and counts as busy. That keeps the wrapper to one call and one
-    comparison in every iteration of a saturated loop.
-    """
-    monotonic = time.monotonic
-
-    def timed_select(timeout: float | None = None) -> Any:
-        if timeout == 0:
-            return select(timeout)
-        t0 = monotonic()
-        busy.idle = (busy.idle[0], t0)
-        try:
-            return select(timeout)
-        finally:
-            busy.idle = (busy.idle[0] + monotonic() - t0, 0.0)
-
-    timed_select.__wrapped__ = select  # type: ignore[attr-defined]
-    busy.timed = True
-    return timed_select

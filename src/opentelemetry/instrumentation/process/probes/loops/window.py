@@ -1,7 +1,8 @@
 """The delays of one loop over one window: count, sum, maximum and bucket counts.
 
 Delays are in seconds. A percentile is the upper bound of its bucket, capped
-by the window's maximum.
+by the window's maximum; 0 when it falls among the delays that were exactly 0
+(ticks due while the loop slept and woke on time, or early for I/O).
 """
 
 from __future__ import annotations
@@ -32,36 +33,47 @@ NO_DELAYS = Delays(None, None, None, None)
 class Window:
     """Delay samples of one window (filled by one loop's thread, read by another)."""
 
-    __slots__ = ("buckets", "count", "max", "total")
+    __slots__ = ("buckets", "count", "max", "total", "zeros")
 
     def __init__(self) -> None:
         self.count = 0
         self.total = 0.0
         self.max = 0.0
+        self.zeros = 0
+        """Delays of exactly 0, also counted in the first bucket."""
         self.buckets = [0] * (len(BUCKETS) + 1)
 
     def add(self, delay: float) -> None:
-        self.count += 1
-        self.total += delay
+        self.add_many(delay, 1)
+
+    def add_many(self, delay: float, count: int) -> None:
+        """``count`` delays of ``delay`` seconds each (``count`` >= 1)."""
+        self.count += count
+        if delay <= 0.0:
+            self.zeros += count
+            self.buckets[0] += count
+            return
+        self.total += delay * count
         if delay > self.max:
             self.max = delay
-        self.buckets[bisect_left(BUCKETS, delay)] += 1
-
-    def add_on_time(self, count: int) -> None:
-        """``count`` ticks on time (a delay of 0): the loop slept through their due times."""
-        self.count += count
-        self.buckets[0] += count
+        self.buckets[bisect_left(BUCKETS, delay)] += count
 
     def merge(self, other: Window) -> None:
         self.count += other.count
         self.total += other.total
+        self.zeros += other.zeros
         self.max = max(self.max, other.max)
         for i, n in enumerate(other.buckets):
             self.buckets[i] += n
 
     def percentile(self, q: float) -> float:
-        """The upper bound of the bucket holding the ``q`` quantile, at most the maximum."""
+        """The upper bound of the bucket holding the ``q`` quantile, at most the maximum.
+
+        0 when the quantile falls among the delays that were exactly 0.
+        """
         rank = math.ceil(q * self.count)
+        if rank <= self.zeros:
+            return 0.0
         seen = 0
         for i, n in enumerate(self.buckets):
             seen += n

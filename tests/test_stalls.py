@@ -1,0 +1,220 @@
+"""Stalls that point at the span they froze: the two histograms of stalls, and their exemplars.
+
+A garbage collection of 100 ms or more, and a stretch of 100 ms or more in which
+an asyncio loop called no ``select``, are recorded at the next collection of
+metrics with the context they ran under: the SDK's default ``trace_based``
+exemplar filter keeps a sampled span there as the point's exemplar. Real
+tracing (the SDK's ``TracerProvider``), a real ``MeterProvider``, real
+collections and real blocks of a real loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
+from opentelemetry.instrumentation.process.catalog import supported
+from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
+from opentelemetry.instrumentation.process.probes.gc_pauses import TIMED_BY_INTERPRETER
+from opentelemetry.instrumentation.process.sources.runtime import STALL_SECONDS
+
+from .conftest import collect
+from .support.gc import cyclic_garbage, gc_off
+from .support.semconv import check_shape
+
+GC_STALL = "process_metrics.cpython.gc.stall.duration"
+LOOP_STALL = "process_metrics.eventloop.stall.duration"
+INJECTED = 20
+BLOCK = 0.2
+
+pytestmark = pytest.mark.skipif(
+    not supported(METRICS_BY_NAME[GC_STALL]),
+    reason="no garbage-collection pauses here (not CPython)",
+)
+
+
+@pytest.fixture
+def tracer() -> trace.Tracer:
+    return TracerProvider().get_tracer("test_stalls")  # samples every trace
+
+
+Reporting = tuple[InMemoryMetricReader, MeterProvider, list[ProcessMetrics]]
+
+
+@pytest.fixture
+def reporting() -> Iterator[Reporting]:
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    made: list[ProcessMetrics] = []
+    try:
+        yield reader, provider, made
+    finally:
+        for m in made:
+            m.close()
+        provider.shutdown()
+
+
+def _start(reporting: Reporting, **options: Any) -> InMemoryMetricReader:
+    reader, provider, made = reporting
+    made.append(ProcessMetrics(ProcessMetricsOptions(**options), meter_provider=provider))
+    return reader
+
+
+def _exemplar_traces(reader: InMemoryMetricReader, name: str) -> tuple[list[int | None], Any]:
+    """The trace ids of the exemplars of ``name`` in one collection, and the metric."""
+    found = collect(reader).get(name)
+    if found is None:
+        return [], None
+    return [e.trace_id for p in found.data.data_points for e in p.exemplars], found
+
+
+def _full_collection_of_at_least(seconds: float) -> list[Any]:
+    """A heap whose full collection takes ``seconds`` or more here (it grows until it does)."""
+    heap: list[Any] = []
+    with gc_off():
+        while True:
+            heap.extend([i] for i in range(500_000))
+            t0 = time.perf_counter()
+            gc.collect()
+            if time.perf_counter() - t0 >= seconds or len(heap) > 20_000_000:
+                return heap
+
+
+def test_long_gc_pauses_carry_the_span_of_the_thread_that_collected(
+    tracer: trace.Tracer, reporting: Reporting
+) -> None:
+    # On an interpreter that times its own collections, only the callback sees
+    # what ran: the buckets option installs it (docs/runtime.md).
+    options = {"gc_pause_histogram": True} if TIMED_BY_INTERPRETER else {}
+    reader = _start(reporting, **options)
+    heap = _full_collection_of_at_least(2 * STALL_SECONDS)
+    collect(reader)
+    carried = 0
+    with gc_off():
+        for i in range(INJECTED):
+            with tracer.start_as_current_span(f"request {i}") as span:
+                gc.collect()  # inside the span, as an allocation would start it
+            traces, found = _exemplar_traces(reader, GC_STALL)
+            carried += span.get_span_context().trace_id in traces
+    del heap
+    assert carried >= 0.95 * INJECTED, carried
+    check_histogram(found)
+
+
+def test_loop_stalls_carry_the_span_and_the_function_of_the_handler_that_blocked(
+    tracer: trace.Tracer, reporting: Reporting
+) -> None:
+    reader = _start(reporting, event_loop=True)
+    collect(reader)
+    handled: list[int] = []
+
+    async def slow_handler(i: int) -> None:
+        with tracer.start_as_current_span(f"request {i}") as span:
+            handled.append(span.get_span_context().trace_id)
+            time.sleep(BLOCK)  # blocks the loop, as a synchronous call in a handler does
+
+    carried = 0
+    names: set[Any] = set()
+    found: Any = None
+
+    async def serve() -> None:
+        nonlocal carried, found
+        for i in range(INJECTED):
+            await asyncio.create_task(slow_handler(i))
+            await asyncio.sleep(0.05)  # the loop selects: the stall has ended
+            traces, found = _exemplar_traces(reader, LOOP_STALL)
+            carried += handled[-1] in traces
+            names.update(
+                dict(p.attributes).get("code.function.name") for p in found.data.data_points
+            )
+
+    with gc_off():  # a long collection during the test would be a stall of its own
+        asyncio.run(serve())
+    assert carried >= 0.95 * INJECTED, carried
+    assert names == {f"{__name__}.{slow_handler.__qualname__}"}, names
+    (point,) = found.data.data_points
+    assert point.count == INJECTED
+    assert INJECTED * BLOCK <= point.sum <= INJECTED * (BLOCK + 0.5)
+    check_histogram(found)
+
+
+def test_stalls_without_a_span_are_recorded_without_an_exemplar(
+    reporting: Reporting,
+) -> None:
+    reader = _start(reporting, event_loop=True)
+    collect(reader)
+
+    async def block() -> None:
+        time.sleep(BLOCK)
+        await asyncio.sleep(0.05)
+
+    with gc_off():
+        asyncio.run(block())
+    traces, found = _exemplar_traces(reader, LOOP_STALL)
+    assert found is not None and found.data.data_points[0].count == 1
+    assert traces == []
+
+
+def test_short_blocks_and_pauses_are_not_stalls(tracer: trace.Tracer, reporting: Reporting) -> None:
+    reader = _start(reporting, event_loop=True)
+    collect(reader)
+
+    async def short() -> None:
+        for _ in range(5):
+            with tracer.start_as_current_span("quick"):
+                time.sleep(STALL_SECONDS / 5)
+            await asyncio.sleep(0.01)
+
+    with gc_off():
+        cyclic_garbage(1000)
+        gc.collect()
+        asyncio.run(short())
+    got = collect(reader)
+    assert LOOP_STALL not in got
+    gc_stalls: Any = got.get(GC_STALL)
+    assert gc_stalls is None or all(p.min >= STALL_SECONDS for p in gc_stalls.data.data_points)
+
+
+def check_histogram(found: Any) -> None:
+    """The shape of a stall histogram: the row's, with buckets advised in seconds."""
+    assert isinstance(found.data, Histogram)
+    row = METRICS_BY_NAME[found.name]
+    check_shape(row, found)
+
+
+def test_the_stall_thread_survives_a_stopped_loop_stepped_by_hand() -> None:
+    """A stopped loop has no stall threshold (infinite): the thread must not wait that long.
+
+    CPython's test_asyncio found the thread dead of an OverflowError there.
+    """
+    from opentelemetry.instrumentation.process.probes.loops.monitor import LoopMonitor
+
+    raised: list[BaseException | None] = []
+    before = threading.excepthook
+    threading.excepthook = lambda args: raised.append(args.exc_value)
+    monitor = LoopMonitor(stalls=True, stall=0.05)
+    monitor.start()
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(asyncio.sleep(0.01))  # probed, then stopped
+        for _ in range(5):
+            loop.call_soon(lambda: None)
+            loop._run_once()  # type: ignore[attr-defined]
+            time.sleep(0.06)  # the thread looks meanwhile
+        assert monitor._watch.running, raised  # the thread still runs
+    finally:
+        loop.close()
+        monitor.stop()
+        threading.excepthook = before
+    assert raised == []
