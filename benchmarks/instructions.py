@@ -406,7 +406,9 @@ def measure(p: Plan, log: Callable[[str], None] = print) -> dict[str, Any]:
     if not c.tool:
         raise RuntimeError("no instruction counter: valgrind (benchmarks/get-valgrind.sh) or perf")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env |= {"PYTHONHASHSEED": "0", "PYTHONPATH": str(HERE)}
+    # PYTHONPATH=<checkout>/src ahead of it counts that checkout's package instead.
+    path = os.pathsep.join(filter(None, (str(HERE), os.environ.get("PYTHONPATH"))))
+    env |= {"PYTHONHASHSEED": "0", "PYTHONPATH": path}
     todo = {k: args for k, (args, _) in jobs(p).items()}
     plain = Counter("", (), c.around)
     # A first run of each mode and configuration writes the bytecode the counted ones read.
