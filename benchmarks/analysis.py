@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import configs
 import timing
 from counts import Count
-from latency import Lateness
 from scaling import Sweep
 from subjects import Shape
 
@@ -301,10 +300,6 @@ def checks(counts: Sequence[Count]) -> list[Check]:
             calls == len(default.psutil_calls),
         ),
     ]
-
-
-def lateness_of(latency: Sequence[Lateness], name: str) -> Lateness | None:
-    return next((x for x in latency if x.config == name), None)
 
 
 @dataclass(frozen=True)

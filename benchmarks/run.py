@@ -40,7 +40,6 @@ import report  # noqa: E402
 import scaling  # noqa: E402
 import timing  # noqa: E402
 from analysis import Check  # noqa: E402
-from components import Component  # noqa: E402
 from latency import Lateness  # noqa: E402
 from report import Results  # noqa: E402
 from subjects import Shape  # noqa: E402
@@ -226,24 +225,6 @@ def render(values: dict[str, str]) -> None:
     log("wrote docs/benchmarks.md")
 
 
-def update_components(names: list[str], path: Path) -> int:
-    """Measure only the components ``names`` (full), put them in ``path`` and re-render."""
-    data = json.loads(path.read_text())
-    fields = set(Component.__dataclass_fields__)
-    kept = {
-        c["name"]: Component(**{k: v for k, v in c.items() if k in fields})
-        for c in data["results"]["components"]
-    }
-    for name in names:
-        log(f"component {name}")
-        kept[name] = components.measure_one(name, False, path.parent)
-    rows = [kept[name] for name in components.COMPONENTS if name in kept]
-    data["results"]["components"] = [asdict(c) for c in rows]
-    data["placeholders"]["components"] = report.components(rows)
-    path.write_text(json.dumps(data, indent=1, default=str))
-    return render_only(path)
-
-
 def render_only(path: Path) -> int:
     data = json.loads(path.read_text())
     values = data["placeholders"] | sweep_tables(data["results"]) | instructions.page()
@@ -317,15 +298,9 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a few iterations (CI)")
     parser.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
-    parser.add_argument(
-        "--no-docs", action="store_true", help="leave docs/benchmarks.md and the plots alone"
-    )
+    parser.add_argument("--no-docs", action="store_true", help="leave the docs and plots alone")
     parser.add_argument("--rounds", type=int, help="override the main run's interleaved rounds")
-    parser.add_argument(
-        "--no-app-cost",
-        action="store_true",
-        help="skip the application-cost page (app_cost.py: heap.py, and the page)",
-    )
+    parser.add_argument("--no-app-cost", action="store_true", help="skip heap.py and its page")
     parser.add_argument(
         "--render-only",
         type=Path,
@@ -338,13 +313,6 @@ def arguments() -> argparse.Namespace:
         metavar="RESULTS_JSON",
         help="count again (exact, untimed) and rewrite the counts in a results.json and the page",
     )
-    parser.add_argument(
-        "--component",
-        action="append",
-        metavar="NAME",
-        choices=list(components.COMPONENTS),
-        help="measure only this component (repeatable), update results.json and the docs page",
-    )
     return parser.parse_args()
 
 
@@ -354,8 +322,6 @@ def main() -> int:
         return render_only(args.render_only)
     if args.counts_only:
         return counts_only(args.counts_only)
-    if args.component:
-        return update_components(args.component, (args.out or HERE / "results") / "results.json")
     global QUIET
     QUIET = args.smoke
     plan = replace(

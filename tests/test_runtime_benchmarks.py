@@ -73,3 +73,25 @@ def test_the_component_benchmark_runs_on_pyperf(tmp_path: Path) -> None:
     assert table[2] == "| Benchmark | Mean ± std dev | / `bare` |"
     assert table[4].startswith("| `bare` | ") and table[4].endswith(" | 1.000x |")
     assert len(table) == 7
+
+
+LINES = 4000
+"""Issue 37: the harness at most this many lines of code (its .py and .sh files)."""
+
+
+def _scripts() -> list[Path]:
+    return sorted(p for p in BENCHMARKS.iterdir() if p.suffix in (".py", ".sh"))
+
+
+def test_the_readme_lists_every_script_and_template() -> None:
+    readme = (BENCHMARKS / "README.md").read_text()
+    files = readme.split("## Files", 1)[1]
+    rows = [line.split(" | ")[0] for line in files.splitlines() if line.startswith("| `")]
+    listed = {name for row in rows for name in row.strip("| ").replace("`", "").split(", ")}
+    present = {p.name for p in (*_scripts(), *BENCHMARKS.glob("*_template.md"))}
+    assert listed == present, (sorted(listed - present), sorted(present - listed))
+
+
+def test_the_harness_stays_within_its_lines() -> None:
+    lines = sum(len(p.read_text().splitlines()) for p in _scripts())
+    assert lines <= LINES, f"benchmarks/*.py and *.sh: {lines} lines, more than {LINES}"
