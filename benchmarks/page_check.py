@@ -100,15 +100,9 @@ def run_date(page: str) -> float | None:
 
 def last_src_change() -> tuple[float, str] | None:
     """The commit time and hash of the last commit that changed ``src/``, if git knows."""
+    git = ["git", "log", "-1", "--format=%ct %h", "--", "src/"]
     try:
-        done = subprocess.run(
-            ["git", "log", "-1", "--format=%ct %h", "--", "src/"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        done = subprocess.run(git, cwd=ROOT, capture_output=True, text=True, timeout=30)
     except OSError:
         return None
     parts = done.stdout.split()

@@ -67,35 +67,15 @@ class Plan:
 
 
 FULL = Plan(
-    rounds=200,
-    pause=0.03,
-    back_to_back=200,
-    thread_xs=(0, 100, 500, 2000),
-    socket_xs=(0, 1000, 10_000),
-    cpu_xs=(2, 16, 64, 256),
-    sweep_rounds=40,
-    latency_seconds=2.0,
-    latency_blocks=3,
-    rss_repeats=5,
-    leak_collections=20_000,
-    count_collections=2,
-    smoke=False,
-)
+    rounds=200, pause=0.03, back_to_back=200, thread_xs=(0, 100, 500, 2000),
+    socket_xs=(0, 1000, 10_000), cpu_xs=(2, 16, 64, 256), sweep_rounds=40, latency_seconds=2.0,
+    latency_blocks=3, rss_repeats=5, leak_collections=20_000, count_collections=2, smoke=False,
+)  # fmt: skip
 SMOKE = Plan(
-    rounds=3,
-    pause=0.002,
-    back_to_back=3,
-    thread_xs=(0, 20),
-    socket_xs=(0, 100),
-    cpu_xs=(2, 8),
-    sweep_rounds=2,
-    latency_seconds=0.1,
-    latency_blocks=1,
-    rss_repeats=1,
-    leak_collections=200,
-    count_collections=1,
-    smoke=True,
-)
+    rounds=3, pause=0.002, back_to_back=3, thread_xs=(0, 20), socket_xs=(0, 100), cpu_xs=(2, 8),
+    sweep_rounds=2, latency_seconds=0.1, latency_blocks=1, rss_repeats=1, leak_collections=200,
+    count_collections=1, smoke=True,
+)  # fmt: skip
 
 
 QUIET = False  # the smoke run prints its report only

@@ -198,3 +198,26 @@ def test_the_readme_and_the_application_cost_page_say_the_recorded_cost(
     assert found is not None and " ".join(found.group(2).split()) == said
     page = (BENCHMARKS.parent / "docs" / "application-cost.md").read_text()
     assert f"**In short.** {said}" in page
+
+
+def test_the_runtime_page_gives_the_recorded_probe_counts(instructions: ModuleType) -> None:
+    """docs/runtime.md's instructions per collection and per loop iteration are the record's."""
+    between = instructions.latest()["between"]
+    page = (BENCHMARKS.parent / "docs" / "runtime.md").read_text()
+
+    def per(mode: str, work: str) -> float:
+        return float(between[mode][work]["median"]) / instructions.PROBES[work].ops
+
+    rows = {
+        "none (the SDK alone)": per("sdk", "gc_collect0"),
+        "an empty Python callback": per("gc_callback", "gc_collect0"),
+        "the package's defaults": per("defaults", "gc_collect0"),
+        "... with `gc_pause_histogram=True`": per("gc_pause_histogram", "gc_collect0"),
+        "none (the defaults)": per("defaults", "callbacks"),
+        "`event_loop=True` (delays, utilisation and stalls: one hook)": per(
+            "event_loop", "callbacks"
+        ),
+    }
+    for label, n in rows.items():
+        assert f"| {label} | {n:,.0f} | " in page, label
+    assert "python benchmarks/instructions.py --suite probes" in page
