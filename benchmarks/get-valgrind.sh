@@ -1,12 +1,8 @@
 #!/usr/bin/env bash
-# Valgrind (the instruction counter of benchmarks/instructions.py) from Debian, into
-# a cache folder: $SERVERS_CACHE_DIR/valgrind (default <repo root>/.cache/servers/valgrind).
-# Prints the path of a `valgrind` wrapper that sets VALGRIND_LIB. Through a *private*
-# apt configuration, as scripts/get-servers.sh does: the system's apt sources, lists
-# and dpkg database are never touched.
-#
-# Exit status: non-zero (with the reason on stderr) when valgrind could not be
-# installed; instructions.py then says so, and the smoke run fails under CI only.
+# Valgrind (instructions.py's counter) from Debian into $SERVERS_CACHE_DIR/valgrind (default
+# <repo>/.cache/servers/valgrind) through a *private* apt configuration, as get-servers.sh does;
+# prints the path of a wrapper that sets VALGRIND_LIB. Non-zero, with the reason on stderr,
+# when it cannot: instructions.py then says so, and the smoke run fails under CI only.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 CACHE="${SERVERS_CACHE_DIR:-$REPO_ROOT/.cache/servers}"
@@ -16,9 +12,7 @@ if [[ -x "$WRAPPER" ]] && "$WRAPPER" --version 2>/dev/null | grep -q '^valgrind'
     echo "$WRAPPER"
     exit 0
 fi
-for tool in apt-get dpkg-deb; do
-    command -v "$tool" >/dev/null || { echo "get-valgrind: $tool not found" >&2; exit 1; }
-done
+for t in apt-get dpkg-deb; do command -v "$t" >/dev/null || { echo "get-valgrind: no $t" >&2; exit 1; }; done
 # shellcheck source=../scripts/lib/debian-mirror.sh
 source "$REPO_ROOT/scripts/lib/debian-mirror.sh"
 MIRROR="$(detect_mirror)"

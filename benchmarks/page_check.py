@@ -12,6 +12,7 @@ change to the sources until someone reran the benchmark.
 from __future__ import annotations
 
 import calendar
+import itertools
 import re
 import subprocess
 import time
@@ -150,11 +151,5 @@ def keep_others(page: str, run_table: str) -> str:
 
 def _first_table(text: str) -> list[str]:
     """The lines of the first Markdown table in ``text``, its header and rule included."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
-    table = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        table.append(line)
-    return table
+    rest = itertools.dropwhile(lambda line: not line.startswith("|"), text.splitlines())
+    return list(itertools.takewhile(lambda line: line.startswith("|"), rest))
