@@ -1,7 +1,6 @@
 """What the package costs the application: the page ``docs/application-cost.md``.
 
-    python benchmarks/app_cost.py                # count (instructions.py) and the heap, the page
-    python benchmarks/app_cost.py --smoke        # heap.py's smoke run (CI)
+    python benchmarks/app_cost.py                # the heap, the counts (instructions.py), the page
     python benchmarks/app_cost.py --render-only  # the page again from benchmarks/results/
 
 The figures come from the latest record of ``results/instructions.json`` and
@@ -84,6 +83,11 @@ def summary(entry: dict[str, Any]) -> str:
     def pct(mode: str, work: str) -> str:
         return f"{((instructions.ratio(entry, mode, work) or 1.0) - 1) * 100:.1f}%"
 
+    def per_op(work: str) -> str:  # what the defaults add per operation, and its time here
+        kind, sdk = instructions.KINDS[work], between["sdk"][work]["median"]
+        n = (between["defaults"][work]["median"] - sdk) / kind.ops
+        return f"{n:,.0f} instructions per {kind.op}, {instructions.duration(n, per_s)} here"
+
     def geo(mode: str) -> str:
         names = instructions.SUITES["pyperformance"]
         logs = [math.log(instructions.ratio(entry, mode, w) or 1.0) for w in names]
@@ -95,8 +99,9 @@ def summary(entry: dict[str, Any]) -> str:
     ours, peer = (entry["collections"][c]["median"] for c in ("default", "peer_default"))
     return (
         f"Between collections, the defaults add {pct('defaults', 'allocation')} to the "
-        f"instructions of allocation-heavy work and {pct('defaults', 'cycles')} to work that is "
-        f"mostly garbage collection (the peer's default: {pct('peer', 'allocation')} and "
+        f"instructions of allocation-heavy work ({per_op('allocation')}) and "
+        f"{pct('defaults', 'cycles')} to work that is mostly garbage collection "
+        f"({per_op('cycles')}; the peer's default: {pct('peer', 'allocation')} and "
         f"{pct('peer', 'cycles')}), and {geo('defaults')} to a subset of pyperformance (geometric "
         f"mean; the peer's {geo('peer')}): a callback on each garbage collection "
         f"({callback:,.0f} instructions, {instructions.duration(callback, per_s)} here, of "
@@ -104,7 +109,8 @@ def summary(entry: dict[str, Any]) -> str:
         f"collection walks. One default collection is {ours / 1e6:.1f} million instructions, "
         f"{instructions.duration(ours, per_s)} of CPU here (the peer's default "
         f"{peer / 1e6:.1f} million): at a {INTERVAL:g} s export interval, "
-        f"{instructions.duration(ours / INTERVAL, per_s)} of CPU per second."
+        f"{instructions.duration(ours / INTERVAL, per_s)} of CPU per second. Counted by "
+        "`python benchmarks/instructions.py`."
     )
 
 
@@ -139,17 +145,11 @@ def render() -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="heap.py's smoke run")
     parser.add_argument("--render-only", action="store_true")
-    args = parser.parse_args()
-    if not args.render_only:
-        smoke = ["--smoke"] if args.smoke else []
-        status = subprocess.run([sys.executable, str(HERE / "heap.py"), *smoke]).returncode
-        if args.smoke or status:
-            return status
-        status = subprocess.run([sys.executable, str(HERE / "instructions.py")]).returncode
-        if status:
-            return status
+    if not parser.parse_args().render_only:
+        for script in ("heap.py", "instructions.py"):
+            if status := subprocess.run([sys.executable, str(HERE / script)]).returncode:
+                return status
     render()
     return 0
 
