@@ -1,24 +1,20 @@
 """What the package costs, in instructions: between collections, per collection, its probes.
 
 Times on a shared 2-core machine move by a percent between rounds; instruction
-counts of the same work do not. Each count is the instructions of a child
-process (Valgrind's cachegrind, ``--cache-sim=no``; or ``perf stat -e
-instructions:u`` where valgrind is missing and there is a hardware counter),
-less the same process without the work: the SDK set up (an in-memory reader,
-one collection), a mode (``sdk`` alone, ``defaults``, ``peer``, a probe's
-option), then deterministic work with no collection inside it (four kinds of
-our own; a pyperformance subset at fixed loops, through a stand-in for
-``pyperf.Runner``; the probes' work, compared with itself at 0 loops). Per
-collection: ``COLLECTIONS`` collections 0.15 s apart, less the same sleeps.
+counts do not. Each count is the instructions of a child process (cachegrind,
+``--cache-sim=no``; or ``perf stat -e instructions:u`` where valgrind is missing
+and there is a hardware counter) less the same process without the work: the SDK
+with an in-memory reader, a mode (``sdk`` alone, ``defaults``, ``peer``, a probe's
+option), then deterministic work with no collection inside it (four kinds; a
+pyperformance subset at fixed loops through a stand-in for ``pyperf.Runner``; the
+probes' work, less itself at 0 loops), or ``COLLECTIONS`` collections less the same
+sleeps. ``PYTHONHASHSEED=0``, ``setarch -R``, network and PID namespaces and a
+runtime directory of its own; the median of 3. ``results/instructions.json`` keeps
+the counts by interpreter and machine; the gate compares only on the same.
 
-With ``PYTHONHASHSEED=0``, no address randomisation (``setarch -R``), a network
-and PID namespace of its own (``unshare``: no host sockets or processes to walk)
-and a runtime directory of its own; the median of 3, with the spread. Counts
-depend on the interpreter's build and on the machine: ``results/instructions.json``
-keeps them by both, and the gate compares only on the same.
-
-    python benchmarks/instructions.py          # everything, 3 repeats (20 minutes on 2 quiet CPUs)
-    python benchmarks/instructions.py --smoke  # what make test counts, once, against the record
+    python benchmarks/instructions.py                 # everything, 3 repeats, recorded
+    python benchmarks/instructions.py --suite probes  # one table again, printed, not recorded
+    python benchmarks/instructions.py --smoke         # what make test compares, once
 """
 
 from __future__ import annotations
@@ -197,9 +193,10 @@ def works(suite: str) -> dict[str, Work]:
     import runpy
 
     import pyperf
+    import pyperformance
 
     pyperf.Runner = FixedLoops  # type: ignore[misc,assignment]
-    root = resources.files("pyperformance") / "data-files" / "benchmarks"
+    root = resources.files(pyperformance) / "data-files" / "benchmarks"
     found = {}
     for name, (folder, argv, loops) in PYPERFORMANCE.items():
         FixedLoops.argv = argv
@@ -368,13 +365,16 @@ class Plan:
     """Uncounted runs of the SDK alone's work: the time an instruction takes here."""
 
 
-def plan(smoke: bool) -> Plan:
+def plan(smoke: bool, suite: str = "") -> Plan:
+    """Everything; with ``suite`` (one of SUITES, or "collections"), that suite only."""
     import configs
 
     if smoke:  # what the gate compares
         return Plan(1, ("defaults",), ("kinds",), configs.instruction_configs(ours_only=True), 0)
     every = ("sdk", "defaults", "peer", "gc_callback", *sorted(OPTIONS))
-    return Plan(3, every, tuple(SUITES), configs.instruction_configs(ours_only=False), 3)
+    suites = tuple(s for s in SUITES if suite in ("", s))
+    ours = configs.instruction_configs(ours_only=False) if suite in ("", "collections") else ()
+    return Plan(3, every, suites, ours, 3)
 
 
 def jobs(p: Plan) -> dict[str, tuple[tuple[str, ...], str]]:
@@ -382,21 +382,16 @@ def jobs(p: Plan) -> dict[str, tuple[tuple[str, ...], str]]:
     found: dict[str, tuple[tuple[str, ...], str]] = {}
     for suite in p.suites:
         for w in SUITES[suite]:
-            for mode in (
-                m for m in (PROBES[w].modes if suite == "probes" else MODES) if m in p.modes
-            ):
-                base = f"between/{mode}/{suite}/" + (f"{w}@0" if suite == "probes" else "none")
+            modes = PROBES[w].modes if suite == "probes" else MODES
+            none = (w, "0") if suite == "probes" else ("none",)
+            for mode in (m for m in modes if m in p.modes):
+                base = f"between/{mode}/{suite}/{'@'.join(none)}"
                 found[f"between/{mode}/{suite}/{w}"] = (("between", mode, suite, w), base)
-                found[base] = (
-                    ("between", mode, suite, *((w, "0") if suite == "probes" else ("none",))),
-                    "",
-                )
+                found[base] = (("between", mode, suite, *none), "")
     for config in p.configs:
-        found[f"collection/{config}/skip"] = (("collection", config, "skip"), "")
-        found[f"collection/{config}/collect"] = (
-            ("collection", config, "collect"),
-            f"collection/{config}/skip",
-        )
+        base = f"collection/{config}/skip"
+        found[base] = (("collection", config, "skip"), "")
+        found[f"collection/{config}/collect"] = (("collection", config, "collect"), base)
     return found
 
 
@@ -465,12 +460,10 @@ def reduce(
         elif k in natively:
             one["wakes"] = natively[k][0]["wakes"] - natively[base][0]["wakes"]
         found.setdefault("between", {}).setdefault(args[1], {})[args[3]] = one
-    if "sdk" in p.modes and "kinds" in p.suites:
+    if "sdk" in p.modes and "kinds" in p.suites:  # the process without work, beyond sdk's
         sdk = runs["between/sdk/kinds/none"]
-        startup = {
-            m: _diffs(runs[f"between/{m}/kinds/none"], sdk) for m in MODES[1:] if m in p.modes
-        }
-        found["between"]["startup"] = startup
+        none = {m: runs[f"between/{m}/kinds/none"] for m in MODES[1:] if m in p.modes}
+        found["between"]["startup"] = {m: _diffs(n, sdk) for m, n in none.items()}
     return found
 
 
@@ -639,9 +632,18 @@ PLACEHOLDERS = [f"instructions_{n}" for n in ("when", "rate", "kinds", "pyperfor
 PLACEHOLDERS += ["instructions_startup", "instructions_collections"]
 
 
-def page() -> dict[str, str]:
+def merged(found: dict[str, Any]) -> dict[str, Any]:
+    """``found`` over a copy of the latest record (whose rate its times use)."""
+    entry = json.loads(json.dumps(latest()))
+    for mode, works in found.get("between", {}).items():
+        entry["between"].setdefault(mode, {}).update(works)
+    entry["collections"].update(found["collections"])
+    return entry
+
+
+def page(entry: dict[str, Any] | None = None) -> dict[str, str]:
     """The tables and figures the pages quote, from the latest record."""
-    entry = latest()
+    entry = entry or latest()
     if not entry:
         return dict.fromkeys(PLACEHOLDERS, "(not counted yet)")
     return {
@@ -672,15 +674,19 @@ def main() -> int:
         return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="what make test counts, once")
+    parser.add_argument("--suite", choices=[*SUITES, "collections"], help="print, not record")
     args = parser.parse_args()
     import machine
 
     info = machine.describe()
-    found = measure(plan(args.smoke))
+    found = measure(plan(args.smoke, args.suite or ""))
     if args.smoke:
         ok, said = check(found, info)
         print(said)
         return 0 if ok else 1
+    if args.suite:
+        print(page(merged(found))[f"instructions_{args.suite}"])
+        return 0
     record(found, info)
     print("\n\n".join(page().values()))
     return 0

@@ -593,7 +593,7 @@ def test_the_instructions_smoke_run_on_the_application_cost_page_names_the_extra
         for m in imported
         if m not in sys.stdlib_module_names
         and m != "opentelemetry"
-        and not (ROOT / "benchmarks" / m).exists()
+        and not (ROOT / "benchmarks" / f"{m}.py").exists()
     }
     by_extra: dict[str, set[str]] = {}
     for requirement in importlib.metadata.requires("opentelemetry-instrumentation-process") or []:
