@@ -160,7 +160,7 @@ mutants-score: $(STAMP)
 
 # The full run: the cost per collection (about 12 minutes on 2 quiet cores), the
 # instructions the package costs the application, between collections and per
-# collection (benchmarks/instructions.py, about 20 minutes), and the heap; results,
+# collection (benchmarks/instructions.py, about 40 minutes), and the heap; results,
 # plots (the bench extra) and both docs pages. `bench-app` runs only the second part;
 # `benchmarks/run.py --no-app-cost` skips the heap and the application-cost page.
 # Valgrind counts the instructions: where it is missing, benchmarks/get-valgrind.sh

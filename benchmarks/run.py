@@ -244,7 +244,7 @@ def counts_only(path: Path) -> int:
     data = json.loads(path.read_text())
     found = counts.measure(FULL.count_collections)
     info = machine.describe()
-    log("instructions: between collections, per collection, the probes (about 20 minutes)")
+    log("instructions: between collections, per collection, the probes (about 40 minutes)")
     counted = count_instructions(smoke=False)
     if counted:
         instructions.record(counted, info)
