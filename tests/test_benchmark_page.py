@@ -221,3 +221,24 @@ def test_the_runtime_page_gives_the_recorded_probe_counts(instructions: ModuleTy
     for label, n in rows.items():
         assert f"| {label} | {n:,.0f} | " in page, label
     assert "python benchmarks/instructions.py --suite probes" in page
+
+
+def test_one_suite_counted_again_is_printed_over_the_record(instructions: ModuleType) -> None:
+    """``instructions.py --suite NAME``: that suite's children only, its table over the record."""
+    assert instructions.plan(False, "probes").suites == ("probes",)
+    assert instructions.plan(False, "probes").configs == ()
+    only = instructions.plan(False, "collections")
+    assert only.suites == () and "default" in only.configs
+    assert all(k.startswith("collection/") for k in instructions.jobs(only))
+    entry = instructions.latest()
+    again = json.loads(json.dumps(entry["between"]["defaults"]["gc_collect0"]))
+    again["median"] *= 2
+    shown = instructions.page(
+        instructions.merged({"between": {"defaults": {"gc_collect0": again}}, "collections": {}})
+    )
+    per = again["median"] / instructions.PROBES["gc_collect0"].ops
+    assert (
+        f"| `gc_collect0` | gc.collect(0) | `defaults` | {per:,.0f} ("
+        in shown["instructions_probes"]
+    )
+    assert instructions.latest() == entry  # the record is left alone
