@@ -21,9 +21,8 @@ MIRROR="$(detect_mirror)"
 SUITE="$(. /etc/os-release && { [[ "${ID:-}" == debian ]] && echo "${VERSION_CODENAME:-bookworm}" || echo bookworm; })"
 APT="$DIR/apt"
 mkdir -p "$APT/lists/partial" "$APT/cache/archives/partial" "$APT/debs" "$DIR/root"
-signed=""
-[[ -f /usr/share/keyrings/debian-archive-keyring.gpg ]] &&
-    signed="[signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] "
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+signed=""; [[ -f $keyring ]] && signed="[signed-by=$keyring] "
 echo "deb ${signed}${MIRROR} ${SUITE} main" > "$APT/sources.list"
 : > "$APT/status"
 cat > "$APT/apt.conf" <<CONF

@@ -44,10 +44,11 @@ from typing import Any, ClassVar
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "instructions.json"
-TOLERANCE = 0.005
-"""The gate: a count that differs from the recorded one by more than this fails."""
+TOLERANCE, FLOOR = 0.005, 10_000
+"""The gate: a count this far (this share of it, at least FLOOR instructions: a small
+collection's runs differ by thousands) outside the recorded runs fails."""
 REGENERATE = "python benchmarks/run.py --counts-only benchmarks/results/results.json"
-WHAT = f"instruction counts within {TOLERANCE:.1%} of those recorded for this interpreter"
+WHAT = f"instruction counts within {TOLERANCE:.1%} of the runs recorded for this interpreter"
 COLLECTIONS = 20
 GAP = 0.15
 """Seconds between two collections: above the package's 0.1 s utilisation window."""
@@ -65,9 +66,6 @@ class Work:
     """Operations in ``loops``: what a cost per operation divides by."""
     op: str
     modes: tuple[str, ...] = MODES
-
-
-# --- the work: deterministic ----------------------------------------------------------
 
 
 def allocation(loops: int) -> None:
@@ -467,9 +465,6 @@ def reduce(
     return found
 
 
-# --- the record and the gate ---------------------------------------------------------
-
-
 def key(info: dict[str, Any]) -> str:
     import machine
 
@@ -513,6 +508,11 @@ def gated_entries(found: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return ours
 
 
+def caught(v: dict[str, Any], rise: float = 0.01) -> bool:
+    """Whether ``rise`` more than the median of a record's runs fails the gate."""
+    return max(v["runs"]) + max(TOLERANCE * v["median"], FLOOR) < (1 + rise) * v["median"]
+
+
 def check(found: dict[str, Any], info: dict[str, Any]) -> tuple[bool, str]:
     """This run's counts against the record for this interpreter and machine."""
     recorded = load().get(key(info))
@@ -521,18 +521,16 @@ def check(found: dict[str, Any], info: dict[str, Any]) -> tuple[bool, str]:
     mine, theirs = gated_entries(found), gated_entries(recorded)
     differ = []
     for k, v in mine.items():
-        was = theirs.get(k, {}).get("median")
-        if was is None or abs(v["median"] / was - 1) > TOLERANCE:
+        was, runs = theirs.get(k, {}).get("median"), theirs.get(k, {}).get("runs", [])
+        slack = max(TOLERANCE * abs(was or 0), FLOOR)
+        if was is None or not min(runs) - slack <= v["median"] <= max(runs) + slack:
             change = f"{v['median'] / was - 1:+.2%}" if was else "new"
             differ.append(f"{k}: recorded {was or 0:,.0f}, now {v['median']:,.0f} ({change})")
     if not differ:
-        return True, f"{len(mine)} counts within {TOLERANCE:.1%} of those of {recorded['when']}"
+        return True, f"{len(mine)} counts within {TOLERANCE:.1%} of the runs of {recorded['when']}"
     versions = {k: v for k, v in info["versions"].items() if recorded["versions"].get(k) != v}
     also = f" (versions differ from the record's: {versions})" if versions else ""
     return False, f"{'; '.join(differ)}{also}. If intended, count again: {REGENERATE}"
-
-
-# --- Markdown ------------------------------------------------------------------------
 
 
 def rate(entry: dict[str, Any]) -> float:
