@@ -158,12 +158,13 @@ mutants: $(STAMP)
 mutants-score: $(STAMP)
 	$(BIN)/python scripts/mutation_score.py --list
 
-# The full run: the cost per collection (about 12 minutes on 2 cores), then what the
-# package costs the application (benchmarks/app_cost.py: pyperformance and web servers
-# under load, hours); results, plots (the bench extra) and the docs pages.
-# `bench-app` runs only the second part; `benchmarks/run.py --no-app-cost` only the first.
-# wrk, the load generator at saturation, comes from Debian: webapp.py runs
-# benchmarks/get-wrk.sh (under CI=true, a wrk that cannot be had fails the run).
+# The full run: the cost per collection (about 12 minutes on 2 quiet cores), the
+# instructions the package costs the application, between collections and per
+# collection (benchmarks/instructions.py, about 40 minutes), and the heap; results,
+# plots (the bench extra) and both docs pages. `bench-app` runs only the second part;
+# `benchmarks/run.py --no-app-cost` skips the heap and the application-cost page.
+# Valgrind counts the instructions: where it is missing, benchmarks/get-valgrind.sh
+# fetches Debian's (under CI=true, a counter that cannot be had fails the run).
 $(VENV)/.installed-bench: $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $@
@@ -175,7 +176,7 @@ bench-app: $(VENV)/.installed-bench
 	$(BIN)/python benchmarks/app_cost.py
 
 bench-smoke: $(VENV)/.installed-bench
-	$(call say,benchmark smoke run (every phase a few times; asserts exact counts only))
+	$(call say,benchmark smoke run (every phase a few times; asserts exact counts and instructions))
 	$(BIN)/python benchmarks/run.py --smoke
 
 docs: $(STAMP)

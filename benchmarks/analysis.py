@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 import configs
 import timing
 from counts import Count
-from latency import Lateness
 from scaling import Sweep
 from subjects import Shape
 
@@ -303,5 +302,30 @@ def checks(counts: Sequence[Count]) -> list[Check]:
     ]
 
 
-def lateness_of(latency: Sequence[Lateness], name: str) -> Lateness | None:
-    return next((x for x in latency if x.config == name), None)
+@dataclass(frozen=True)
+class Breakdown:
+    """Where one collection of ours goes, from the public side (medians in seconds).
+
+    ``total`` is the timed collection, ``floor`` its SDK floor, ``refresh`` and
+    ``refresh_cpu`` the package's own ``process_metrics.refresh.duration`` and
+    ``.cpu_time`` read from each timed collection, ``bare`` the same OS reads in a
+    plain function (None where not measured): ``total - floor - refresh`` builds
+    observations.
+    """
+
+    name: str
+    total: float
+    floor: float
+    refresh: float | None
+    refresh_cpu: float | None
+    bare: float | None
+
+    @property
+    def observe(self) -> float | None:
+        return None if self.refresh is None else self.total - self.floor - self.refresh
+
+
+def breakdown(run: MainRun, name: str, bare: str | None) -> Breakdown:
+    wall, cpu = run.refresh.get(name, (None, None))
+    total, floor = run.stats[name].median, run.stats[f"floor_{name}"].median
+    return Breakdown(name, total, floor, wall, cpu, run.stats[bare].median if bare else None)

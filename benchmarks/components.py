@@ -1,37 +1,25 @@
-"""The standalone benchmarks of single components, folded into the run.
+"""The component benchmarks, pyperf scripts each, folded into the run.
 
-Each module below has ``measure(quick) -> <its typed result>`` and
-``markdown(result) -> str``, or ``benchmark(**sizes)`` and ``table(result)``
-(gc_pauses.py, loop_lag.py; saturation.py: ``run_in_limited_cgroup`` and
-``table``, since it needs root and makes its own cgroups), and can still be run
-alone. ``run.py`` runs each in a child process (some add an audit hook, which
-cannot be removed and would tax every collection timed after it) and keeps its
-Markdown and its data.
-
-    python benchmarks/components.py NAME quick|full   # JSON on stdout
+A component benchmark times one internal component with ``pyperf.Runner``
+(its workers, calibration, warm-ups and JSON); ``run.py`` runs each script in
+a child process, keeps its pyperf file in the results folder, and puts a table
+of it on the page: each benchmark's mean and standard deviation, and its ratio
+to the first benchmark of the script.
 """
 
 from __future__ import annotations
 
-import importlib
-import json
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+import pyperf
 
 HERE = Path(__file__).resolve().parent
 
 COMPONENTS = {
-    "gc_pauses": "Time each garbage collection pays for the GC pause recorder",
-    "loop_lag": "Overhead of the event-loop lag probe",
-    "direct_reads": "The direct Linux readers against the psutil calls they replace",
     "cgroup_readers": "The cgroup and pressure readers against bare reads of the same files",
-    "saturation": "What the saturation group adds, in a real limited cgroup",
-    "forks": "What a fork costs, instrumented and not",
-    "startup": "What a process pays to start reporting, beside the peer",
-    "stalls": "What the run-queue wait and the GIL-wait probe cost",
 }
 
 
@@ -41,63 +29,44 @@ class Component:
     title: str
     command: str
     markdown: str
-    data: Any
     missing: str = ""
 
 
-def measure_all(quick: bool) -> list[Component]:
-    return [measure_one(name, quick) for name in COMPONENTS]
-
-
-def measure_one(name: str, quick: bool) -> Component:
+def measure_one(name: str, quick: bool, out: Path) -> Component:
+    """Run ``name``'s pyperf script (one value in one worker when ``quick``) into ``out``."""
     title, command = COMPONENTS[name], f"python benchmarks/{name}.py"
-    if not (HERE / f"{name}.py").exists():
-        return Component(name, title, command, "", None, f"benchmarks/{name}.py is not here yet")
-    mode = "quick" if quick else "full"
+    path = out / f"{name}.json"
+    speed = ["--debug-single-value"] if quick else []
     done = subprocess.run(
-        [sys.executable, str(Path(__file__).resolve()), name, mode],
+        [sys.executable, str(HERE / f"{name}.py"), "--quiet", *speed, "-o", str(path)],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1800,
     )
     if done.returncode != 0:
-        return Component(name, title, command, "", None, f"failed: {done.stderr[-400:]}")
-    found = json.loads(done.stdout)
-    if "missing" in found:
-        return Component(name, title, command, "", None, found["missing"])
-    return Component(name, title, command, found["markdown"], found["data"])
+        return Component(name, title, command, "", f"failed: {done.stderr[-400:]}")
+    return Component(name, title, command, table(pyperf.BenchmarkSuite.load(str(path))))
 
 
-def child(name: str, quick: bool) -> dict[str, Any]:
-    sys.path.insert(0, str(HERE))
-    if name == "saturation":
-        return _saturation(quick)
-    module = importlib.import_module(name)
-    if hasattr(module, "benchmark"):  # gc_pauses.py, loop_lag.py: benchmark() and table()
-        result = module.benchmark(**(_QUICK.get(name, {}) if quick else {}))
-        return {"markdown": module.table(result), "data": asdict(result)}
-    result = module.measure(quick=quick)
-    return {"markdown": module.markdown(result), "data": asdict(result)}
+def table(suite: pyperf.BenchmarkSuite) -> str:
+    benches = suite.get_benchmarks()
+    first = benches[0]
+    meta, runs = first.get_metadata(), [r.get_metadata() for r in first.get_runs()]
+    load = [float(m["load_avg_1min"]) for m in runs if "load_avg_1min" in m]
+    lines = [
+        f"Measured {first.get_dates()[0]:%Y-%m-%d %H:%M} on {meta.get('cpu_model_name')}, "
+        f"{meta.get('cpu_count')} CPUs, load average {min(load, default=0):g} to "
+        f"{max(load, default=0):g}.",
+        "",
+        f"| Benchmark | Mean ± std dev | / `{first.get_name()}` |",
+        "|---|---:|---:|",
+    ]
+    for b in benches:
+        spread = f" ± {b.format_value(b.stdev())}" if b.get_nvalue() > 1 else ""
+        ratio = f"{b.mean() / first.mean():.3f}x"
+        lines.append(f"| `{b.get_name()}` | {b.format_value(b.mean())}{spread} | {ratio} |")
+    return "\n".join(lines)
 
 
-# Sizes of the quick (smoke) variant of the modules that take them as keywords.
-_QUICK: dict[str, dict[str, Any]] = {
-    "gc_pauses": {"rounds": 6},
-    "loop_lag": {"seconds": 0.5, "rounds": 2},
-}
-
-
-def _saturation(quick: bool) -> dict[str, Any]:
-    """saturation.py has its own entry point: it needs root and cgroups it makes."""
-    import saturation
-
-    why = saturation.unavailable()
-    if why is not None:
-        return {"missing": why}
-    rounds, calls = (3, 20) if quick else (40, 200)
-    cost = saturation.run_in_limited_cgroup(rounds, calls)
-    return {"markdown": saturation.table(cost), "data": asdict(cost)}
-
-
-if __name__ == "__main__":
-    print(json.dumps(child(sys.argv[1], sys.argv[2] == "quick")))
+def measure_all(quick: bool, out: Path) -> list[Component]:
+    return [measure_one(name, quick, out) for name in COMPONENTS]

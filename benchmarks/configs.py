@@ -217,13 +217,35 @@ PEERS = ("peer_default", "peer_process")
 
 
 def peers() -> list[Subject]:
-    return [
-        subjects.peer("peer_default", None, "SystemMetricsInstrumentor(): its shipped default"),
-        subjects.peer(
-            "peer_process", PEER_PROCESS_CONFIG, "SystemMetricsInstrumentor(config=its process set)"
-        ),
-        subjects.prometheus_client(),
-    ]
+    return [*(peer(name) for name in PEERS), subjects.prometheus_client()]
+
+
+def peer(name: str) -> Subject:
+    if name == "peer_default":
+        return subjects.peer(name, None, "SystemMetricsInstrumentor(): its shipped default")
+    return subjects.peer(
+        name, PEER_PROCESS_CONFIG, "SystemMetricsInstrumentor(config=its process set)"
+    )
+
+
+def instruction_configs(*, ours_only: bool) -> tuple[str, ...]:
+    """The configurations whose collections are counted in instructions: each set of
+    options once (``per_thread_off`` is ``default``), then the peer's."""
+    seen: list[ProcessMetricsOptions] = []
+    names = []
+    for name, (options, _) in counted().items():
+        if options not in seen:
+            seen.append(options)
+            names.append(name)
+    return tuple(names) if ours_only else (*names, *PEERS)
+
+
+def build_one(name: str) -> Subject:
+    """One configuration of ``counted()`` or one of the peer's, alone (not warmed up)."""
+    ours = counted()
+    if name in ours:
+        return subjects.ours(name, *ours[name])
+    return peer(name)
 
 
 def build_counted() -> list[Subject]:

@@ -12,8 +12,8 @@ instrument: what its modules cost), ``defaults``
 (``ProcessInstrumentor().instrument()``) and ``peer``
 (``SystemMetricsInstrumentor().instrument()``). Reported: the objects and
 modules added beyond the baseline's: counts, not times, so one round on a
-busy machine gives them (the time of a full collection grows with them, and
-``overhead.py`` times pyperformance's ``gc_collect`` and ``gc_traversal``).
+busy machine gives them (a full collection's instructions grow with them:
+``instructions.py`` counts pyperformance's ``gc_collect`` and ``gc_traversal``).
 
     python benchmarks/heap.py [--rounds 5]     # seconds; results/heap.json
     python benchmarks/heap.py --smoke          # one round, nothing written (CI)

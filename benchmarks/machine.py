@@ -1,10 +1,9 @@
-"""What the figures were measured on: recorded automatically with every run."""
+"""What the figures were measured on: pyperf's own metadata, and what it does not record."""
 
 from __future__ import annotations
 
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import time
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pyperf
 
 PACKAGES = (
     "opentelemetry-instrumentation-process",
@@ -25,65 +25,57 @@ PACKAGES = (
 )
 
 
-def _lscpu() -> dict[str, str]:
-    if not shutil.which("lscpu"):
-        return {}
+def _read(path: str) -> str:
     try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    found = {}
-    for line in out.splitlines():
-        key, _, value = line.partition(":")
-        found[key.strip()] = value.strip()
-    return found
-
-
-def _os_name() -> str:
-    try:
-        with open("/etc/os-release") as f:
-            for line in f:
-                if line.startswith("PRETTY_NAME="):
-                    return line.split("=", 1)[1].strip().strip('"')
+        return Path(path).read_text()
     except OSError:
-        pass
-    return platform.platform()
+        return ""
 
 
-def _ehash() -> int:
-    """Buckets of the kernel's TCP established hash: a netlink dump walks them all."""
+def _version(name: str) -> str:
     try:
-        return int(Path("/proc/sys/net/ipv4/tcp_ehash_entries").read_text())
-    except (OSError, ValueError):
-        return 0
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def describe() -> dict[str, Any]:
-    cpu = _lscpu()
-    versions = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = "not installed"
+    """pyperf's metadata (CPU, count, kernel, Python, load), with the hypervisor, cores,
+    memory, distribution, package versions and the kernel's TCP hash that it lacks."""
+    meta = pyperf.Run([1.0], metadata={"name": "machine", "loops": 1}).get_metadata()
+    done = subprocess.run(["lscpu"], capture_output=True, text=True, check=False)
+    lscpu = dict(line.split(":", 1) for line in done.stdout.splitlines() if ":" in line)
+    pretty = [x for x in _read("/etc/os-release").splitlines() if x.startswith("PRETTY_NAME=")]
     return {
-        "cpu_model": cpu.get("Model name") or platform.processor() or "unknown",
-        "logical_cpus": psutil.cpu_count(),
+        "cpu_model": meta.get("cpu_model_name", "unknown"),
+        "logical_cpus": meta.get("cpu_count", os.cpu_count()),
         "physical_cores": psutil.cpu_count(logical=False),
-        "hypervisor": cpu.get("Hypervisor vendor", "none reported"),
+        "hypervisor": lscpu.get("Hypervisor vendor", "none reported").strip(),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-        "os": _os_name(),
+        "os": pretty[0].split("=", 1)[1].strip('"') if pretty else meta.get("platform", ""),
         "kernel": platform.release(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
-        "versions": versions,
-        "sysfs_cpufreq": os.path.exists("/sys/devices/system/cpu/cpu0/cpufreq")
-        or os.path.exists("/sys/devices/system/cpu/cpufreq/policy0"),
-        "strace": shutil.which("strace") or "",
-        "tcp_ehash_entries": _ehash(),
-        "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        "versions": {name: _version(name) for name in PACKAGES},
+        # Buckets of the kernel's TCP established hash: a netlink dump walks them all.
+        "tcp_ehash_entries": int(_read("/proc/sys/net/ipv4/tcp_ehash_entries") or 0),
+        "loadavg_start": os.getloadavg(),
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "argv": " ".join(["python", *sys.argv]),
+        "pyperf": meta,
     }
+
+
+def src_commit() -> str:
+    """The last commit that changed src/ (what the figures measured), and whether it is dirty."""
+
+    def git(*args: str) -> str:
+        root = Path(__file__).resolve().parent.parent
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    sha = git("log", "-1", "--format=%h", "--abbrev=10", "--", "src") or "unknown"
+    dirty = " with uncommitted changes" if git("status", "--porcelain", "--", "src") else ""
+    return f"`{sha}`{dirty}"
 
 
 def cpu(info: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ change to the sources until someone reran the benchmark.
 from __future__ import annotations
 
 import calendar
+import itertools
 import re
 import subprocess
 import time
@@ -100,15 +101,9 @@ def run_date(page: str) -> float | None:
 
 def last_src_change() -> tuple[float, str] | None:
     """The commit time and hash of the last commit that changed ``src/``, if git knows."""
+    git = ["git", "log", "-1", "--format=%ct %h", "--", "src/"]
     try:
-        done = subprocess.run(
-            ["git", "log", "-1", "--format=%ct %h", "--", "src/"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
+        done = subprocess.run(git, cwd=ROOT, capture_output=True, text=True, timeout=30)
     except OSError:
         return None
     parts = done.stdout.split()
@@ -156,11 +151,5 @@ def keep_others(page: str, run_table: str) -> str:
 
 def _first_table(text: str) -> list[str]:
     """The lines of the first Markdown table in ``text``, its header and rule included."""
-    lines = text.splitlines()
-    start = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
-    table = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        table.append(line)
-    return table
+    rest = itertools.dropwhile(lambda line: not line.startswith("|"), text.splitlines())
+    return list(itertools.takewhile(lambda line: line.startswith("|"), rest))

@@ -9,8 +9,8 @@ from typing import Any
 
 import analysis
 import configs
-from analysis import Check, Goal, MainRun
-from breakdown import Breakdown
+import instructions
+from analysis import Breakdown, Check, Goal, MainRun
 from components import Component
 from counts import Count
 from latency import Lateness
@@ -39,6 +39,7 @@ class Results:
     rss: list[Rss]
     leaks: list[Leak]
     components: list[Component]
+    instructions: dict[str, Any] = field(default_factory=dict)
     goals: list[Goal] = field(default_factory=list)
     checks: list[Check] = field(default_factory=list)
     breakdowns: list[Breakdown] = field(default_factory=list)
@@ -220,26 +221,10 @@ def leaks(rows: Sequence[Leak]) -> str:
     return table([*header, "First to last", "Verdict"], out)
 
 
-OWN_SECTIONS = ("forks", "startup")
-"""Components that have a section of their own on the page (placeholders of their name)."""
-
-
 def components(rows: Sequence[Component]) -> str:
-    parts = []
-    for c in rows:
-        if c.name not in OWN_SECTIONS:
-            parts.append(f"### {c.title}\n\n`{c.command}`\n\n{_body(c)}")
+    parts = [f"### {c.title}\n\n`{c.command}`\n\n{c.markdown}" for c in rows if not c.missing]
+    parts += [f"### {c.title}\n\nNot measured: {c.missing}." for c in rows if c.missing]
     return "\n\n".join(parts)
-
-
-def _body(c: Component) -> str:
-    return c.markdown if not c.missing else f"Not measured: {c.missing}."
-
-
-def own_sections(rows: Sequence[Component]) -> dict[str, str]:
-    """The Markdown of each component in OWN_SECTIONS, with the command that made it."""
-    found = {c.name: f"`{c.command}`\n\n{_body(c)}" for c in rows if c.name in OWN_SECTIONS}
-    return {name: found.get(name, "Not measured in this run.") for name in OWN_SECTIONS}
 
 
 def tables(r: Results) -> dict[str, str]:
@@ -261,7 +246,6 @@ def tables(r: Results) -> dict[str, str]:
         "rss": rss(r.rss),
         "leaks": leaks(r.leaks),
         "components": components(r.components),
-        **own_sections(r.components),
     }
 
 
@@ -274,7 +258,7 @@ def count_tables(rows: Sequence[Count], info: dict[str, Any]) -> dict[str, str]:
         "opens_everything_psutil": paths(rows, "everything_psutil"),
         "opens_peer_default": paths(rows, "peer_default"),
         "counts_when": f"{info['date']} on {counted_on(info)}",
-    }
+    } | instructions.page()
 
 
 def figures(r: Results) -> dict[str, str]:

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,11 +26,11 @@ PLOTS = ROOT / "docs" / "_static" / "benchmarks"
 sys.path.insert(0, str(HERE))
 
 import analysis  # noqa: E402
-import breakdown  # noqa: E402
 import components  # noqa: E402
 import configs  # noqa: E402
 import counts  # noqa: E402
 import crowds  # noqa: E402
+import instructions  # noqa: E402
 import latency  # noqa: E402
 import machine  # noqa: E402
 import memory  # noqa: E402
@@ -39,7 +40,6 @@ import report  # noqa: E402
 import scaling  # noqa: E402
 import timing  # noqa: E402
 from analysis import Check  # noqa: E402
-from components import Component  # noqa: E402
 from latency import Lateness  # noqa: E402
 from report import Results  # noqa: E402
 from subjects import Shape  # noqa: E402
@@ -63,39 +63,19 @@ class Plan:
     rss_repeats: int
     leak_collections: int
     count_collections: int
-    quick_components: bool
+    smoke: bool
 
 
 FULL = Plan(
-    rounds=200,
-    pause=0.03,
-    back_to_back=200,
-    thread_xs=(0, 100, 500, 2000),
-    socket_xs=(0, 1000, 10_000),
-    cpu_xs=(2, 16, 64, 256),
-    sweep_rounds=40,
-    latency_seconds=2.0,
-    latency_blocks=3,
-    rss_repeats=5,
-    leak_collections=20_000,
-    count_collections=2,
-    quick_components=False,
-)
+    rounds=200, pause=0.03, back_to_back=200, thread_xs=(0, 100, 500, 2000),
+    socket_xs=(0, 1000, 10_000), cpu_xs=(2, 16, 64, 256), sweep_rounds=40, latency_seconds=2.0,
+    latency_blocks=3, rss_repeats=5, leak_collections=20_000, count_collections=2, smoke=False,
+)  # fmt: skip
 SMOKE = Plan(
-    rounds=3,
-    pause=0.002,
-    back_to_back=3,
-    thread_xs=(0, 20),
-    socket_xs=(0, 100),
-    cpu_xs=(2, 8),
-    sweep_rounds=2,
-    latency_seconds=0.1,
-    latency_blocks=1,
-    rss_repeats=1,
-    leak_collections=200,
-    count_collections=1,
-    quick_components=True,
-)
+    rounds=3, pause=0.002, back_to_back=3, thread_xs=(0, 20), socket_xs=(0, 100), cpu_xs=(2, 8),
+    sweep_rounds=2, latency_seconds=0.1, latency_blocks=1, rss_repeats=1, leak_collections=200,
+    count_collections=1, smoke=True,
+)  # fmt: skip
 
 
 QUIET = False  # the smoke run prints its report only
@@ -151,9 +131,19 @@ def thread_phase(plan: Plan) -> tuple[scaling.Sweep, list[Lateness]]:
     return threads, late
 
 
-def measure(plan: Plan, info: dict[str, Any]) -> Results:
+def count_instructions(smoke: bool) -> dict[str, Any]:
+    """Instructions between collections and per collection (instructions.py); {} without a
+    counter, except under CI, where that fails the run."""
+    if not instructions.counter().tool and os.environ.get("CI") != "true":
+        log("instructions: not counted, no valgrind (benchmarks/get-valgrind.sh) nor perf counter")
+        return {}
+    return instructions.measure(instructions.plan(smoke), log)
+
+
+def measure(plan: Plan, info: dict[str, Any], out: Path) -> Results:
     log("counts: opens and psutil calls per collection (child processes)")
     found = counts.measure(plan.count_collections)
+    counted = count_instructions(plan.smoke)
     run = main_run(plan)
     threads, late = thread_phase(plan)
     log(f"sockets: {plan.socket_xs} loopback sockets")
@@ -166,17 +156,17 @@ def measure(plan: Plan, info: dict[str, Any]) -> Results:
     leaks = memory.leaks(
         [("default", plan.leak_collections), ("everything", plan.leak_collections // 4)]
     )
-    log("components: the standalone benchmarks, each in a child process")
-    parts = components.measure_all(plan.quick_components)
-    return Results(info, run, threads, sockets, cpus, late, found, rss, leaks, parts)
+    log("components: pyperf scripts, each in a child process")
+    parts = components.measure_all(plan.smoke, out)
+    return Results(info, run, threads, sockets, cpus, late, found, rss, leaks, parts, counted)
 
 
 def analyse(r: Results) -> None:
     r.goals = analysis.goals(r.main, r.threads, r.sockets, r.counts)
     r.checks = analysis.checks(r.counts)
     r.breakdowns = [
-        breakdown.breakdown(r.main, "default", "bare_default"),
-        breakdown.breakdown(r.main, "everything", None),
+        analysis.breakdown(r.main, "default", "bare_default"),
+        analysis.breakdown(r.main, "everything", None),
     ]
 
 
@@ -202,6 +192,7 @@ def _plain(r: Results) -> dict[str, Any]:
     """The typed results as JSON, without the raw samples (they are in bench.json)."""
     found = asdict(r)
     found["main"].pop("samples")
+    found.pop("instructions")  # in instructions.json
     for name in ("threads", "sockets", "cpus"):
         for p in found[name]["points"]:
             p.pop("values")
@@ -214,26 +205,9 @@ def render(values: dict[str, str]) -> None:
     log("wrote docs/benchmarks.md")
 
 
-def update_components(names: list[str], path: Path) -> int:
-    """Measure only the components ``names`` (full), put them in ``path`` and re-render."""
-    data = json.loads(path.read_text())
-    rows = [Component(**c) for c in data["results"]["components"]]
-    for name in names:
-        log(f"component {name}")
-        fresh = components.measure_one(name, quick=False)
-        rows = [c for c in rows if c.name != name] + [fresh]
-    order = list(components.COMPONENTS)
-    rows.sort(key=lambda c: order.index(c.name) if c.name in order else len(order))
-    data["results"]["components"] = [asdict(c) for c in rows]
-    data["placeholders"]["components"] = report.components(rows)
-    data["placeholders"].update(report.own_sections(rows))
-    path.write_text(json.dumps(data, indent=1, default=str))
-    return render_only(path)
-
-
 def render_only(path: Path) -> int:
     data = json.loads(path.read_text())
-    values = data["placeholders"] | sweep_tables(data["results"])
+    values = data["placeholders"] | sweep_tables(data["results"]) | instructions.page()
     (path.parent / "summary.md").write_text(report.summary(values))
     render(values)
     return 0
@@ -270,6 +244,10 @@ def counts_only(path: Path) -> int:
     data = json.loads(path.read_text())
     found = counts.measure(FULL.count_collections)
     info = machine.describe()
+    log("instructions: between collections, per collection, the probes (about 40 minutes)")
+    counted = count_instructions(smoke=False)
+    if counted:
+        instructions.record(counted, info)
     values = data["placeholders"] | sweep_tables(data["results"])
     values |= report.count_tables(found, info)
     # The peer's and the bare baselines' rows stay as counted: this package's change
@@ -287,6 +265,9 @@ def counts_only(path: Path) -> int:
     path.write_text(json.dumps(data, indent=1, default=str))
     (path.parent / "summary.md").write_text(report.summary(values))
     render(values)
+    import app_cost
+
+    app_cost.render()
     checks = analysis.checks(found)
     for c in checks:
         log(f"{'ok' if c.ok else 'FAILED'}: {c.what}: {c.measured}")
@@ -297,15 +278,9 @@ def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--smoke", action="store_true", help="a few iterations (CI)")
     parser.add_argument("--out", type=Path, help="results folder (default: benchmarks/results)")
-    parser.add_argument(
-        "--no-docs", action="store_true", help="leave docs/benchmarks.md and the plots alone"
-    )
+    parser.add_argument("--no-docs", action="store_true", help="leave the docs and plots alone")
     parser.add_argument("--rounds", type=int, help="override the main run's interleaved rounds")
-    parser.add_argument(
-        "--no-app-cost",
-        action="store_true",
-        help="skip what the package costs the application (app_cost.py: hours in full)",
-    )
+    parser.add_argument("--no-app-cost", action="store_true", help="skip heap.py and its page")
     parser.add_argument(
         "--render-only",
         type=Path,
@@ -318,13 +293,6 @@ def arguments() -> argparse.Namespace:
         metavar="RESULTS_JSON",
         help="count again (exact, untimed) and rewrite the counts in a results.json and the page",
     )
-    parser.add_argument(
-        "--component",
-        action="append",
-        metavar="NAME",
-        choices=list(components.COMPONENTS),
-        help="measure only this component (repeatable), update results.json and the docs page",
-    )
     return parser.parse_args()
 
 
@@ -334,8 +302,6 @@ def main() -> int:
         return render_only(args.render_only)
     if args.counts_only:
         return counts_only(args.counts_only)
-    if args.component:
-        return update_components(args.component, (args.out or HERE / "results") / "results.json")
     global QUIET
     QUIET = args.smoke
     plan = replace(
@@ -349,24 +315,23 @@ def main() -> int:
         out = args.out or (Path(tmp) if args.smoke else HERE / "results")
         out.mkdir(parents=True, exist_ok=True)
         status = run(plan, out, smoke=args.smoke, docs=not (args.smoke or args.no_docs))
-        del os.environ[RUNTIME_DIR_ENV]  # app_cost's children each have their own
+        del os.environ[RUNTIME_DIR_ENV]  # heap.py's children each have their own
     if args.no_app_cost:
         return status
     return app_cost(smoke=args.smoke, docs=not args.no_docs) or status
 
 
 def app_cost(*, smoke: bool, docs: bool) -> int:
-    """pyperformance and the web applications, instrumented (app_cost.py), in child processes."""
+    """The heap (heap.py, in child processes), then the application-cost page."""
     import app_cost as cost
 
-    log("application cost: overhead.py and webapp.py" + (" (smoke)" if smoke else " (hours)"))
-    if not smoke:
-        cost.record_meta()
-    status = cost.measure(smoke, [], [])
+    log("application cost: heap.py" + (" (smoke)" if smoke else ", then the page"))
+    heap = [sys.executable, str(HERE / "heap.py"), *(["--smoke"] if smoke else [])]
+    status = subprocess.run(heap, stdout=subprocess.DEVNULL if smoke else None).returncode
     if status == 0 and docs and not smoke:
         cost.render()
     if smoke:
-        print(f"application cost smoke runs: {'ok' if status == 0 else 'FAILED'}")
+        print(f"application cost smoke run (heap.py): {'ok' if status == 0 else 'FAILED'}")
     return status
 
 
@@ -374,10 +339,12 @@ def run(plan: Plan, out: Path, *, smoke: bool, docs: bool) -> int:
     started = time.monotonic()
     info = machine.describe() | {"mode": "smoke" if smoke else "full", "pause_ms": plan.pause * 1e3}
     log(f"{info['mode']} run on {info['cpu_model']}, {info['logical_cpus']} CPUs")
-    r = measure(plan, info)
+    r = measure(plan, info, out)
     info["loadavg_end"] = os.getloadavg()
     info["duration_s"] = round(time.monotonic() - started)
     analyse(r)
+    if r.instructions and not smoke:
+        instructions.record(r.instructions, info)
     if docs:
         import plots
 
@@ -389,6 +356,10 @@ def run(plan: Plan, out: Path, *, smoke: bool, docs: bool) -> int:
         page = page_check.PAGE.read_text()
         ok, measured = page_check.counts_check(page, values["counts"], r.counts, info)
         r.checks.append(Check(page_check.WHAT, measured, ok))
+        if r.instructions:
+            ok, measured = instructions.check(r.instructions, info)
+            took = f" (counted in {r.instructions['minutes']} min)"
+            r.checks.append(Check(instructions.WHAT, measured + took, ok))
         print(report.smoke(r.checks, r.main.samples.rounds, info["duration_s"]))
         print(page_check.staleness(page))
     failed = [c for c in r.checks if not c.ok]

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import psutil
-from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
@@ -127,6 +126,8 @@ def peer(name: str, config: dict[str, list[str] | None] | None, description: str
     its own as long as the base class itself is never built in this process
     (checked below); the peer's code runs unchanged.
     """
+    from opentelemetry.instrumentation.system_metrics import SystemMetricsInstrumentor
+
     cls: type[SystemMetricsInstrumentor] = type(
         f"SystemMetrics_{name}", (SystemMetricsInstrumentor,), {}
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -127,3 +128,134 @@ def test_the_peers_rows_are_neither_compared_nor_rewritten(page_check: ModuleTyp
     kept = page_check.keep_others(PAGE, recount)
     assert row in kept.splitlines() and " | 12345 | " not in kept
     assert ours.replace("| ours | 9 |", "| ours | 10 |") in kept.splitlines()
+
+
+# --- instructions: the gate on the counts of results/instructions.json -----------------
+
+
+@pytest.fixture(scope="module")
+def instructions(page_check: ModuleType) -> ModuleType:
+    import instructions
+
+    return instructions
+
+
+def _recorded(instructions: ModuleType) -> tuple[str, dict[str, Any]]:
+    """The entry whose tables the benchmark page shows."""
+    for key, entry in instructions.load().items():
+        if instructions.collections_table(entry) in PAGE:
+            return key, entry
+    raise AssertionError("the page shows no recorded instruction counts")
+
+
+def test_the_page_shows_the_recorded_instruction_counts(instructions: ModuleType) -> None:
+    _, entry = _recorded(instructions)
+    assert entry == instructions.latest()
+    assert "{{instructions_collections}}" in TEMPLATE
+    assert instructions.page()["instructions_when"] in PAGE
+    gated = instructions.gated_entries(entry)
+    assert len([k for k in gated if k.startswith("collection ")]) >= 13
+    assert {f"between {w}" for w in instructions.KINDS} <= set(gated)
+    # Three repeats each, whose spread the tolerance stands on.
+    assert all(len(v["runs"]) == 3 for v in gated.values())
+
+
+@pytest.mark.parametrize(("factor", "ok"), [(1.0, True), (1.004, True), (1.01, False)])
+def test_one_percent_more_instructions_fails_and_says_how_to_count_again(
+    instructions: ModuleType, monkeypatch: Any, factor: float, ok: bool
+) -> None:
+    key, entry = _recorded(instructions)
+    monkeypatch.setattr(instructions, "key", lambda _info: key)
+    info = {"versions": entry["versions"]}
+    for where, name in (("collections", "default"), ("between", "cycles")):
+        found = json.loads(json.dumps(entry))
+        counts = found["between"]["defaults"] if where == "between" else found["collections"]
+        counts[name]["median"] *= factor
+        passed, said = instructions.check(found, info)
+        assert passed is ok, said
+        if not ok:
+            assert f"{name}: recorded " in said and "(+1.00%)" in said
+            assert said.endswith(instructions.REGENERATE)
+
+
+def test_instruction_counts_are_compared_on_the_same_interpreter_only(
+    instructions: ModuleType, monkeypatch: Any
+) -> None:
+    _, entry = _recorded(instructions)
+    monkeypatch.setattr(instructions, "key", lambda _info: "CPython 3.99 on elsewhere")
+    passed, said = instructions.check(entry, {"versions": {}})
+    assert passed and said == "not compared: no counts recorded for CPython 3.99 on elsewhere"
+
+
+def test_the_readme_and_the_application_cost_page_say_the_recorded_cost(
+    instructions: ModuleType,
+) -> None:
+    import app_cost
+
+    said = app_cost.summary(instructions.latest())
+    readme = (BENCHMARKS.parent / "README.md").read_text()
+    found = app_cost.BLOCK.search(readme)
+    assert found is not None and " ".join(found.group(2).split()) == said
+    page = (BENCHMARKS.parent / "docs" / "application-cost.md").read_text()
+    assert f"**In short.** {said}" in page
+
+
+def test_the_runtime_page_gives_the_recorded_probe_counts(instructions: ModuleType) -> None:
+    """docs/runtime.md's instructions per collection and per loop iteration are the record's."""
+    between = instructions.latest()["between"]
+    page = (BENCHMARKS.parent / "docs" / "runtime.md").read_text()
+
+    def per(mode: str, work: str) -> float:
+        return float(between[mode][work]["median"]) / instructions.PROBES[work].ops
+
+    rows = {
+        "none (the SDK alone)": per("sdk", "gc_collect0"),
+        "an empty Python callback": per("gc_callback", "gc_collect0"),
+        "the package's defaults": per("defaults", "gc_collect0"),
+        "... with `gc_pause_histogram=True`": per("gc_pause_histogram", "gc_collect0"),
+        "none (the defaults)": per("defaults", "callbacks"),
+        "`event_loop=True` (delays, utilisation and stalls: one hook)": per(
+            "event_loop", "callbacks"
+        ),
+    }
+    for label, n in rows.items():
+        assert f"| {label} | {n:,.0f} | " in page, label
+    assert "python benchmarks/instructions.py --suite probes" in page
+
+
+def test_one_suite_counted_again_is_printed_over_the_record(instructions: ModuleType) -> None:
+    """``instructions.py --suite NAME``: that suite's children only, its table over the record."""
+    assert instructions.plan(False, "probes").suites == ("probes",)
+    assert instructions.plan(False, "probes").configs == ()
+    only = instructions.plan(False, "collections")
+    assert only.suites == () and "default" in only.configs
+    assert all(k.startswith("collection/") for k in instructions.jobs(only))
+    entry = instructions.latest()
+    again = json.loads(json.dumps(entry["between"]["defaults"]["gc_collect0"]))
+    again["median"] *= 2
+    shown = instructions.page(
+        instructions.merged({"between": {"defaults": {"gc_collect0": again}}, "collections": {}})
+    )
+    per = again["median"] / instructions.PROBES["gc_collect0"].ops
+    assert (
+        f"| `gc_collect0` | gc.collect(0) | `defaults` | {per:,.0f} ("
+        in shown["instructions_probes"]
+    )
+    assert instructions.latest() == entry  # the record is left alone
+
+
+def test_a_small_collection_fails_only_beyond_its_runs_and_ten_thousand_instructions(
+    instructions: ModuleType, monkeypatch: Any
+) -> None:
+    """The smallest collections' runs differ by thousands of instructions: the gate allows
+    the recorded runs' range, widened by 0.5% and at least 10,000 instructions."""
+    key, entry = _recorded(instructions)
+    monkeypatch.setattr(instructions, "key", lambda _info: key)
+    runs = entry["collections"]["connections"]["runs"]
+    for value, ok in ((max(runs) + 9_000, True), (max(runs) + 11_000, False)):
+        found = json.loads(json.dumps(entry))
+        found["collections"]["connections"]["median"] = value
+        passed, said = instructions.check(found, {"versions": entry["versions"]})
+        assert passed is ok, said
+    assert not instructions.caught(entry["collections"]["connections"])
+    assert instructions.caught(entry["collections"]["default"])

@@ -566,16 +566,18 @@ def test_the_process_worker_detector_is_registered_and_leaves_out_the_pid() -> N
     assert isinstance(detected["process_metrics.worker.slot"], int)
 
 
-def test_the_overhead_smoke_run_on_the_application_cost_page_names_the_extra_it_needs() -> None:
-    """application-cost: ``python benchmarks/overhead.py --smoke`` needs the ``bench`` extra,
-    and its line says so: what the script imports beyond the standard library and the
-    repository is in that extra, and not all of it in the extras ``make setup`` installs."""
+def test_the_instructions_smoke_run_on_the_application_cost_page_names_the_extra_it_needs() -> None:
+    """application-cost: ``python benchmarks/instructions.py --smoke`` needs the ``bench``
+    extra, and its line says so: what the script imports beyond the standard library and
+    the repository and the extras ``make setup`` installs is in that extra."""
     from .support.examples import ROOT
 
     page = (ROOT / "docs" / "application-cost.md").read_text()
-    [line] = [x for x in page.splitlines() if x.startswith("python benchmarks/overhead.py --smoke")]
+    [line] = [
+        x for x in page.splitlines() if x.startswith("python benchmarks/instructions.py --smoke")
+    ]
     assert "pip install -e '.[bench]'" in line, line
-    script = ast.parse((ROOT / "benchmarks" / "overhead.py").read_text())
+    script = ast.parse((ROOT / "benchmarks" / "instructions.py").read_text())
     imported = {
         alias.name.split(".")[0]
         for node in ast.walk(script)
@@ -591,13 +593,13 @@ def test_the_overhead_smoke_run_on_the_application_cost_page_names_the_extra_it_
         for m in imported
         if m not in sys.stdlib_module_names
         and m != "opentelemetry"
-        and not (ROOT / "benchmarks" / m).exists()
+        and not (ROOT / "benchmarks" / f"{m}.py").exists()
     }
     by_extra: dict[str, set[str]] = {}
     for requirement in importlib.metadata.requires("opentelemetry-instrumentation-process") or []:
         found = re.match(r"([A-Za-z0-9_.-]+).*extra == '([a-z-]+)'", requirement)
         if found:
             by_extra.setdefault(found[2], set()).add(found[1])
-    assert outside and outside <= by_extra["bench"], (outside, by_extra["bench"])
     setup = by_extra["otlp"] | by_extra["test"] | by_extra["docs"]  # Makefile's setup
     assert outside - setup, f"{outside} come with make setup: the extra is not needed"
+    assert outside - setup <= by_extra["bench"], (outside - setup, by_extra["bench"])
