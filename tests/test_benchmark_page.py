@@ -170,11 +170,13 @@ def test_one_percent_more_instructions_fails_and_says_how_to_count_again(
     for where, name in (("collections", "default"), ("between", "cycles")):
         found = json.loads(json.dumps(entry))
         counts = found["between"]["defaults"] if where == "between" else found["collections"]
-        counts[name]["median"] *= factor
+        # A collection's count moves with the load: its gate is wider (3% more fails).
+        rise = factor if where == "between" or ok else 1 + 3 * (factor - 1)
+        counts[name]["median"] *= rise
         passed, said = instructions.check(found, info)
         assert passed is ok, said
         if not ok:
-            assert f"{name}: recorded " in said and "(+1.00%)" in said
+            assert f"{name}: recorded " in said and f"(+{rise - 1:.2%})" in said
             assert said.endswith(instructions.REGENERATE)
 
 
@@ -257,5 +259,7 @@ def test_a_small_collection_fails_only_beyond_its_runs_and_ten_thousand_instruct
         found["collections"]["connections"]["median"] = value
         passed, said = instructions.check(found, {"versions": entry["versions"]})
         assert passed is ok, said
-    assert not instructions.caught(entry["collections"]["connections"])
-    assert instructions.caught(entry["collections"]["default"])
+    assert not instructions.caught(entry["collections"]["connections"], key="collection c")
+    assert instructions.caught(entry["collections"]["default"], 0.03, key="collection default")
+    for work in instructions.KINDS:  # the work between collections: 1% fails
+        assert instructions.caught(entry["between"]["defaults"][work])
