@@ -145,10 +145,16 @@ def test_uwsgi_default_fork_master_reports_every_worker_and_none_hangs(
     # Respawns: uWSGI forks new workers from the instrumented master; each
     # must serve (a worker stuck on the GIL would not) and take a freed slot.
     _kill_and_respawn(server, first, listed, rounds=3)
-    tree = _scrape(metrics_port)
+
     # uWSGI's C master reaps its workers: their ends are counted, their cause unknown
-    # (or the status a worker showed as a zombie, when a collection caught one).
-    assert sum(v for _, v in tree["process_metrics_tree_process_exits_total"]) >= 3
+    # (or the status a worker showed as a zombie, when a collection caught one), once
+    # a status had its time to come (child_exits.SETTLE).
+    def counted() -> dict[str, list[tuple[dict[str, str], float]]]:
+        tree = _scrape(metrics_port)
+        assert sum(v for _, v in tree["process_metrics_tree_process_exits_total"]) >= 3, tree
+        return tree
+
+    tree = wait_until(counted, 30, "the workers' ends counted")
     assert tree["process_metrics_tree_process_restarts_total"][0][1] >= 3
     assert tree["process_metrics_tree_process_count"][0][1] == 4
 
