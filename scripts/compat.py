@@ -509,10 +509,7 @@ def regrtest(
     match: Sequence[str] = (),
 ) -> Run:
     """One run of ``python -m test SUITE`` in ``mode``."""
-    shutil.rmtree(folder, ignore_errors=True)
-    logs = folder / "logs"
-    logs.mkdir(parents=True)
-    junit = folder / "junit.xml"
+    logs, junit = _fresh(folder)
     cmd = [
         py,
         "-m",
@@ -539,14 +536,19 @@ def regrtest(
     return Run(mode, tests, failed, records, processes, seconds, code, folder)
 
 
+def _fresh(folder: Path) -> tuple[Path, Path]:
+    """``folder`` emptied for a run: its log folder, made, and its JUnit file's path."""
+    shutil.rmtree(folder, ignore_errors=True)
+    logs = folder / "logs"
+    logs.mkdir(parents=True)
+    return logs, folder / "junit.xml"
+
+
 def pytest_suite(
     py: str, where: Path, framework: Framework, mode: str, folder: Path, args: argparse.Namespace
 ) -> Run:
     """One run of a framework's pytest suite in ``mode``."""
-    shutil.rmtree(folder, ignore_errors=True)
-    logs = folder / "logs"
-    logs.mkdir(parents=True)
-    junit = folder / "junit.xml"
+    logs, junit = _fresh(folder)
     cmd = [
         py,
         "-m",
