@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -35,6 +36,7 @@ from .rundir import (
     check_private,
     open_private,
     private_dir,
+    remove_if_free,
     runtime_dir,
     warn_unusable,
 )
@@ -347,19 +349,11 @@ def prune(folder: Path, keep: str) -> int:
         if removed >= MAX_PRUNED:
             break
         path = folder / name
-        try:
-            fd = os.open(path, os.O_RDWR | NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            check_private(os.fstat(fd), path, want_dir=False)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            live = _live(os.pread(fd, _RECORD_SIZE, 0))
-            if live is None and _still_named(path, fd):
-                os.unlink(path)
-                removed += 1
-        except OSError:
-            pass  # in another's turn, or not ours
-        finally:
-            os.close(fd)
+        if remove_if_free(path, functools.partial(_prunable, path)):
+            removed += 1
     return removed
+
+
+def _prunable(path: Path, fd: int) -> bool:
+    """Whether the group file open at ``fd`` names no live process and is still ``path``."""
+    return _live(os.pread(fd, _RECORD_SIZE, 0)) is None and _still_named(path, fd)

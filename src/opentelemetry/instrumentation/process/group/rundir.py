@@ -16,6 +16,7 @@ import errno
 import logging
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from ..faultlog import FaultLog
@@ -134,6 +135,31 @@ def _replaced(path: Path, opened: os.stat_result) -> bool:
     except OSError:
         return False
     return (st.st_dev, st.st_ino) != (opened.st_dev, opened.st_ino)
+
+
+def remove_if_free(path: Path, removable: Callable[[int], bool] | None = None) -> bool:
+    """Remove the private file ``path`` if no process holds its lock, and ``removable``
+    (given the descriptor, while this process holds the lock) agrees.
+
+    The lock is tried, not waited for: a file held by a live process is kept, and so
+    is one that is not this user's, or a symlink. Returns whether it was removed.
+    Never raises.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        check_private(os.fstat(fd), path, want_dir=False)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if removable is not None and not removable(fd):
+            return False
+        os.unlink(path)
+        return True
+    except OSError:
+        return False  # held by a live process, or not ours: kept
+    finally:
+        os.close(fd)
 
 
 def warn_unusable(path: Path, exc: BaseException) -> None:

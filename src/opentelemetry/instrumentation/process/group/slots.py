@@ -31,6 +31,7 @@ from .rundir import (
     check_private,
     open_private,
     private_dir,
+    remove_if_free,
     runtime_dir,
     warn_unusable,
 )
@@ -226,19 +227,7 @@ def _remove_free(folder: Path) -> int:
     except OSError:
         return 0
     for name in names:
-        path = folder / name
-        try:
-            fd = os.open(path, os.O_RDWR | NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            check_private(os.fstat(fd), path, want_dir=False)
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.unlink(path)
-        except OSError:
-            pass  # held by a live orphan, or not ours: kept
-        finally:
-            os.close(fd)
+        remove_if_free(folder / name)
     try:
         os.rmdir(folder)
     except OSError:
