@@ -39,8 +39,7 @@ def _version(name: str) -> str:
 
 
 def describe() -> dict[str, Any]:
-    """pyperf's metadata (CPU, count, kernel, Python, load), with the hypervisor, cores,
-    memory, distribution, package versions and the kernel's TCP hash that it lacks."""
+    """pyperf's metadata, with what it lacks: hypervisor, cores, memory, OS, versions, TCP hash."""
     import pyperf  # only to measure: a page check runs in the matrix cells, without pyperf
 
     meta = pyperf.Run([1.0], metadata={"name": "machine", "loops": 1}).get_metadata()
