@@ -96,8 +96,6 @@ EXPECTED: dict[str, str] = {
     r"^this SDK's readers take no cardinality_limits": "version",
     r"^the proposed fix is a diff against SDK \S+; this is ": "version",
     r"^the demo installs the latest releases; this cell has the lowest ones$": "version",
-    # Only under `make mutants`: mutmut wraps each function of src/ in Python code of its own.
-    r"^under mutmut, whose trampolines run Python code after our unraisable hook$": "mutmut",
     # A race with the interpreter's own GC: rare, never in every cell.
     r"^a collection of its own came in between": "race",
 }

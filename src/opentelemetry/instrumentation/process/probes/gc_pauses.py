@@ -494,7 +494,8 @@ def _ours(unraisable: Any) -> _State | None:
     return None
 
 
-def _unraisable(unraisable: Any) -> None:
+# No mutmut trampoline (its frames would run after the hand-back's last bytecode).
+def _unraisable(unraisable: Any) -> None:  # pragma: no mutate block
     """``sys.unraisablehook`` while a callback of ours runs: what a signal raised in it goes back.
 
     Raised before our callback's first line: at a stop (its start was seen),
