@@ -327,7 +327,8 @@ build_ft() {
         { fail "make install (3.13t)" "see $LOGS/3.13t.log" "$LOGS/3.13t.log"; return 1; }
     t1="$(now)"
     log "3.13t: installed in $(( t1 - t0 )) s"
-    # CPython's own test suite and static library: nothing here uses them.
+    # CPython's own test suite and static library: scripts/compat.py takes Lib/test from
+    # the source tarball instead, and tests/test_compat.py skips its regrtest run here.
     rm -rf "$FT/lib/python3.13t/test" "$FT/lib/python3.13t/idlelib/idle_test"
     find "$FT" -name 'libpython*.a' -type f -delete
     ft_ok || { fail "check (3.13t)" "$FT_PY does not run free-threaded with ssl, ctypes, zlib and venv" "$LOGS/3.13t.log"; return 1; }

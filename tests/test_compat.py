@@ -17,6 +17,8 @@ import textwrap
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from opentelemetry.instrumentation.process.options import (
     OPTION_NAMES,
     ProcessMetricsOptions,
@@ -81,6 +83,16 @@ def load_hook() -> ModuleType:
     return load("compat_sitecustomize", ROOT / "scripts" / "compat" / "sitecustomize.py")
 
 
+def _has_regrtest() -> bool:
+    try:
+        return importlib.util.find_spec("test.libregrtest") is not None
+    except ModuleNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(
+    not _has_regrtest(), reason="this interpreter has no CPython test suite (test.libregrtest)"
+)
 def test_flags_what_fails_only_with_the_package_and_what_it_logs(tmp_path: Path) -> None:
     tests = tmp_path / "suite"
     tests.mkdir()

@@ -1510,6 +1510,9 @@ def test_what_a_signal_handler_raises_in_a_collection_reaches_the_program(
     Before, CPython printed "Exception ignored" for it and the program went on.
     Up to 5 rounds: on a loaded machine the signal can come before the collection.
     """
+    if case == "allocating" and FREE_THREADED:
+        # Its collector waits for a quarter of the long-lived objects: 18 in 2 s, not 1,856.
+        pytest.skip("a free-threaded build's allocations here start few automatic collections")
     program = tmp_path / "signalled.py"
     program.write_text(_SIGNALLED)
     for _ in range(5):

@@ -28,6 +28,7 @@ from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetrics
 from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 from opentelemetry.instrumentation.process.probes.gc_pauses import TIMED_BY_INTERPRETER
+from opentelemetry.instrumentation.process.probes.gil_wait import gil_enabled
 from opentelemetry.instrumentation.process.sources.runtime import STALL_SECONDS
 
 from .conftest import collect
@@ -138,7 +139,8 @@ def test_loop_stalls_carry_the_span_and_the_function_of_the_handler_that_blocked
         for i in range(INJECTED):
             await asyncio.create_task(slow_handler(i))
             await asyncio.sleep(0.05)  # the loop selects: the stall has ended
-            traces, found = _exemplar_traces(reader, LOOP_STALL)
+            # Collected in another thread: a slow collection in the loop is a stall too.
+            traces, found = await asyncio.to_thread(_exemplar_traces, reader, LOOP_STALL)
             carried += handled[-1] in traces
             names.update(
                 dict(p.attributes).get("code.function.name") for p in found.data.data_points
@@ -146,10 +148,13 @@ def test_loop_stalls_carry_the_span_and_the_function_of_the_handler_that_blocked
 
     with gc_off():  # a long collection during the test would be a stall of its own
         asyncio.run(serve())
-    assert carried >= 0.95 * INJECTED, carried
-    # Before 3.11 a frame's code has no qualified name (co_qualname): its name alone.
-    name = slow_handler.__qualname__ if sys.version_info >= (3, 11) else slow_handler.__name__
-    assert names == {f"{__name__}.{name}"}, names
+    if gil_enabled():
+        assert carried >= 0.95 * INJECTED, carried
+        # Before 3.11 a frame's code has no qualified name (co_qualname): its name alone.
+        name = slow_handler.__qualname__ if sys.version_info >= (3, 11) else slow_handler.__name__
+        assert names == {f"{__name__}.{name}"}, names
+    else:  # without a GIL the watch reads no frame: the stalls are kept, unnamed, no span
+        assert (carried, names) == (0, {None})
     (point,) = found.data.data_points
     assert point.count == INJECTED
     assert INJECTED * BLOCK <= point.sum <= INJECTED * (BLOCK + 0.5)

@@ -81,6 +81,8 @@ EXPECTED: dict[str, str] = {
     r"^could not import '[\w.]+'": "package",  # importorskip() without a reason
     r" is missing$": "file",  # an example the sdist may leave out
     r"^no interpreters in .+/bin \(make pythons\)$": "package",
+    # make pythons' 3.13t leaves out CPython's test suite (scripts/get-pythons.sh).
+    r"^this interpreter has no CPython test suite \(test\.libregrtest\)$": "version",
     # Versions of the cell: the lowest allowed SDK and conventions; the build of Python.
     r"^needs a free-threaded build$": "version",
     r"^needs an interpreter that (does not )?times? its own collections": "version",
@@ -88,6 +90,7 @@ EXPECTED: dict[str, str] = {
     r"^this interpreter times its own collections: without gc_pause_histogram, ": "version",
     r"^the host kept the GIL's holder off a CPU: ": "host",
     r"^a fork from C beside running threads may hang on a free-threaded build$": "version",
+    r"^a free-threaded build's allocations here start few automatic collections$": "version",
     r"^the free-threaded allocator returns freed memory in the background": "version",
     r"^the installed opentelemetry-semantic-conventions predates": "version",
     r"^reading pyproject\.toml needs Python 3\.11\+$": "version",
