@@ -36,6 +36,11 @@ if "MUTANT_UNDER_TEST" in os.environ:
 
     _src = str(Path(_package.__file__).resolve().parents[3])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_src, os.environ.get("PYTHONPATH")) if p)
+    if os.environ["MUTANT_UNDER_TEST"] == "stats":
+        # The stats pass runs here, and mutmut keeps the name in this process too. Children
+        # then run the original code: their hits are not gathered, and recording one opens
+        # the pyproject.toml of their cwd (none in a tmp_path; a descriptor test sees it).
+        del os.environ["MUTANT_UNDER_TEST"]
 
 Points = dict[frozenset[tuple[str, Any]], Any]
 

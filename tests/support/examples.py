@@ -29,10 +29,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     # machine, of this user and cgroup, would otherwise be the one that reports
     # the host metrics the examples are checked for.
     env["OTEL_PYTHON_PROCESS_METRICS_RUNTIME_DIR"] = tempfile.mkdtemp(prefix="otel-example-group-")
-    if env.get("MUTANT_UNDER_TEST") == "stats":
-        # mutmut's stats run: a child's hits are not gathered, and recording one reads the
-        # pyproject.toml of the child's cwd (a tmp_path has none). The original code, then.
-        env["MUTANT_UNDER_TEST"] = "none.none"
     env.update(extra)
     return env
 
