@@ -207,7 +207,13 @@ def _scenario(name: str, vm: VictoriaMetrics, children: Children, tmp: Path, ser
     run.series_late = groups.series_count(vm, service, started)
     run.workers = groups.announced(child.output())
     if spec.kill:
-        run.shared_before_kill = groups.shared_samples(vm, service, started)
+
+        def enough_shared() -> list[tuple[int, str]]:  # a loaded machine exports late
+            found = groups.shared_samples(vm, service, started)
+            assert len(found) >= 4, found
+            return found
+
+        run.shared_before_kill = wait_until(enough_shared, 30, "four shared points", interval=0.5)
         run.killed_at, run.next_shared_at, run.killed, run.successor = (
             groups.kill_the_leader_and_wait(vm, service, child.output, INTERVAL_MS / 1000, started)
         )
