@@ -37,10 +37,19 @@ if "MUTANT_UNDER_TEST" in os.environ:
     _src = str(Path(_package.__file__).resolve().parents[3])
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (_src, os.environ.get("PYTHONPATH")) if p)
     if os.environ["MUTANT_UNDER_TEST"] == "stats":
-        # The stats pass runs here, and mutmut keeps the name in this process too. Children
-        # then run the original code: their hits are not gathered, and recording one opens
-        # the pyproject.toml of their cwd (none in a tmp_path; a descriptor test sees it).
+        # The stats pass runs here, and mutmut keeps the name in this process too. Spawned
+        # children then run the original code: recording a hit there opens the
+        # pyproject.toml of their cwd (none in a tmp_path; a descriptor test sees it).
+        # Forked children record, and their hits are gathered after each test.
         del os.environ["MUTANT_UNDER_TEST"]
+        from .support import mutmut_children
+
+        mutmut_children.install()
+
+        @pytest.hookimpl(tryfirst=True)  # before mutmut's own, which takes the test's hits
+        def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+            mutmut_children.gather()
+
 
 Points = dict[frozenset[tuple[str, Any]], Any]
 

@@ -214,6 +214,21 @@ def test_a_child_born_and_reaped_between_two_collections_is_counted(
     counted(reader, {("exit", None, 0): 1, ("error", None, 4): 1})
 
 
+@pytest.mark.skipif(not hasattr(signal, "SIGRTMIN"), reason="real-time signals are POSIX.1b")
+def test_a_child_ended_by_a_real_time_signal_names_it_from_sigrtmin(
+    supervise: Callable[..., ProcessMetrics], reader: InMemoryMetricReader
+) -> None:
+    supervise()
+    by_cause(reader)
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(600)
+        os._exit(0)
+    os.kill(pid, signal.SIGRTMIN + 3)  # no handler: the default action ends the child
+    os.waitpid(pid, 0)
+    counted(reader, {("signal", "SIGRTMIN+3", None): 1})
+
+
 # --- the wrapper: transparent to the program ---------------------------------------
 
 
@@ -545,3 +560,21 @@ def test_each_subscriber_gets_every_note_and_keeps_at_most_the_latest() -> None:
         reaps.unsubscribe(first)
         reaps.unsubscribe(second)
     assert os.waitpid is _calls_original("waitpid")
+
+
+def test_oom_kills_counted_together_are_matched_one_end_at_a_time(tmp_path: Any) -> None:
+    """Two kills in one count: each of two ends takes one, in turn, and a third gets none."""
+    from opentelemetry.instrumentation.process.linux.files import Key as FileKey
+    from opentelemetry.instrumentation.process.linux.files import flat_keyed_file
+    from opentelemetry.instrumentation.process.sources.child_exits import OomKills
+
+    events = tmp_path / "memory.events"
+    events.write_text("oom 0\noom_kill 0\n", encoding="ascii")
+    file = flat_keyed_file(str(events), (), (FileKey("oom_kill", "oom_kill"),))
+    assert file is not None
+    kills = OomKills(file)
+    kills.read(now=1.0)  # the baseline: no credit
+    assert kills.take(1) == 0
+    events.write_text("oom 2\noom_kill 2\n", encoding="ascii")
+    kills.read(now=2.0)
+    assert [kills.take(1), kills.take(1), kills.take(1)] == [1, 1, 0]

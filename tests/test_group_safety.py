@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from opentelemetry.instrumentation.process.group import election, rundir
+from opentelemetry.instrumentation.process.group import election, rundir, slots
 from opentelemetry.instrumentation.process.group.election import Election
 from opentelemetry.instrumentation.process.group.keys import group_of
 from opentelemetry.instrumentation.process.shared_sources import SharedGate
@@ -72,6 +72,7 @@ def falls_back(caplog: pytest.LogCaptureFixture) -> None:
     forget_the_elections()
     for _ in range(3):
         assert Election(group_of(SERVICE)).leader() and claimed_slot() is None
+        assert slots.recorded_slots(os.getpid()) == {}  # no worker's slot to be read here
     lines = [r for r in caplog.records if "cannot be used safely" in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in lines]
 

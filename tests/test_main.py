@@ -266,6 +266,8 @@ def test_help_says_what_it_prints_and_which_variables_apply() -> None:
     assert "Print one snapshot of the process metrics this package reports here" in said
     assert "The OTEL_PYTHON_PROCESS_METRICS_* variables apply" in said
     assert all(f"--{flag}" in said for flag in ("json", "every", "options"))
+    assert f"Options: {', '.join(ENV_VARS)}. A value is written as in its" in said
+    assert "[OPTION=VALUE ...]" in said and "--every SECONDS" in said
 
 
 def test_the_snapshot_follows_the_options() -> None:

@@ -372,6 +372,21 @@ def _forked_child_reads(
     return got, parent
 
 
+@pytest.mark.parametrize(
+    ("excluded", "measured"),
+    [
+        ("process_metrics.eventloop.utilization", "delays"),
+        ("process_metrics.eventloop.delay.*", "utilization"),
+    ],
+)
+def test_the_loop_monitor_measures_only_what_the_metrics_read(
+    excluded: str, measured: str, instrument: Callable[..., ProcessInstrumentor]
+) -> None:
+    inst = instrument(event_loop=True, exclude=[excluded])
+    # Stalls are named whenever event_loop is on.
+    assert runtime_state(inst)["asyncio_loops"].parts == {measured, "stalls"}
+
+
 @each_fork()
 def test_a_forked_child_probes_its_own_loops_and_keeps_its_gc_callback(
     fork: str, instrument: Callable[..., ProcessInstrumentor], reader: InMemoryMetricReader

@@ -18,6 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import psutil
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader
@@ -230,3 +231,32 @@ def test_the_stall_thread_survives_a_stopped_loop_stepped_by_hand() -> None:
         monitor.stop()
         threading.excepthook = before
     assert raised == []
+
+
+def test_the_stall_thread_sleeps_through_a_stall_it_has_named(reporting: Reporting) -> None:
+    """Named once, a stall is looked at again only a stall's length later: no spinning.
+
+    A thread that spun for the 2 s of the block would use a large part of that in
+    CPU time even on a loaded machine; one that sleeps uses a few milliseconds.
+    """
+    from opentelemetry.instrumentation.process.probes.loops.stalls import THREAD_NAME
+
+    reader = _start(reporting, event_loop=True)
+    collect(reader)
+    used: list[float] = []
+
+    def cpu_of(thread: threading.Thread) -> float:
+        times = [t for t in psutil.Process().threads() if t.id == thread.native_id]
+        return times[0].user_time + times[0].system_time
+
+    async def block() -> None:
+        await asyncio.sleep(0.05)  # probed, and the watch thread started
+        (watch,) = [t for t in threading.enumerate() if t.name == THREAD_NAME]
+        before = cpu_of(watch)
+        time.sleep(2.0)  # the GIL is free: a spinning watch would have it
+        used.append(cpu_of(watch) - before)
+
+    with gc_off():
+        asyncio.run(block())
+    assert collect(reader)[LOOP_STALL].data.data_points[0].count == 1
+    assert used[0] < 0.1, used
