@@ -21,6 +21,7 @@ EXPECTED: dict[str, str] = {
     r"^(the direct read is|direct reads are) Linux-only$": "platform",
     r"^(needs os\.fork|needs fork|gunicorn needs fork|needs CPU affinity)$": "platform",
     r"^POSIX file descriptors$": "platform",
+    r"^real-time signals are POSIX\.1b$": "platform",
     r"^smaps_rollup is Linux only$": "platform",
     r"^(getrusage\(2\)|getrusage\(\) is POSIX only|iowait is a Linux field)$": "platform",
     r"^(forks from C through glibc|times the child with CLOCK_BOOTTIME \(Linux\))$": "platform",
