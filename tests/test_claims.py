@@ -135,6 +135,8 @@ def test_a_reader_right_after_another_gets_the_same_utilization() -> None:
         c = collect(second)
         cpu3, t3 = _cpu_seconds(), time.monotonic()
         for name in UTILIZATIONS:
+            if name.startswith("system.") and 1.0 in points(a[name]).values():
+                continue  # a host busy in one mode throughout reads 1.0 in every window
             assert points(c[name]) != points(a[name]), name
         util = sum(points(c["process.cpu.utilization"]).values())
         cpus = cgroups.available_cpus()
