@@ -247,20 +247,40 @@ def test_one_suite_counted_again_is_printed_over_the_record(instructions: Module
     assert instructions.latest() == entry  # the record is left alone
 
 
-def test_a_small_collection_fails_only_beyond_its_runs_and_twenty_thousand_instructions(
+def test_the_gate_allows_the_recorded_runs_and_half_a_percent_and_catches_one_percent(
     instructions: ModuleType, monkeypatch: Any
 ) -> None:
-    """The smallest collections' runs differ by thousands of instructions: the gate allows
-    the recorded runs' range, widened by 0.5% and at least 20,000 instructions."""
+    """A count passes within the recorded runs' range widened by 0.5% (at least ``FLOOR``
+    instructions, for the smallest collections), and 1% more on any gated count fails."""
     key, entry = _recorded(instructions)
     monkeypatch.setattr(instructions, "key", lambda _info: key)
-    runs = entry["collections"]["connections"]["runs"]
-    for value, ok in ((max(runs) + 19_000, True), (max(runs) + 21_000, False)):
+    small = entry["collections"]["connections"]
+    slack = max(instructions.TOLERANCE * small["median"], instructions.FLOOR)
+    for value, ok in (
+        (max(small["runs"]) + slack - 50, True),
+        (max(small["runs"]) + slack + 50, False),
+    ):
         found = json.loads(json.dumps(entry))
         found["collections"]["connections"]["median"] = value
         passed, said = instructions.check(found, {"versions": entry["versions"]})
         assert passed is ok, said
-    assert not instructions.caught(entry["collections"]["connections"], key="collection c")
-    assert instructions.caught(entry["collections"]["default"], 0.03, key="collection default")
-    for work in instructions.KINDS:  # the work between collections: 1% fails
-        assert instructions.caught(entry["between"]["defaults"][work])
+    gated = instructions.gated_entries(entry)
+    uncaught = {k for k, v in gated.items() if not instructions.caught(v)}
+    # The goal's counts are caught; a small collection whose runs differ by more than 0.5%
+    # may not be (named on the page).
+    assert not uncaught & {"collection default", *(f"between {w}" for w in instructions.KINDS)}
+    assert len(uncaught) <= 1, uncaught
+    assert not instructions.caught(entry["collections"]["default"], 0.004)  # within the slack
+
+
+def test_an_empty_gc_callback_alone_costs_allocation_more_than_the_goal_allows(
+    instructions: ModuleType,
+) -> None:
+    """The cost page's reason for the missed allocation goal, held to the record it shows."""
+    import app_cost
+
+    _, entry = _recorded(instructions)
+    empty = instructions.ratio(entry, "gc_callback", "allocation")
+    assert empty is not None
+    assert empty - 1 > app_cost.OVER_THE_PEER["allocation"]
+    assert f"{empty:.4f})" in (BENCHMARKS.parent / "docs" / "application-cost.md").read_text()
