@@ -102,12 +102,12 @@ def test_a_probe_is_compared_with_its_own_start(tmp_path: Path) -> None:
 
 
 def _entry(defaults: dict[str, float], peer: dict[str, float]) -> dict[str, Any]:
-    """A record whose work under the SDK alone costs 1,000,000 instructions each."""
+    """A record whose work under the SDK alone costs 100 million instructions each."""
     between: dict[str, Any] = {"sdk": {}, "defaults": {}, "peer": {}}
     for w in ("allocation", "cycles", "json", "asyncio"):
-        between["sdk"][w] = {"median": 1e6, "spread": 0.0002}
-        between["defaults"][w] = {"median": 1e6 * defaults[w], "runs": [1e6 * defaults[w]] * 3}
-        between["peer"][w] = {"median": 1e6 * peer[w], "spread": 0.0001}
+        between["sdk"][w] = {"median": 1e8, "spread": 0.0002}
+        between["defaults"][w] = {"median": 1e8 * defaults[w], "runs": [1e8 * defaults[w]] * 3}
+        between["peer"][w] = {"median": 1e8 * peer[w], "spread": 0.0001}
     return {"between": between, "collections": {"default": {"median": 1e7, "runs": [1e7] * 3}}}
 
 

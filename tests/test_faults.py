@@ -44,6 +44,7 @@ from opentelemetry.instrumentation.process.sources import saturation as saturati
 from opentelemetry.instrumentation.process.sources.process import REFRESH
 
 from .conftest import HOST_MODES, Clock, Sdk, collect, points
+from .support.gc import callbacks_kept
 
 LOGGER = "opentelemetry.instrumentation.process"
 ON_LINUX = sys.platform.startswith("linux")
@@ -763,17 +764,17 @@ def test_a_source_that_cannot_open_is_left_out_and_says_why(
 def test_a_source_that_cannot_close_still_lets_uninstrument_finish(
     sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sdk.instrument(event_loop=True)
-    assert sdk.collect()
-
     def broken(self: GcPauses) -> None:  # a fault injected: the hook cannot be removed
         raise RuntimeError("gc.callbacks is read-only")
 
-    monkeypatch.setattr(GcPauses, "stop", broken)
-    caplog.set_level(logging.WARNING, logger=LOGGER)
-    ProcessInstrumentor().uninstrument()
-    assert not ProcessInstrumentor().is_instrumented_by_opentelemetry
-    assert sdk.collect() == {}
+    with callbacks_kept():  # the callback the fault leaves goes with the test
+        sdk.instrument(event_loop=True)
+        assert sdk.collect()
+        monkeypatch.setattr(GcPauses, "stop", broken)
+        caplog.set_level(logging.WARNING, logger=LOGGER)
+        ProcessInstrumentor().uninstrument()
+        assert not ProcessInstrumentor().is_instrumented_by_opentelemetry
+        assert sdk.collect() == {}
     assert _ours(caplog) == [
         "process metrics: could not close source 'cpython_gc_pauses' (RuntimeError: "
         "gc.callbacks is read-only); the metrics it feeds are left out."
