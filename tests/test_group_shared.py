@@ -194,7 +194,11 @@ def test_instrument_says_which_group_it_joined_in_one_debug_line(
         lines = [line for line in logged.lines if "joins the group" in line]
         assert len(lines) == 1 and lines[0].startswith("DEBUG "), logged.lines
         assert "service.name=said" in lines[0] and f"{group.key}.lock" in lines[0]
-        assert ProcessMetrics(ProcessMetricsOptions(shared_metrics="every")).group is None
+        every = ProcessMetrics(ProcessMetricsOptions(shared_metrics="every"))
+        try:
+            assert every.group is None
+        finally:
+            every.close()  # left open, it kept its gc callback for the tests after it
     finally:
         made.close()
         provider.shutdown()
