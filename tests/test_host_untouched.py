@@ -50,13 +50,23 @@ def test_no_descriptor_of_the_package_sits_where_the_program_gets_its_own(
     A collection opens files for a moment, in the reader's thread: one that runs
     while the program looks may show in one look, never in all of ten (a
     descriptor kept from turn to turn would). So the program keeps what every
-    look saw, and the first pipe that got what it gets without the package.
+    look saw, and the first pipe that got what it gets without the package. A
+    look probes each number with fstat: a listing of /proc/self/fd would open one
+    of its own, whose number moves when a collection holds the next one (at a
+    load of 3 the look without it lost descriptor 4).
     """
     code = """\
 import json, os, time
 time.sleep(0.5)  # collections every 50 ms: the election and every source have run
-def fds():
-    return {int(n) for n in os.listdir("/proc/self/fd")}
+def fds():  # probed, not listed: a listing's own descriptor takes a number that can move
+    found = set()
+    for n in range(2048):
+        try:
+            os.fstat(n)
+        except OSError:
+            continue
+        found.add(n)
+    return found
 looks, pipes = [], []
 for _ in range(10):
     looks.append(fds())
