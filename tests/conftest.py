@@ -26,6 +26,7 @@ from opentelemetry.instrumentation.process.catalog import supported
 
 from .support import expected_skips
 from .support.groupkids import Kid
+from .support.points import value_of
 from .support.threadjobs import Job
 
 # Under mutmut (MUTANT_UNDER_TEST set, its copy of src/ imported here), the tests'
@@ -160,7 +161,7 @@ def points(metric: Metric) -> Points:
     for p in metric.data.data_points:
         key = frozenset(p.attributes.items())
         assert key not in out, f"duplicate point {dict(key)} in {metric.name}"
-        out[key] = p.value
+        out[key] = value_of(p)
     return out
 
 

@@ -220,7 +220,7 @@ ProcessInstrumentor().instrument()  # no provider set yet
 reader = InMemoryMetricReader()
 metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
 data = reader.get_metrics_data()
-found = {m.name: [p.value for p in m.data.data_points]
+found = {m.name: [getattr(p, "value", None) for p in m.data.data_points]
          for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
          if sm.scope.name == "opentelemetry.instrumentation.process"}
 with open("/proc/self/statm") as f:

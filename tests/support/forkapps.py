@@ -21,6 +21,8 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import SCOPE_NAME, ProcessInstrumentor
 
+from .points import value_of
+
 MIB = 1 << 20
 
 # Set by the test before a fork-method pool starts: the children inherit it.
@@ -116,7 +118,7 @@ def collect(reader: InMemoryMetricReader) -> dict[str, Any]:
             if sm.scope.name == SCOPE_NAME:
                 for m in sm.metrics:
                     pts: list[Any] = list(m.data.data_points)
-                    found[m.name] = {frozenset(p.attributes.items()): p.value for p in pts}
+                    found[m.name] = {frozenset(p.attributes.items()): value_of(p) for p in pts}
     return found
 
 
