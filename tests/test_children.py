@@ -450,6 +450,38 @@ def test_tree_cpu_counts_live_and_reaped_children_and_never_decreases(
     assert after - before >= 0.55
 
 
+BURNS_BOTH = (
+    "import resource\nuse=lambda: resource.getrusage(resource.RUSAGE_SELF)\n"
+    "while use().ru_utime<0.3: sum(range(99_999))\n"
+    "f=open('/dev/zero','rb',buffering=0)\nwhile use().ru_stime<0.3: f.read(1<<22)"
+)
+"""Burns 0.3 s in Python, and 0.3 s in the kernel: copying zeros and faulting in buffers."""
+WAITS_FOR_A_BURNER = (
+    "import subprocess, sys, time\n"
+    "subprocess.run([sys.executable, '-c', sys.argv[1]], check=True)\ntime.sleep(60)"
+)
+
+
+def test_tree_cpu_counts_what_a_live_child_reaped_in_each_mode(
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+    spawn: Callable[..., subprocess.Popen[bytes]],
+) -> None:
+    # The child waits for its own child, then lives on: that time is in neither
+    # our own nor our reaped children's, only in the child's stat file.
+    child = psutil.Process(spawn([sys.executable, "-c", WAITS_FOR_A_BURNER, BURNS_BOTH]).pid)
+    assert eventually(lambda: child.cpu_times().children_system > 0, 30), "no grandchild ran"
+    supervise()
+    parts = (resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN))
+    times = child.cpu_times()
+    tree = points(collect(reader)["process_metrics.tree.cpu.time"])
+    assert times.children_user >= 0.3 and times.children_system >= 0.3, times
+    for mode, ru in (("user", "ru_utime"), ("system", "ru_stime")):
+        least = sum(getattr(p, ru) for p in parts) + getattr(times, mode)
+        least += getattr(times, f"children_{mode}")
+        assert tree[frozenset({("cpu.mode", mode)})] >= least, (mode, tree, times)
+
+
 def _zombie_maker() -> int:
     """In a kid: a child that burns 0.2 s and exits, never waited for."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
