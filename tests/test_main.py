@@ -562,3 +562,27 @@ def test_what_was_found_reads_plainly_where_little_was_found() -> None:
     assert command._pressure_text({"files": ["cpu"], "scope": None}) == "yes"
     assert command._pressure_text({"files": ["cpu"], "scope": "cgroup"}) == "yes (the cgroup's)"
     assert command._pressure_text({"files": ["cpu"], "scope": "host"}) == "yes (the host's)"
+
+
+def test_what_was_found_reads_plainly_where_there_are_no_limits_or_reporters() -> None:
+    cpus = {"available": 2.0, "affinity": None, "cgroup_quota": None, "logical": 2}
+    assert command._cpus_text(cpus) == "2 (2 logical CPUs; no cgroup CPU quota)"
+    gib = 2**30
+    # A cgroup limit above the host's memory: the host's is the one that binds.
+    memory = command._memory_text({"limit": gib, "cgroup_limit": 4 * gib})
+    assert memory == "1.0 GiB (host memory; cgroup memory limit 4.0 GiB)"
+    alone = {"this": "every", "reporters": []}
+    assert command._shared_text(alone).splitlines() == [
+        "this command reads them itself (shared_metrics='every')",
+        "no process of this user reports them for a group now",
+    ]
+    reporters = [
+        {"pid": 7, "name": "gunicorn", "group": "a", "cgroup": "/w"},
+        {"pid": 8, "name": "", "group": "b", "cgroup": None},
+    ]
+    assert command._shared_text({"this": "group", "reporters": reporters}).splitlines()[1:] == [
+        "reported for their groups (docs: Pre-fork servers) by:",
+        "pid 7 (gunicorn): a, cgroup /w",
+        "pid 8: b, cgroup (none)",
+    ]
+    assert (ROOT / "docs" / "prefork.md").read_text().startswith("# Pre-fork servers\n")
