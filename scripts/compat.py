@@ -531,7 +531,9 @@ def regrtest(
     tests, failed = junit_cases(junit)
     regrtest_failures(output, failed)
     if code not in (0, 2, 3, 4, 5) and not failed:
-        failed[f"{suite} [exit {code}]"] = f"crashed: regrtest exited with {code}"
+        failed[f"{suite} [exit {code}]"] = (
+            f"crashed: regrtest exited with {code}: {last_line(output)}"
+        )
     records, processes = read_records(logs)
     return Run(mode, tests, failed, records, processes, seconds, code, folder)
 
