@@ -45,11 +45,16 @@ if "MUTANT_UNDER_TEST" in os.environ:
         del os.environ["MUTANT_UNDER_TEST"]
         from .support import mutmut_children
 
-        mutmut_children.install()
+        mutmut_children.install(str(Path(_package.__file__).resolve().parent))
+        _import_time_tests: list[str] = []
 
         @pytest.hookimpl(tryfirst=True)  # before mutmut's own, which takes the test's hits
         def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
             mutmut_children.gather()
+            if item.get_closest_marker("import_time"):
+                _import_time_tests.append(item.nodeid.removeprefix("mutants/"))
+            # A module imported after those tests ran gives them its calls as it comes.
+            mutmut_children.give_import_time_hits(_import_time_tests)
 
 
 Points = dict[frozenset[tuple[str, Any]], Any]

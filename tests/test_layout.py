@@ -8,6 +8,10 @@ every import in it, those inside functions and under ``TYPE_CHECKING`` too
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -189,6 +193,40 @@ def test_the_package_is_found() -> None:
     assert len(KNOWN) > 40
     lazy = graph(KNOWN)["opentelemetry.instrumentation.process.sources.children"]
     assert "opentelemetry.instrumentation.process.sources.child_pass" in lazy
+
+
+FRESH = (
+    "import json, sys\nsys.path.insert(0, sys.argv[1])\n"
+    "from tests.support.declarations import declarations\nprint(json.dumps(declarations()))"
+)
+
+
+def _declared(env: dict[str, str]) -> dict[str, str]:
+    """The declarations of a fresh interpreter with ``env``."""
+    done = subprocess.run(
+        [sys.executable, "-c", FRESH, str(SRC.parent)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    found: dict[str, str] = json.loads(done.stdout)
+    return found
+
+
+@pytest.mark.import_time
+def test_every_interpreter_declares_the_same() -> None:
+    # Declarations are computed once, at import, from data: two interpreters, with
+    # their own hash seeds, compute the same. Under mutmut, the first runs the
+    # original code: this is the test of the code that runs at import, which no
+    # test run in this process can see (tests/support/mutmut_children.py).
+    original = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
+    first = _declared(dict(original, PYTHONHASHSEED="0"))
+    assert len(first) > 300 and "opentelemetry.instrumentation.process.metrics.METRICS" in first
+    second = _declared(dict(os.environ, PYTHONHASHSEED="1"))
+    assert second.keys() == first.keys()
+    assert {k: v for k, v in second.items() if v != first[k]} == {}
 
 
 def test_no_private_name_crosses_a_module() -> None:
