@@ -45,7 +45,7 @@ if "MUTANT_UNDER_TEST" in os.environ:
         del os.environ["MUTANT_UNDER_TEST"]
         from .support import mutmut_children
 
-        mutmut_children.install(str(Path(_package.__file__).resolve().parent))
+        mutmut_children.install(os.path.dirname(_package.__file__))  # as code objects name it
         _import_time_tests: list[str] = []
 
         @pytest.hookimpl(tryfirst=True)  # before mutmut's own, which takes the test's hits
