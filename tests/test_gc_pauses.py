@@ -791,23 +791,28 @@ def test_every_pause_is_the_longest_of_a_window_while_another_thread_reads(
 
 def test_a_maximum_taken_by_a_read_is_never_counted_in_the_next_window(hooked: GcPauses) -> None:
     """A long pause, then a short one of the same generation: each window has its own."""
-    with callbacks_kept(), gc_off():
-        rec = hooked
-        rec.start()
-        r0 = rec.read()
-        cyclic_garbage()
-        gc.collect(0)  # the whole graph is young: a long collection of generation 0
-        r1 = rec.read()
-        gc.collect(0)  # an empty young generation: microseconds
-        r2 = rec.read()
-        r3 = rec.read()
-        rec.stop()
-    long, short = r1.longest[0], r2.longest[0]
-    assert long is not None and short is not None
-    assert long == pytest.approx(r1.seconds[0] - r0.seconds[0], abs=1e-12)
+    # A busy machine can stop the thread inside the short one for longer than the long
+    # one took: up to 3 tries. A maximum carried over could never come out shorter.
+    for _ in range(3):
+        with callbacks_kept(), gc_off():
+            rec = hooked
+            rec.start()
+            r0 = rec.read()
+            cyclic_garbage()
+            gc.collect(0)  # the whole graph is young: a long collection of generation 0
+            r1 = rec.read()
+            gc.collect(0)  # an empty young generation: microseconds
+            r2 = rec.read()
+            r3 = rec.read()
+            rec.stop()
+        long, short = r1.longest[0], r2.longest[0]
+        assert long is not None and short is not None
+        assert long == pytest.approx(r1.seconds[0] - r0.seconds[0], abs=1e-12)
+        assert short == pytest.approx(r2.seconds[0] - r1.seconds[0], abs=1e-12)
+        assert r3.longest == (0.0,) * GENERATIONS
+        if 0.0 < short < long:
+            break
     assert long > 0.001 and 0.0 < short < long, (long, short)
-    assert short == pytest.approx(r2.seconds[0] - r1.seconds[0], abs=1e-12)
-    assert r3.longest == (0.0,) * GENERATIONS
 
 
 def test_a_read_takes_and_zeroes_each_maximum_with_no_call_or_jump_in_between() -> None:

@@ -53,7 +53,10 @@ def test_the_wait_beside_a_cpu_bound_process_is_the_oss_own(threads: int) -> Non
     # The OS's own sum, read on either side of each collection (nanoseconds, as seconds).
     assert got["lo"] - 1e-6 <= got["waited"] <= got["hi"] + 1e-6, got
     # What the runnable threads did not get of their CPU during the stall, they waited for.
-    assert got["by_os"] == pytest.approx(got["wall"] * runnable - got["cpu"], rel=0.10)
+    # The OS's sums are read just outside the clocks: on a busy machine a wait can fall
+    # between the two, so its window is bounded by the widest one.
+    least, most = (w * runnable - got["cpu"] for w in (got["wall"], got["widest"]))
+    assert 0.9 * least <= got["by_os"] <= 1.1 * most, got
     assert got["waited"] > 0.3 * seconds * runnable  # a neighbour on the one CPU takes a share
 
 

@@ -165,6 +165,7 @@ def measure(threads: int | None, seconds: float) -> dict[str, float]:
         # thread itself may wait for a CPU in between, which both count.
         around_before = os_sum()
         before = waited()
+        widest_from = time.monotonic()
         os_before = os_sum()
         cpu_before, wall_before = time.process_time(), time.monotonic()
         pause(neighbour, signal.SIGCONT)
@@ -182,6 +183,7 @@ def measure(threads: int | None, seconds: float) -> dict[str, float]:
         pause(neighbour, signal.SIGSTOP)
         wall, used = time.monotonic() - wall_before, time.process_time() - cpu_before
         os_after = os_sum()
+        widest = time.monotonic() - widest_from
         after = waited()
         around_after = os_sum()
     finally:
@@ -197,6 +199,7 @@ def measure(threads: int | None, seconds: float) -> dict[str, float]:
         "hi": around_after - around_before,
         "by_os": os_after - os_before,
         "wall": wall,
+        "widest": widest,
         "cpu": used,
         "niced": niced,
     }
