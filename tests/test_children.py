@@ -25,7 +25,7 @@ from opentelemetry.instrumentation.process.linux import children as linux_childr
 from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
 
-from .conftest import OpenRecorder, collect, points
+from .conftest import OpenRecorder, collect, collect_after_close, points
 from .support.forked import c_fork, in_child
 from .support.groupkids import Kid, claimed_slot
 from .support.waiting import eventually
@@ -783,7 +783,7 @@ def test_uninstrument_stops_the_children_points(
     pm = supervise()
     assert "process_metrics.tree.cpu.time" in collect(reader)
     pm.close()
-    assert collect(reader) == {}
+    assert collect_after_close(reader) == {}
 
 
 # --- PSS and USS -------------------------------------------------------------------

@@ -33,13 +33,14 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.catalog import supported
-from opentelemetry.instrumentation.process.metrics import METRICS, Kind, Metric
+from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, Kind, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
-from .conftest import OpenRecorder, collect, points, value
+from .conftest import RECORDED, OpenRecorder, collect, collect_after_close, points, value
 from .support import cgroups, internals
 from .support.exporters import Exporter
 from .support.forked import in_child, python_env
+from .support.gc import STALLS_TIMED, stall
 
 LOGGER = "opentelemetry.instrumentation.process"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
@@ -421,8 +422,8 @@ def test_several_configurations_at_once_on_their_own_providers() -> None:
         assert a and all(n.startswith("system.") for n in a), sorted(a)
         assert b and not any(n.startswith("system.") for n in b), sorted(b)
         first.close()
-        assert collect(readers[0]) == {}
-        assert set(collect(readers[1])) == set(b)
+        assert collect_after_close(readers[0]) == {}
+        assert set(collect(readers[1])) - RECORDED == set(b) - RECORDED
     finally:
         first.close()
         second.close()
@@ -443,7 +444,7 @@ def test_after_uninstrument_a_collection_reads_nothing(
     collect(reader)
     ProcessInstrumentor().uninstrument()
     with opens.recording() as paths:
-        assert collect(reader) == {}
+        assert collect_after_close(reader) == {}
     assert paths == []
 
 
@@ -520,31 +521,43 @@ def test_the_otlp_exporter_waits_10_s_by_default_and_2_s_when_told(
 # -- the pre-fork recipes replace an inherited instrumentation (prefork) ------------------
 
 
+GC_STALL = "process_metrics.cpython.gc.stall.duration"
+
+
+@pytest.mark.skipif(not supported(METRICS_BY_NAME[GC_STALL]), reason="no GC pauses here")
 def test_an_instrumentation_inherited_from_the_master_is_refused_until_turned_off(
     instrument: Callable[..., ProcessInstrumentor],
     reader: InMemoryMetricReader,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """prefork: "otherwise instrument() is refused, and the worker goes on reporting through
-    the master's provider"; after uninstrument() "it has nothing to export, and exports
-    nothing"; the recipes "then say whether process metrics are on"."""
-    inherited = instrument()  # the master's, as opentelemetry-instrument leaves it
+    the master's provider"; turned off, "this package reports no new points there: a
+    stall it recorded before is exported again, unchanged"; the recipes "then say whether process
+    metrics are on"."""
+    inherited = instrument(**STALLS_TIMED)  # the master's, as opentelemetry-instrument leaves it
     own_reader = InMemoryMetricReader()
     own = MeterProvider(metric_readers=[own_reader])
     try:
         with caplog.at_level(logging.WARNING):
             inherited.instrument(meter_provider=own)
         assert "Attempting to instrument while already instrumented" in caplog.text
-        assert "process.memory.usage" in collect(reader), "the master's provider reports"
+        stall()  # one the master's provider records
+        found = collect(reader)
+        assert "process.memory.usage" in found, "the master's provider reports"
+        recorded = points(found[GC_STALL])
         assert not collect(own_reader), "the worker's own provider got nothing"
         # What the recipes do: turn the inherited one off, then instrument their own.
         assert ProcessInstrumentor().is_instrumented_by_opentelemetry
         ProcessInstrumentor().uninstrument()
-        ProcessInstrumentor().instrument(meter_provider=own)
+        ProcessInstrumentor().instrument(meter_provider=own, **STALLS_TIMED)
         assert ProcessInstrumentor().options is not None  # what "process metrics on" checks
-        assert "process.memory.usage" in collect(own_reader)
-        # The inherited provider has no points left: its reader collects nothing to export.
-        assert reader.get_metrics_data() is None
+        stall()  # one the worker's own provider records
+        mine = collect(own_reader)
+        assert "process.memory.usage" in mine and GC_STALL in mine
+        # The inherited provider: no new point; its stall histogram, as it was before.
+        left = collect(reader)
+        assert set(left) == {GC_STALL}
+        assert points(left[GC_STALL]) == recorded
     finally:
         ProcessInstrumentor().uninstrument()
         own.shutdown()

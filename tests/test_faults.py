@@ -43,7 +43,7 @@ from opentelemetry.instrumentation.process.sources import process as process_sou
 from opentelemetry.instrumentation.process.sources import saturation as saturation_sources
 from opentelemetry.instrumentation.process.sources.process import REFRESH
 
-from .conftest import HOST_MODES, Clock, Sdk, collect, points
+from .conftest import HOST_MODES, Clock, Sdk, collect, collect_after_close, points
 from .support.gc import callbacks_kept
 
 LOGGER = "opentelemetry.instrumentation.process"
@@ -774,7 +774,7 @@ def test_a_source_that_cannot_close_still_lets_uninstrument_finish(
         caplog.set_level(logging.WARNING, logger=LOGGER)
         ProcessInstrumentor().uninstrument()
         assert not ProcessInstrumentor().is_instrumented_by_opentelemetry
-        assert sdk.collect() == {}
+        assert collect_after_close(sdk.reader) == {}
     assert _ours(caplog) == [
         "process metrics: could not close source 'cpython_gc_pauses' (RuntimeError: "
         "gc.callbacks is read-only); the metrics it feeds are left out."

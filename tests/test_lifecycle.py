@@ -9,20 +9,49 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics import Histogram, MeterProvider
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
+from opentelemetry.instrumentation.process.catalog import supported
+from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 
-from .conftest import Sdk, collect, points
+from .conftest import Sdk, collect, collect_after_close, points
+from .support.gc import STALLS_TIMED, stall
+
+GC_STALL = "process_metrics.cpython.gc.stall.duration"
 
 
 def test_uninstrument_stops_every_point(sdk: Sdk) -> None:
     sdk.instrument(per_thread=True, include=["system.*"])
     assert sdk.collect()
     ProcessInstrumentor().uninstrument()
-    assert sdk.collect() == {}
-    assert sdk.collect() == {}
+    assert collect_after_close(sdk.reader) == {}
+    assert collect_after_close(sdk.reader) == {}
+
+
+@pytest.mark.skipif(not supported(METRICS_BY_NAME[GC_STALL]), reason="no GC pauses here")
+def test_a_stall_recorded_before_uninstrument_is_exported_again_only_as_a_cumulative_sum() -> None:
+    """design: the SDK "exports it again, unchanged, at each collection"; "a reader with
+    delta temporality exports nothing of it"."""
+    cumulative = InMemoryMetricReader()
+    delta = InMemoryMetricReader(preferred_temporality={Histogram: AggregationTemporality.DELTA})
+    provider = MeterProvider(metric_readers=[cumulative, delta])
+    try:
+        ProcessInstrumentor().instrument(meter_provider=provider, **STALLS_TIMED)
+        stall()
+        recorded = points(collect(cumulative)[GC_STALL])
+        assert GC_STALL in collect(delta)
+        ProcessInstrumentor().uninstrument()
+        stall()  # seen by nothing now
+        for _ in range(2):
+            left = collect(cumulative)
+            assert set(left) == {GC_STALL}
+            assert points(left[GC_STALL]) == recorded
+            assert collect(delta) == {}
+    finally:
+        ProcessInstrumentor().uninstrument()
+        provider.shutdown()
 
 
 def test_reinstrument_with_other_options_resumes_without_duplicates(
@@ -77,7 +106,7 @@ def test_moving_to_another_provider(reader: InMemoryMetricReader, provider: Any)
         assert collect(reader)
         ProcessInstrumentor().uninstrument()
         ProcessInstrumentor().instrument(meter_provider=other)
-        assert collect(reader) == {}
+        assert collect_after_close(reader) == {}
         assert "process.cpu.time" in collect(other_reader)
     finally:
         ProcessInstrumentor().uninstrument()

@@ -17,6 +17,11 @@ from opentelemetry.instrumentation.process.probes.gc_pauses import (
     GcPauseReading,
     GcPauses,
 )
+from opentelemetry.instrumentation.process.sources.runtime import STALL_SECONDS
+
+STALLS_TIMED: dict[str, bool] = {"gc_pause_histogram": True} if TIMED_BY_INTERPRETER else {}
+"""Options under which ``stall()`` is seen: where the interpreter times its own
+collections, the buckets option installs the callback that sees the sleep (docs/runtime.md)."""
 
 # Objects in the cyclic graph: a full collection of it takes tens of ms here.
 GRAPH = 300_000
@@ -91,6 +96,20 @@ def callbacks_kept() -> Iterator[None]:
         yield
     finally:
         gc.callbacks[:] = saved
+
+
+def stall() -> None:
+    """One full collection stopped for longer than a stall: a gc callback after ours sleeps."""
+
+    def sleeper(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            time.sleep(1.5 * STALL_SECONDS)
+
+    gc.callbacks.append(sleeper)
+    try:
+        gc.collect()
+    finally:
+        gc.callbacks.remove(sleeper)
 
 
 def cyclic_garbage(n: int = GRAPH) -> None:
