@@ -23,7 +23,6 @@ from opentelemetry.instrumentation.process import (
     ProcessMetricsOptions,
 )
 from opentelemetry.instrumentation.process.catalog import supported
-from opentelemetry.instrumentation.process.metrics import METRICS, Kind
 
 from .support import expected_skips
 from .support.groupkids import Kid
@@ -66,15 +65,17 @@ def collect(reader: InMemoryMetricReader) -> dict[str, Metric]:
     return ours(reader.get_metrics_data())
 
 
-RECORDED = frozenset(m.name for m in METRICS if m.kind is Kind.HISTOGRAM)
-"""The stall histograms. They are synchronous: with cumulative temporality the SDK
-exports again, unchanged, what they recorded before uninstrument() (docs/design.md),
-and a loaded machine can make a stall in any test."""
-
-
 def collect_after_close(reader: InMemoryMetricReader) -> dict[str, Metric]:
-    """One collection after uninstrument(): this package's metrics but the stall histograms."""
-    return {name: m for name, m in collect(reader).items() if name not in RECORDED}
+    """One collection after uninstrument(): this package's metrics but the histograms of
+    events, which the SDK exports again, unchanged, once they recorded one (docs/design.md)."""
+    events = events_metrics()
+    return {name: m for name, m in collect(reader).items() if name not in events}
+
+
+def reported(found: dict[str, Metric]) -> set[str]:
+    """The names in a collection but the histograms of events: a loaded machine can make
+    a stall, and so their point, in any collection."""
+    return set(found) - events_metrics()
 
 
 def ours(data: MetricsData | None) -> dict[str, Metric]:

@@ -43,7 +43,7 @@ from opentelemetry.instrumentation.process.sources import process as process_sou
 from opentelemetry.instrumentation.process.sources import saturation as saturation_sources
 from opentelemetry.instrumentation.process.sources.process import REFRESH
 
-from .conftest import HOST_MODES, Clock, Sdk, collect, collect_after_close, points
+from .conftest import HOST_MODES, Clock, Sdk, collect, collect_after_close, points, reported
 from .support.gc import callbacks_kept
 
 LOGGER = "opentelemetry.instrumentation.process"
@@ -601,7 +601,7 @@ def test_unreadable_static_facts_leave_out_only_what_needs_them(
 ) -> None:
     include = ["process_metrics.unix.file_descriptor.limit"] if ON_LINUX else []
     sdk.instrument(include=include)
-    healthy = set(sdk.collect())
+    healthy = reported(sdk.collect())
     ProcessInstrumentor().uninstrument()
     if not needing & healthy:
         pytest.skip(f"this platform reports none of {sorted(needing)}")
@@ -620,7 +620,7 @@ def test_unreadable_static_facts_leave_out_only_what_needs_them(
     sdk.instrument(include=include)  # must not raise
     assert ProcessInstrumentor().is_instrumented_by_opentelemetry
     monkeypatch.undo()  # only the facts read at instrument() were broken
-    got = set(sdk.collect())
+    got = reported(sdk.collect())
     # Unknown is left out, never reported as a misleading 0.
     assert got == healthy - needing, (healthy - needing) ^ got
     warnings = _ours(caplog)
@@ -638,7 +638,7 @@ def test_start_time_unreadable_in_the_psutil_constructor_leaves_out_only_uptime(
     this path; the lowest-versions cell of the matrix runs the real one.
     """
     sdk.instrument()
-    healthy = set(sdk.collect())
+    healthy = reported(sdk.collect())
     ProcessInstrumentor().uninstrument()
     real_init = psutil.Process.__init__
 
@@ -656,7 +656,7 @@ def test_start_time_unreadable_in_the_psutil_constructor_leaves_out_only_uptime(
     caplog.set_level(logging.WARNING, logger=LOGGER)
     sdk.instrument()  # must not raise
     monkeypatch.undo()
-    assert set(sdk.collect()) == healthy - {"process.uptime"}
+    assert reported(sdk.collect()) == healthy - {"process.uptime"}
     assert any("could not read the process start time (OSError" in w for w in _ours(caplog))
 
 
@@ -743,7 +743,7 @@ def test_a_source_that_cannot_open_is_left_out_and_says_why(
     sdk: Sdk, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     sdk.instrument()
-    healthy = set(sdk.collect())
+    healthy = reported(sdk.collect())
     ProcessInstrumentor().uninstrument()
     if not healthy >= PAUSE_METRICS:
         pytest.skip("no garbage-collection pauses here (not CPython)")
@@ -754,7 +754,7 @@ def test_a_source_that_cannot_open_is_left_out_and_says_why(
     monkeypatch.setattr(GcPauses, "start", broken)
     caplog.set_level(logging.WARNING, logger=LOGGER)
     sdk.instrument()
-    assert set(sdk.collect()) == healthy - PAUSE_METRICS
+    assert reported(sdk.collect()) == healthy - PAUSE_METRICS
     assert _ours(caplog) == [
         "process metrics: could not open source 'cpython_gc_pauses' (RuntimeError: "
         "gc.callbacks is read-only); the metrics it feeds are left out."

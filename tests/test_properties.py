@@ -49,7 +49,7 @@ from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NA
 from opentelemetry.instrumentation.process.options import OPTION_NAMES, declared
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
-from .conftest import DIRECT_READS_VAR, Records, collect
+from .conftest import DIRECT_READS_VAR, Records, collect, collect_after_close
 from .support.stress import size
 
 LOGGER = "opentelemetry.instrumentation.process"
@@ -277,7 +277,7 @@ def assert_still_usable(provider: MeterProvider, reader: InMemoryMetricReader) -
     inst = ProcessInstrumentor()
     assert not inst.is_instrumented_by_opentelemetry
     assert inst.options is None
-    assert collect(reader) == {}
+    assert collect_after_close(reader) == {}
     inst.instrument(meter_provider=provider)
     try:
         assert inst.is_instrumented_by_opentelemetry
@@ -503,7 +503,7 @@ def test_environment_never_breaks_instrument(
         o for o, v in ENV_VARS.items() if env.get(v, "").strip() and v not in invalid
     }
     assert all(getattr(want, o) == value for o, value in found.items())
-    assert collect(reader) == {}
+    assert collect_after_close(reader) == {}
 
 
 # -- Strategies: values from code ------------------------------------------------

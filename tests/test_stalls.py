@@ -33,10 +33,9 @@ from opentelemetry.instrumentation.process.probes.gil_wait import gil_enabled
 from opentelemetry.instrumentation.process.sources.runtime import STALL_SECONDS
 
 from .conftest import collect
-from .support.gc import cyclic_garbage, gc_off
+from .support.gc import GC_STALL, cyclic_garbage, gc_off
 from .support.semconv import check_shape
 
-GC_STALL = "process_metrics.cpython.gc.stall.duration"
 LOOP_STALL = "process_metrics.eventloop.stall.duration"
 INJECTED = 20
 BLOCK = 0.2

@@ -19,6 +19,8 @@ from opentelemetry.instrumentation.process.probes.gc_pauses import (
 )
 from opentelemetry.instrumentation.process.sources.runtime import STALL_SECONDS
 
+GC_STALL = "process_metrics.cpython.gc.stall.duration"
+
 STALLS_TIMED: dict[str, bool] = {"gc_pause_histogram": True} if TIMED_BY_INTERPRETER else {}
 """Options under which ``stall()`` is seen: where the interpreter times its own
 collections, the buckets option installs the callback that sees the sleep (docs/runtime.md)."""
