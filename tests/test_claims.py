@@ -33,7 +33,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
 from opentelemetry.instrumentation.process.catalog import supported
-from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME, Kind, Metric
+from opentelemetry.instrumentation.process.metrics import METRICS, Kind, Metric
 from opentelemetry.instrumentation.process.selection import enabled_metrics
 
 from .conftest import (
@@ -48,7 +48,7 @@ from .conftest import (
 from .support import cgroups, internals
 from .support.exporters import Exporter
 from .support.forked import in_child, python_env
-from .support.gc import GC_STALL, STALLS_TIMED, stall
+from .support.gc import GC_STALL, STALLS_TIMED, needs_gc_stalls, stall
 
 LOGGER = "opentelemetry.instrumentation.process"
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads procfs")
@@ -529,7 +529,7 @@ def test_the_otlp_exporter_waits_10_s_by_default_and_2_s_when_told(
 # -- the pre-fork recipes replace an inherited instrumentation (prefork) ------------------
 
 
-@pytest.mark.skipif(not supported(METRICS_BY_NAME[GC_STALL]), reason="no GC pauses here")
+@needs_gc_stalls
 def test_an_instrumentation_inherited_from_the_master_is_refused_until_turned_off(
     instrument: Callable[..., ProcessInstrumentor],
     reader: InMemoryMetricReader,

@@ -13,11 +13,9 @@ from opentelemetry.sdk.metrics import Histogram, MeterProvider
 from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 
 from opentelemetry.instrumentation.process import ProcessInstrumentor
-from opentelemetry.instrumentation.process.catalog import supported
-from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 
 from .conftest import Sdk, collect, collect_after_close, points, reported
-from .support.gc import GC_STALL, STALLS_TIMED, stall
+from .support.gc import GC_STALL, STALLS_TIMED, needs_gc_stalls, stall
 
 
 def test_uninstrument_stops_every_point(sdk: Sdk) -> None:
@@ -28,7 +26,7 @@ def test_uninstrument_stops_every_point(sdk: Sdk) -> None:
     assert collect_after_close(sdk.reader) == {}
 
 
-@pytest.mark.skipif(not supported(METRICS_BY_NAME[GC_STALL]), reason="no GC pauses here")
+@needs_gc_stalls
 def test_a_stall_recorded_before_uninstrument_is_exported_again_only_as_a_cumulative_sum() -> None:
     """design: the SDK "exports it again, unchanged, at each collection"; "a reader with
     delta temporality exports nothing of it"."""

@@ -26,24 +26,20 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from opentelemetry import trace
 from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
-from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 from opentelemetry.instrumentation.process.probes.gc_pauses import TIMED_BY_INTERPRETER
 from opentelemetry.instrumentation.process.probes.gil_wait import gil_enabled
 from opentelemetry.instrumentation.process.sources.runtime import STALL_SECONDS
 
 from .conftest import collect
-from .support.gc import GC_STALL, cyclic_garbage, gc_off
+from .support.gc import GC_STALL, cyclic_garbage, gc_off, needs_gc_stalls
 from .support.semconv import check_shape
 
 LOOP_STALL = "process_metrics.eventloop.stall.duration"
 INJECTED = 20
 BLOCK = 0.2
 
-pytestmark = pytest.mark.skipif(
-    not supported(METRICS_BY_NAME[GC_STALL]),
-    reason="no garbage-collection pauses here (not CPython)",
-)
+pytestmark = needs_gc_stalls
 
 
 @pytest.fixture

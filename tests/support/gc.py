@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from opentelemetry.instrumentation.process.catalog import supported
+from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 from opentelemetry.instrumentation.process.probes.gc_pauses import (
     BOUNDS,
     TIMED_BY_INTERPRETER,
@@ -20,6 +22,10 @@ from opentelemetry.instrumentation.process.probes.gc_pauses import (
 from opentelemetry.instrumentation.process.sources.runtime import STALL_SECONDS
 
 GC_STALL = "process_metrics.cpython.gc.stall.duration"
+needs_gc_stalls = pytest.mark.skipif(
+    not supported(METRICS_BY_NAME[GC_STALL]),
+    reason="no garbage-collection pauses here (not CPython)",
+)
 
 STALLS_TIMED: dict[str, bool] = {"gc_pause_histogram": True} if TIMED_BY_INTERPRETER else {}
 """Options under which ``stall()`` is seen: where the interpreter times its own
