@@ -115,11 +115,13 @@ def setup_metrics(**_: Any) -> None:
     instrumentor.instrument(meter_provider=provider)
     said = "on" if instrumentor.options is not None else "NOT on"
     attrs = resource.attributes
-    print(
+    # One write: unbuffered (PYTHONUNBUFFERED), print() writes the newline apart,
+    # and two workers' lines can interleave.
+    sys.stdout.write(
         f"worker {os.getpid()}: process metrics {said}, slot {attrs.get(SLOT)},"
-        f" service.instance.id {attrs.get('service.instance.id')}",
-        flush=True,
+        f" service.instance.id {attrs.get('service.instance.id')}\n"
     )
+    sys.stdout.flush()
     _providers.append(provider)
 
 

@@ -32,6 +32,7 @@ import json
 import multiprocessing
 import multiprocessing.util
 import os
+import sys
 import time
 from typing import Any
 
@@ -102,11 +103,13 @@ def setup_metrics() -> None:
     multiprocessing.util.Finalize(None, provider.shutdown, exitpriority=10)
     said = "on" if instrumentor.options is not None else "NOT on"
     attrs = resource.attributes
-    print(
+    # One write: unbuffered (PYTHONUNBUFFERED), print() writes the newline apart,
+    # and two workers' lines can interleave.
+    sys.stdout.write(
         f"worker {os.getpid()}: process metrics {said}, slot {attrs.get(SLOT)},"
-        f" service.instance.id {attrs.get('service.instance.id')}",
-        flush=True,
+        f" service.instance.id {attrs.get('service.instance.id')}\n"
     )
+    sys.stdout.flush()
 
 
 def work(cpu_seconds: float) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -96,11 +97,13 @@ def setup_metrics() -> None:
     _providers.append(provider)
     said = "on" if instrumentor.options is not None else "NOT on"
     attrs = resource.attributes
-    print(
+    # One write: unbuffered (PYTHONUNBUFFERED), print() writes the newline apart,
+    # and two workers' lines can interleave.
+    sys.stdout.write(
         f"worker {os.getpid()}: process metrics {said}, slot {attrs.get(SLOT)},"
-        f" service.instance.id {attrs.get('service.instance.id')}",
-        flush=True,
+        f" service.instance.id {attrs.get('service.instance.id')}\n"
     )
+    sys.stdout.flush()
 
 
 def flush_metrics() -> None:

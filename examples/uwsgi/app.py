@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -94,11 +95,13 @@ def setup_metrics() -> None:
     instrumentor.instrument(meter_provider=provider)
     said = "on" if instrumentor.options is not None else "NOT on"
     attrs = resource.attributes
-    print(
+    # One write: unbuffered (PYTHONUNBUFFERED), print() writes the newline apart,
+    # and two workers' lines can interleave.
+    sys.stdout.write(
         f"worker {os.getpid()}: process metrics {said}, slot {attrs.get(SLOT)},"
-        f" service.instance.id {attrs.get('service.instance.id')}",
-        flush=True,
+        f" service.instance.id {attrs.get('service.instance.id')}\n"
     )
+    sys.stdout.flush()
 
 
 def application(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:

@@ -25,7 +25,8 @@ import psutil
 from .servers import VictoriaMetrics, wait_until
 
 ANNOUNCED = re.compile(
-    r"worker (\d+): process metrics (on|NOT on), slot (\d+|None), service\.instance\.id (\S+)"
+    r"worker (\d+): process metrics (on|NOT on), slot (\d+|None), "
+    r"service\.instance\.id ([0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}|None)"
 )
 SHARED = "system_memory_usage_bytes"
 """A shared metric on by default (host group), Prometheus naming."""
