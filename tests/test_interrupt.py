@@ -16,6 +16,7 @@ package, with every option), as ``opentelemetry-instrument`` would.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -89,3 +90,33 @@ def test_a_signal_handlers_exit_status_comes_through_a_collection(tmp_path: Path
     )
     assert _status(tmp_path, None, program) == 7
     assert _status(tmp_path, {}, program) == 7
+
+
+def test_a_collection_imports_nothing_even_with_every_option_on() -> None:
+    """The collection of a periodic reader runs in its own thread: an import there changes
+    ``sys.modules`` while the program may walk it (CPython's regrtest does at start-up, and
+    died with "dictionary changed size during iteration" when the swap source built its
+    sysinfo(2) call at the first collection). A fresh interpreter, as at start-up."""
+    program = (
+        "import json, sys, threading\n"
+        "from opentelemetry.sdk.metrics import MeterProvider\n"
+        "from opentelemetry.sdk.metrics.export import InMemoryMetricReader\n"
+        "from opentelemetry.instrumentation.process import ProcessInstrumentor\n"
+        "reader = InMemoryMetricReader()\n"
+        "inst = ProcessInstrumentor()\n"
+        "inst.instrument(meter_provider=MeterProvider(metric_readers=[reader]),"
+        " **json.loads(sys.argv[1]))\n"
+        "before = set(sys.modules)\n"
+        "for _ in range(2):\n"
+        "    t = threading.Thread(target=reader.get_metrics_data); t.start(); t.join()\n"
+        "inst.uninstrument()\n"
+        "print(json.dumps(sorted(set(sys.modules) - before)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program, json.dumps(every_option())],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(done.stdout.splitlines()[-1]) == []

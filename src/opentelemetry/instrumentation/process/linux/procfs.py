@@ -100,14 +100,25 @@ def _sysinfo() -> Any:
     # ctypes only here: the swap metrics are opt-in, and its import costs memory.
     import ctypes
 
-    if not _LOADED:
-        _LOADED.append(_load_sysinfo())
-    call, struct = _LOADED[0]
+    call, struct = load_sysinfo()
     info = struct()
     if call(ctypes.byref(info)) != 0:
         code = ctypes.get_errno()
         raise OSError(code, os.strerror(code))
     return info
+
+
+def load_sysinfo() -> tuple[Any, Any]:
+    """libc's sysinfo(2) and its struct type, built once: ``swap_totals()`` calls them.
+
+    Building them imports modules (``ctypes``, and ``ctypes._layout`` from 3.14):
+    call this where the source opens, not in a collection's thread, where an
+    import changes ``sys.modules`` under a program that walks it.
+    Raises ``OSError`` if libc has no ``sysinfo``.
+    """
+    if not _LOADED:
+        _LOADED.append(_load_sysinfo())
+    return _LOADED[0]
 
 
 def _load_sysinfo() -> tuple[Any, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Mapping
 from typing import Any
@@ -159,6 +160,14 @@ def _swap_totals(ctx: ReadContext) -> tuple[int, int]:
     return swap.total, swap.free
 
 
+def _open_swap(ctx: ReadContext) -> bool:
+    """Build the sysinfo(2) call now, in instrument()'s thread: nothing is imported at a
+    collection (snapshot's ``_open``). Without it, the reads fall back to psutil."""
+    with contextlib.suppress(OSError):
+        procfs.load_sysinfo()
+    return True
+
+
 def _swap(ctx: ReadContext) -> Reading:
     total, free = _swap_totals(ctx)
     # As psutil.swap_memory() computes it.
@@ -269,6 +278,7 @@ SOURCES: tuple[Source, ...] = (
         {"usage": _PAGING, "utilization": _PAGING},
         "one sysinfo(2) syscall (elsewhere: psutil)",
         shared=True,
+        open=_open_swap,
         direct=(
             DirectRead(
                 "swap",
