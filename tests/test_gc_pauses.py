@@ -1550,7 +1550,35 @@ def _after_its_stop(callback: Any, generation: int) -> BaseException | None:
     return None
 
 
-@pytest.mark.parametrize("where", ["in the callback", "before its first line"])
+def _a_traceback_through(callback: Any, exc: BaseException) -> Any:
+    """A real traceback of ``exc`` raised in ``callback``'s frame (in a thread other than the
+    main one, where the callback cannot hand it back, and lets it out)."""
+    escaped: list[BaseException] = []
+
+    def raising_clock() -> float:
+        raise exc
+
+    def collect() -> None:
+        by_hand(callback, "start", 2, lambda: 0.0)
+        try:
+            by_hand(callback, "stop", 2, raising_clock)
+        except BaseException as got:  # noqa: BLE001 - the result
+            escaped.append(got)
+
+    thread = threading.Thread(target=collect)
+    thread.start()
+    thread.join()
+    assert escaped == [exc]
+    return exc.__traceback__
+
+
+WHERE_SIGNALS = ["in the callback", "before its first line", "named by its frame only"]
+"""Where a signal's exception is raised as a collection starts: caught by the callback's
+``try``, or reported to the unraisable hook naming the callback (to 3.13) or naming nothing
+and with the callback's frame in its traceback (``PyErr_FormatUnraisable``, 3.14)."""
+
+
+@pytest.mark.parametrize("where", WHERE_SIGNALS)
 def test_a_signal_at_a_collections_start_is_raised_after_its_stop(
     hooked: GcPauses, where: str
 ) -> None:
@@ -1570,6 +1598,9 @@ def test_a_signal_at_a_collections_start_is_raised_after_its_stop(
     sigint = signal.getsignal(signal.SIGINT)
     with callbacks_kept(), gc_off():
         hooked.start()
+        traceback = (
+            _a_traceback_through(callback, exc) if where == "named by its frame only" else None
+        )
         hooked.reset()
         if where == "in the callback":
             by_hand(callback, "start", 2, raising_clock)
@@ -1578,9 +1609,9 @@ def test_a_signal_at_a_collections_start_is_raised_after_its_stop(
                 types.SimpleNamespace(
                     exc_type=KeyboardInterrupt,
                     exc_value=exc,
-                    exc_traceback=None,
+                    exc_traceback=traceback,
                     err_msg=None,
-                    object=callback,
+                    object=None if traceback is not None else callback,
                 )
             )
         # Nothing was raised at the start (the test would have ended there): at the stop.

@@ -797,3 +797,29 @@ def test_a_probe_lock_held_by_another_thread_at_the_fork_does_not_hang_the_forke
     child = _fork_from_the_loop(monitor, fork, hold_probe_lock=True)
     assert child["status"] == (True, 0), child  # killed by its alarm if it hung
     assert child["labels"] == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads /proc")
+@pytest.mark.parametrize("fork", list(FORKS))
+def test_the_watch_starts_again_in_a_child_only_where_its_threads_are_its_own(fork: str) -> None:
+    """After Python's fork the child's watch thread starts again; after one from C (uWSGI's),
+    where the parent's threads are still listed and ``sys._current_frames()`` would walk them,
+    it does not: the child's stalls are then kept without a name."""
+    monitor = LoopMonitor(interval=INTERVAL, stalls=True)
+    monitor.start()
+
+    def body() -> dict[str, Any]:
+        monitor.read_delays()  # an entry point: the pid check finds the fork
+        tasks = set(os.listdir("/proc/self/task"))
+        live = [
+            t
+            for t in threading.enumerate()
+            if t.name == stalls.THREAD_NAME and str(t.native_id) in tasks
+        ]
+        return {"watching": len(live)}
+
+    try:
+        child = in_child(body, fork=FORKS[fork])
+    finally:
+        monitor.stop()
+    assert child == {"watching": 1 if fork == "os.fork" else 0}, child

@@ -255,3 +255,48 @@ def test_the_stall_thread_sleeps_through_a_stall_it_has_named(reporting: Reporti
         asyncio.run(block())
     assert collect(reader)[LOOP_STALL].data.data_points[0].count == 1
     assert used[0] < 0.1, used
+
+
+class _Probe:
+    """A probe as the watch reads it (:class:`Watched`), set by hand."""
+
+    def __init__(self, ran_at: float, stall: float) -> None:
+        self.ran_at = ran_at
+        self.stall = stall
+        self.dead = False
+        self.seen: Any = None
+        self.thread_id: int | None = threading.get_ident()
+
+
+def test_the_watch_names_a_stalled_loop_listed_after_idle_and_working_ones() -> None:
+    """Each loop is looked at: one in ``select``, one stopped, one dead and one working but not
+    yet stalled come first, and the stalled one after them is still named."""
+    from opentelemetry.instrumentation.process.probes.loops.stalls import Watch
+
+    now = time.monotonic()
+    idle, stopped, dead, working = (
+        _Probe(0.0, 0.05),
+        _Probe(now, float("inf")),
+        _Probe(now - 10.0, 0.05),
+        _Probe(now, 3600.0),
+    )
+    dead.dead = True
+    stalled = _Probe(now - 10.0, 0.05)
+    watch = Watch(lambda: (idle, stopped, dead, working, stalled))
+    watch.start()
+    try:
+        deadline = time.monotonic() + 10.0
+        while stalled.seen is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # this frame is what the "loop's" thread runs
+    finally:
+        watch.stop()
+    if gil_enabled():
+        assert stalled.seen is not None and stalled.seen.began == stalled.ran_at
+        # What this thread ran when looked at: this test, or starting the watch's thread.
+        assert stalled.seen.code in {
+            f"{__name__}.{sys._getframe().f_code.co_name}",
+            "threading.Condition.wait",
+        }, stalled.seen.code
+    else:  # without a GIL the watch reads no frame
+        assert stalled.seen is None
+    assert [p.seen for p in (idle, stopped, dead, working)] == [None] * 4
