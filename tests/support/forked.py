@@ -125,7 +125,7 @@ def in_child(
                 result = body()
             except BaseException as exc:  # noqa: BLE001 - anything goes back to the parent
                 result = {"error": f"{type(exc).__name__}: {exc}"}
-            result[_HITS] = _mutation_hits()
+            result[_HITS] = mutation_hits()
             data = json.dumps(result).encode()
             while data:
                 data = data[os.write(write_end, data) :]
@@ -144,7 +144,7 @@ def in_child(
             pytest.fail(f"{name} hung: its {timeout} s alarm fired")
         pytest.fail(f"{name} died by signal {signal.Signals(sig).name}")
     result: dict[str, Any] = json.loads(data or b"{}")
-    _add_mutation_hits(result.pop(_HITS, []))
+    add_mutation_hits(result.pop(_HITS, []))
     if "error" in result:
         pytest.fail(f"{name} failed: {result['error']}")
     return result
@@ -172,7 +172,7 @@ def _read_and_reap(pid: int, read_end: int, deadline: float) -> tuple[bytes, int
 _HITS = "_mutation_hits"
 
 
-def _mutation_hits() -> list[str]:
+def mutation_hits() -> list[str]:
     """In a child: the functions of the package it ran, when mutmut is recording them.
 
     mutmut picks the tests to run against a mutant by the functions each test
@@ -188,7 +188,7 @@ def _mutation_hits() -> list[str]:
     return sorted(state()._stats)
 
 
-def _add_mutation_hits(hits: list[str]) -> None:
+def add_mutation_hits(hits: list[str]) -> None:
     """In the test process: count the child's functions as reached by this test."""
     if hits:
         from mutmut.state import state

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .forkapps import c_fork
+from .forked import add_mutation_hits, mutation_hits
 
 _UNREAD = object()
 
@@ -53,7 +54,7 @@ class Kid:
                     out: Any = {"ok": job()}
                 except BaseException as exc:  # noqa: BLE001 - anything goes back to the parent
                     out = {"error": f"{type(exc).__name__}: {exc}"}
-                _send(report_w, out)
+                _send(report_w, {**out, "hits": mutation_hits()})
                 while True:
                     word = os.read(control_r, 64).decode().strip()
                     if not word:  # the creator died
@@ -65,7 +66,7 @@ class Kid:
                         out = {"ok": serve(word)}
                     except BaseException as exc:  # noqa: BLE001 - anything goes back
                         out = {"error": f"{type(exc).__name__}: {exc}"}
-                    _send(report_w, out)
+                    _send(report_w, {**out, "hits": mutation_hits()})
             finally:
                 os._exit(0)
         os.close(report_w)
@@ -91,6 +92,7 @@ class Kid:
             assert chunk, f"kid {self.pid} died before reporting"
             data += chunk
         out = json.loads(data)
+        add_mutation_hits(out.get("hits", []))  # what only the child ran, tested by this test
         assert "error" not in out, f"kid {self.pid}: {out['error']}"
         return out["ok"]
 
