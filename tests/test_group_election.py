@@ -389,3 +389,26 @@ def test_a_descriptor_the_program_replaced_during_a_turn_is_left_to_it(
         mine.close()
         for fd in {r, w, *replaced}:
             os.close(fd)
+
+
+def test_the_leaders_record_keeps_each_field_on_its_line_and_stays_bounded(
+    rundir: Path, kids: list[Kid]
+) -> None:
+    """A service written with newlines, non-ASCII text, an undecodable byte of the environment
+    (a surrogate) and past the record's size: each field read back on its own line (a newline
+    becomes a space), and a record cut at its size still names the process (the service
+    last)."""
+    service = "service.name=line one\nline two, é \udcff" + "x" * 5000
+
+    def lead() -> bool:
+        _mine.append(Election(group_of(service)))
+        return _mine[0].leader()
+
+    kid = Kid(lead)
+    kids.append(kid)
+    assert kid.result is True
+    [found] = [h for h in election.reporters() if h.pid == kid.pid]
+    mine = group_of(service)
+    assert (found.user, found.cgroup) == (os.geteuid(), mine.cgroup)
+    assert found.group.startswith("service.name=line one line two, é ?" + "x" * 100)
+    assert len(found.group.encode()) < 4096 < len(service)
