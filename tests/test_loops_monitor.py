@@ -486,15 +486,41 @@ def test_the_next_loop_of_a_thread_takes_over_the_last_window_of_the_closed_one(
         blocks.append(time.perf_counter() - t0)
         await asyncio.sleep(INTERVAL * 2)
 
-    asyncio.run(block(0.1))
-    asyncio.run(block(0.3))  # a new loop, probed from its start under the same name
+    asyncio.run(block(0.3))
+    asyncio.run(block(0.1))  # a new loop, probed from its start under the same name
     count = samples(monitor)
     got = read_lag(monitor)
     assert list(got) == ["MainThread"]
     lag = got["MainThread"]
-    assert lag.max is not None and lag.max >= blocks[1] - INTERVAL
+    # The longer block was the closed loop's: its window is merged into the series.
+    assert lag.max is not None and lag.max >= blocks[0] - INTERVAL
     assert count >= 2  # at least the two block lags, one per loop
     assert read_lag(monitor) == {}
+
+
+def test_a_closed_loop_and_a_new_one_under_one_numbered_label_are_read_as_one(
+    monitor: LoopMonitor,
+) -> None:
+    """Threads of one name: while the first's loop lives, the others are ``T#2``. A closed
+    ``T#2`` is not handed over to the next (its name is ``T``'s), so one read finds both
+    under ``T#2``: its delays are the two loops' together, the longer block the closed one's."""
+    blocks: list[float] = []
+    with idle_loop("T"):
+        time.sleep(INTERVAL * 3)  # begun: "T" is taken
+        for seconds in (0.3, 0.1):
+            with idle_loop("T") as loop:
+                in_loop(loop, lambda s=seconds: _block(blocks, s), after=INTERVAL * 2)  # type: ignore[misc]
+                time.sleep(INTERVAL * 3)  # its next select reads the ticks of the block
+        got = read_lag(monitor)
+    assert sorted(got) == ["T", "T#2"]
+    lag = got["T#2"]
+    assert lag.max is not None and lag.max >= blocks[0] - INTERVAL, (blocks, lag)
+
+
+def _block(blocks: list[float], seconds: float) -> None:
+    t0 = time.monotonic()
+    time.sleep(seconds)
+    blocks.append(time.monotonic() - t0)
 
 
 def _message(value: object) -> str:
