@@ -26,7 +26,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.instrumentation.process import ProcessMetrics
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
 from opentelemetry.instrumentation.process.probes.reaps import WAITS, reaps
-from opentelemetry.instrumentation.process.sources.child_exits import SETTLE
+from opentelemetry.instrumentation.process.sources.child_exits import CARRY, CARRY_TIME, SETTLE
 from opentelemetry.instrumentation.process.sources.exit_causes import CAUSES
 
 from .conftest import collect, points
@@ -438,11 +438,7 @@ def test_the_figures_of_the_supervisor_page_are_the_code_constants() -> None:
     from pathlib import Path
 
     from opentelemetry.instrumentation.process.probes.reaps import MAX_KEPT
-    from opentelemetry.instrumentation.process.sources.child_exits import (
-        CARRY,
-        CARRY_TIME,
-        FIRST_MINUTE,
-    )
+    from opentelemetry.instrumentation.process.sources.child_exits import FIRST_MINUTE
 
     page = " ".join((Path(__file__).parent.parent / "docs" / "supervisor.md").read_text().split())
     assert SETTLE == 5.0 and "at least five seconds after the master reaped" in page
@@ -581,3 +577,33 @@ def test_oom_kills_counted_together_are_matched_one_end_at_a_time(tmp_path: Any)
     events.write_text("oom 2\noom_kill 2\n", encoding="ascii")
     kills.read(now=2.0)
     assert [kills.take(1), kills.take(1), kills.take(1)] == [1, 1, 0]
+
+
+@pytest.mark.parametrize(
+    ("collections", "seconds", "kept"),
+    [
+        (CARRY - 1, CARRY_TIME * 10, 1),  # few collections: kept however long ago
+        (CARRY * 10, CARRY_TIME / 2, 1),  # recent: kept however many collections
+        (CARRY, CARRY_TIME, 0),  # as many collections and as long as carried: gone
+    ],
+)
+def test_an_oom_kill_is_carried_for_its_collections_or_its_seconds(
+    tmp_path: Any, collections: int, seconds: float, kept: int
+) -> None:
+    """A kill waits for its victim's end for :data:`CARRY` collections or :data:`CARRY_TIME`
+    seconds, whichever is longer (a status settles later than the count)."""
+    from opentelemetry.instrumentation.process.linux.files import Key as FileKey
+    from opentelemetry.instrumentation.process.linux.files import flat_keyed_file
+    from opentelemetry.instrumentation.process.sources.child_exits import OomKills
+
+    events = tmp_path / "memory.events"
+    events.write_text("oom_kill 0\n", encoding="ascii")
+    file = flat_keyed_file(str(events), (), (FileKey("oom_kill", "oom_kill"),))
+    assert file is not None
+    kills = OomKills(file)
+    kills.read(now=100.0)
+    events.write_text("oom_kill 1\n", encoding="ascii")
+    kills.read(now=100.0)  # counted at 100 s
+    for _ in range(collections):
+        kills.age(now=100.0 + seconds)
+    assert kills.take(1) == kept
