@@ -9,6 +9,7 @@ thread``, found by CPython's ``test_threading`` with ``gil_wait=True``).
 
 from __future__ import annotations
 
+import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -60,6 +61,22 @@ def test_this_is_the_main_interpreter() -> None:
     assert interpreter.is_main()
 
 
+def test_the_line_of_a_subinterpreter_names_what_to_do_as_it_is_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """mod_wsgi's directive as a person types it (a line is %-formatted only with arguments)."""
+    with caplog.at_level(logging.INFO, logger=interpreter.__package__):
+        interpreter.log_not_main()
+    [record] = caplog.records
+    assert record.levelno == logging.INFO
+    assert record.getMessage().startswith(
+        "process metrics: not reported from this subinterpreter; the main interpreter"
+    )
+    assert record.getMessage().endswith(
+        "in the main interpreter: mod_wsgi's WSGIApplicationGroup %{GLOBAL})"
+    )
+
+
 @pytest.mark.parametrize("options", [{}, every_option()], ids=["defaults", "every option"])
 def test_subinterpreters_end_cleanly_and_are_not_measured(
     tmp_path: Path, options: dict[str, object]
@@ -75,6 +92,7 @@ def test_subinterpreters_end_cleanly_and_are_not_measured(
     # One line per subinterpreter whose site ran the start-up (the isolated
     # kind of 3.14 runs no site module).
     assert said >= (3 if "legacy" in kinds else 0), log
+    assert said == log.count("mod_wsgi's WSGIApplicationGroup %{GLOBAL})"), log
     assert "WARNING" not in log and "ERROR" not in log, log
 
 

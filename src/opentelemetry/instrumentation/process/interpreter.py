@@ -31,8 +31,10 @@ def is_main() -> bool:
 
 def log_not_main() -> None:
     """The one line a subinterpreter logs instead of measuring (INFO: nothing is wrong)."""
+    # The directive passed as an argument: a message without arguments is not %-formatted.
     _logger.info(
         "process metrics: not reported from this subinterpreter; the main interpreter of "
         "the process reports them (instrument there, or run the application in the main "
-        "interpreter: mod_wsgi's WSGIApplicationGroup %%{GLOBAL})"
+        "interpreter: mod_wsgi's %s)",
+        "WSGIApplicationGroup %{GLOBAL}",
     )
