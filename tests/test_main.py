@@ -571,6 +571,10 @@ def test_what_was_found_reads_plainly_where_there_are_no_limits_or_reporters() -
     # A cgroup limit above the host's memory: the host's is the one that binds.
     memory = command._memory_text({"limit": gib, "cgroup_limit": 4 * gib})
     assert memory == "1.0 GiB (host memory; cgroup memory limit 4.0 GiB)"
+    assert command._memory_text({"limit": gib, "cgroup_limit": None}) == (
+        "1.0 GiB (host memory; no cgroup memory limit)"
+    )
+    assert command._memory_text({"limit": None, "cgroup_limit": None}) == "unknown"
     alone = {"this": "every", "reporters": []}
     assert command._shared_text(alone).splitlines() == [
         "this command reads them itself (shared_metrics='every')",
