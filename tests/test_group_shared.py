@@ -321,6 +321,51 @@ def test_a_forked_child_of_the_reporter_does_not_report_them_too(
     assert "system.memory.usage" in reporter.ask("collect")  # the parent keeps the role
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_process_that_leaves_the_role_to_its_child_says_so_at_debug_and_says_the_takeover(
+    rundir: Path, kids: list[Kid], caplog: pytest.LogCaptureFixture
+) -> None:
+    """In this process, as mutation testing reads it: the line saying who reports the shared
+    metrics instead, for which group and how to change it; then the line of the takeover."""
+    service = f"said-{os.getpid()}-{time.monotonic_ns()}"  # a group no test before spoke of
+    leader = instrumented(kids, service=service)
+    assert "system.memory.usage" in leader.result
+    reader = InMemoryMetricReader()
+    resource = Resource.create({"service.name": service})
+    provider = MeterProvider(metric_readers=[reader], resource=resource)
+    with caplog.at_level(logging.DEBUG, logger="opentelemetry.instrumentation.process"):
+        made = ProcessMetrics(meter_provider=provider)  # finds the role taken: says so now
+    try:
+        with caplog.at_level(logging.DEBUG, logger="opentelemetry.instrumentation.process"):
+            for _ in range(2):
+                assert not SHARED & set(collect(reader))
+            leader.kill()
+            assert "system.memory.usage" in collect(reader)
+        assert made.group is not None
+        group = made.group
+    finally:
+        made.close()
+        provider.shutdown()
+    said = [r for r in caplog.records if "the shared metrics" in r.getMessage()]
+    assert [r.levelno for r in said] == [logging.DEBUG] * 2  # our child: of the same server
+    first, then = (r.getMessage() for r in said)
+    assert first.startswith(
+        f"process metrics: this process (pid {os.getpid()}) does not report the shared metrics "
+        f"(system.*, container.*, pressure stalls): process {leader.pid} ("
+    ), first
+    assert (
+        f"reports them for its group, service.name={service} (user {group.user}, cgroup "
+        f"{group.cgroup or '(none)'}). The processes of one service elect one reporter;"
+    ) in first, first
+    assert first.endswith(
+        "or set shared_metrics='every' (OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS=every)."
+    ), first
+    assert then == (
+        f"process metrics: this process (pid {os.getpid()}) now reports the shared metrics of "
+        f"its group, service.name={service}: the process that did is gone."
+    )
+
+
 # --- programs that never named themselves ---------------------------------------------
 
 UNNAMED_APP = """
