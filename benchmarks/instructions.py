@@ -210,8 +210,10 @@ def setup(mode: str) -> Any:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
+    from subjects import RESOURCE
+
     reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
+    provider = MeterProvider(metric_readers=[reader], resource=RESOURCE)
     if mode == "defaults" or mode in OPTIONS:
         from opentelemetry.instrumentation.process import ProcessInstrumentor
 
