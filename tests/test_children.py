@@ -24,6 +24,7 @@ from opentelemetry.instrumentation.process.group import SLOT_ATTRIBUTE
 from opentelemetry.instrumentation.process.linux import children as linux_children
 from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 from opentelemetry.instrumentation.process.platforms import ON_LINUX
+from opentelemetry.instrumentation.process.sources.child_exits import SETTLE
 
 from .conftest import OpenRecorder, collect, collect_after_close, points, reported
 from .support.forked import c_fork, in_child
@@ -706,6 +707,41 @@ def test_a_child_that_exits_mid_read_drops_only_its_points(
     monkeypatch.undo()
     pids = {dict(k).get("process.pid") for k in points(collect(reader)["process.memory.usage"])}
     assert victim in pids
+
+
+@linux_only
+def test_a_listed_child_that_seems_gone_in_one_pass_is_not_counted_as_an_exit(
+    supervise: Callable[..., ProcessMetrics],
+    reader: InMemoryMetricReader,
+    spawn: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Listed, so alive: a child that psutil says is gone while it is still listed (exiting
+    just then) stays in the tree, and no exit is counted until it is no longer listed."""
+    kids = [spawn() for _ in range(2)]
+    wait_listed({k.pid for k in kids})
+    supervise(child_pid=True)
+    collect(reader)
+    # psutil's own exception for a process gone mid-read: it cannot be timed for real.
+    victim = kids[1].pid
+    real = psutil.Process.status
+
+    def status(self: psutil.Process) -> Any:
+        if self.pid == victim:
+            raise psutil.NoSuchProcess(self.pid)
+        return real(self)
+
+    monkeypatch.setattr(psutil.Process, "status", status)
+    seeming = collect(reader)
+    monkeypatch.undo()
+    again = collect(reader)
+    pids = {dict(k).get("process.pid") for k in points(again["process.memory.usage"])}
+    assert victim in pids and kids[0].pid in pids
+    time.sleep(SETTLE)  # an end noted by mistake would be counted by now
+    assert exits(seeming) == exits(again) == exits(collect(reader)) == 0
+    kids[1].kill()
+    kids[1].wait()
+    assert eventually(lambda: exits(collect(reader)) == 1)  # once it is no longer listed
 
 
 # What a child's read says when the OS refuses it otherwise than with EPERM (an I/O
