@@ -81,6 +81,24 @@ CAUSE = "process_metrics.exit.cause"
 SIGNAL = "process_metrics.exit.signal"
 
 
+def failing_for(
+    monkeypatch: pytest.MonkeyPatch,
+    method: str,
+    pid: int,
+    error: Callable[[int], BaseException],
+) -> None:
+    """``psutil.Process.<method>`` raises ``error(pid)`` for process ``pid`` alone: a fault
+    that psutil reports and that cannot be timed or made for real."""
+    real = getattr(psutil.Process, method)
+
+    def failing(self: psutil.Process) -> Any:
+        if self.pid == pid:
+            raise error(pid)
+        return real(self)
+
+    monkeypatch.setattr(psutil.Process, method, failing)
+
+
 def wait_listed(pids: set[int]) -> None:
     """Until every pid in ``pids`` is a live child process of this one."""
     deadline = time.monotonic() + 10
@@ -690,14 +708,7 @@ def test_a_child_that_exits_mid_read_drops_only_its_points(
     # An exit between two reads of one child cannot be timed for real: the
     # second child's num_fds says it has gone (psutil's own exception).
     victim = kids[1].pid
-    real = psutil.Process.num_fds
-
-    def num_fds(self: psutil.Process) -> int:
-        if self.pid == victim:
-            raise psutil.NoSuchProcess(self.pid)
-        return real(self)
-
-    monkeypatch.setattr(psutil.Process, "num_fds", num_fds)
+    failing_for(monkeypatch, "num_fds", victim, psutil.NoSuchProcess)
     with caplog.at_level(logging.WARNING):
         found = collect(reader)
     pids = {dict(k).get("process.pid") for k in points(found["process.memory.usage"])}
@@ -724,14 +735,7 @@ def test_a_listed_child_that_seems_gone_in_one_pass_is_not_counted_as_an_exit(
     collect(reader)
     # psutil's own exception for a process gone mid-read: it cannot be timed for real.
     victim = kids[1].pid
-    real = psutil.Process.status
-
-    def status(self: psutil.Process) -> Any:
-        if self.pid == victim:
-            raise psutil.NoSuchProcess(self.pid)
-        return real(self)
-
-    monkeypatch.setattr(psutil.Process, "status", status)
+    failing_for(monkeypatch, "status", victim, psutil.NoSuchProcess)
     seeming = collect(reader)
     monkeypatch.undo()
     again = collect(reader)
@@ -763,16 +767,9 @@ def test_a_read_refused_for_one_child_is_said_by_name_and_leaves_the_others(
     kids = [spawn() for _ in range(2)]
     wait_listed({k.pid for k in kids})
     victim = kids[1].pid
-    real = getattr(psutil.Process, method)
-
-    def refused(self: psutil.Process) -> Any:
-        if self.pid == victim:
-            raise OSError(5, "Input/output error")
-        return real(self)
-
     # The direct listing: psutil's create_time is then read for the uptime alone.
     supervise(child_pid=True, direct_reads=True)
-    monkeypatch.setattr(psutil.Process, method, refused)
+    failing_for(monkeypatch, method, victim, lambda _pid: OSError(5, "Input/output error"))
     with caplog.at_level(logging.WARNING):
         found = collect(reader)
     what = REFUSED_READS[method]
