@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -324,49 +325,67 @@ def test_a_forked_child_of_the_reporter_does_not_report_them_too(
     assert "system.memory.usage" in reporter.ask("collect")  # the parent keeps the role
 
 
+_grandchildren: list[Kid] = []
+"""In a kid: the kids it made (kept alive while it lives)."""
+
+
+def _led_by_a_grandchild(kids: list[Kid], service: str) -> int:
+    """The pid of a process that reports ``service``'s group and is not of this one's server:
+    a child of a child (neither this process's parent, child nor sibling)."""
+    kid = Kid(lambda: instrumented(_grandchildren, service=service).pid)
+    kids.append(kid)
+    pid: int = kid.result
+    return pid
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
-def test_a_process_that_leaves_the_role_to_its_child_says_so_at_debug_and_says_the_takeover(
-    rundir: Path, kids: list[Kid], caplog: pytest.LogCaptureFixture
+@pytest.mark.parametrize("holder", ["our child", "of another server"])
+def test_a_process_that_leaves_the_role_says_who_has_it_and_then_that_it_took_it_over(
+    rundir: Path, kids: list[Kid], caplog: pytest.LogCaptureFixture, holder: str
 ) -> None:
     """In this process, as mutation testing reads it: the line saying who reports the shared
-    metrics instead, for which group and how to change it; then the line of the takeover."""
+    metrics instead, for which group and how to change it, at DEBUG where that process is of
+    the same server (by design) and at INFO otherwise; then the line of the takeover."""
     service = f"said-{os.getpid()}-{time.monotonic_ns()}"  # a group no test before spoke of
-    leader = instrumented(kids, service=service)
-    assert "system.memory.usage" in leader.result
+    ours = holder == "our child"
+    leader = (
+        instrumented(kids, service=service).pid if ours else _led_by_a_grandchild(kids, service)
+    )
+    name = psutil.Process(leader).name()
     reader = InMemoryMetricReader()
     resource = Resource.create({"service.name": service})
     provider = MeterProvider(metric_readers=[reader], resource=resource)
     with caplog.at_level(logging.DEBUG, logger="opentelemetry.instrumentation.process"):
         made = ProcessMetrics(meter_provider=provider)  # finds the role taken: says so now
-    try:
-        with caplog.at_level(logging.DEBUG, logger="opentelemetry.instrumentation.process"):
+        try:
             for _ in range(2):
                 assert not SHARED & set(collect(reader))
-            leader.kill()
-            assert "system.memory.usage" in collect(reader)
-        assert made.group is not None
-        group = made.group
-    finally:
-        made.close()
-        provider.shutdown()
+            if ours:
+                kids[0].kill()
+                assert "system.memory.usage" in collect(reader)
+            assert made.group is not None
+            group = made.group
+        finally:
+            made.close()
+            provider.shutdown()
     said = [r for r in caplog.records if "the shared metrics" in r.getMessage()]
-    assert [r.levelno for r in said] == [logging.DEBUG] * 2  # our child: of the same server
-    first, then = (r.getMessage() for r in said)
-    assert first.startswith(
-        f"process metrics: this process (pid {os.getpid()}) does not report the shared metrics "
-        f"(system.*, container.*, pressure stalls): process {leader.pid} ("
-    ), first
-    assert (
-        f"reports them for its group, service.name={service} (user {group.user}, cgroup "
-        f"{group.cgroup or '(none)'}). The processes of one service elect one reporter;"
-    ) in first, first
-    assert first.endswith(
-        "or set shared_metrics='every' (OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS=every)."
-    ), first
-    assert then == (
-        f"process metrics: this process (pid {os.getpid()}) now reports the shared metrics of "
-        f"its group, service.name={service}: the process that did is gone."
+    level = logging.DEBUG if ours else logging.INFO
+    assert [r.levelno for r in said] == [level] * (2 if ours else 1)
+    me = os.getpid()
+    assert said[0].getMessage() == (
+        f"process metrics: this process (pid {me}) does not report the shared metrics "
+        f"(system.*, container.*, pressure stalls): process {leader} ({name}) reports them for "
+        f"its group, service.name={service} (user {group.user}, cgroup "
+        f"{group.cgroup or '(none)'}). The processes of one service elect one reporter; a "
+        "program that sets no service.name is told apart by its command line. To report them "
+        "here as well, give this program a service.name of its own (OTEL_SERVICE_NAME), or set "
+        "shared_metrics='every' (OTEL_PYTHON_PROCESS_METRICS_SHARED_METRICS=every)."
     )
+    if ours:
+        assert said[1].getMessage() == (
+            f"process metrics: this process (pid {me}) now reports the shared metrics of its "
+            f"group, service.name={service}: the process that did is gone."
+        )
 
 
 # --- programs that never named themselves ---------------------------------------------

@@ -268,6 +268,9 @@ def test_help_says_what_it_prints_and_which_variables_apply() -> None:
     assert all(f"--{flag}" in said for flag in ("json", "every", "options"))
     assert f"Options: {', '.join(ENV_VARS)}. A value is written as in its" in said
     assert "[OPTION=VALUE ...]" in said and "--every SECONDS" in said
+    for option in command.parser()._actions:  # every argument says what it does
+        if option.dest != "help":
+            assert option.help and " ".join(option.help.split()) in said, option.dest
 
 
 def test_the_snapshot_follows_the_options() -> None:

@@ -92,6 +92,13 @@ def test_no_safe_directory_gives_an_empty_resource_and_one_warning(
         assert ProcessWorkerResourceDetector().detect().attributes == {}
     rundir_lines = [r for r in caplog.records if "runtime directory" in r.getMessage()]
     assert len(rundir_lines) == 1, caplog.text
+    assert (
+        rundir_lines[0]
+        .getMessage()
+        .startswith(
+            f"process metrics: the runtime directory {link} cannot be used safely (UnsafeError: "
+        )
+    ), caplog.text
     said = [r.getMessage() for r in caplog.records if "worker slot" in r.getMessage()]
     assert said[-1:] == [
         "process metrics: no worker slot could be claimed; the process_worker resource "

@@ -300,3 +300,15 @@ def test_the_watch_names_a_stalled_loop_listed_after_idle_and_working_ones() -> 
     else:  # without a GIL the watch reads no frame
         assert stalled.seen is None
     assert [p.seen for p in (idle, stopped, dead, working)] == [None] * 4
+
+
+def test_the_names_of_stalled_code_are_bounded_and_a_known_one_stays_itself() -> None:
+    """``code.function.name`` is an attribute: at most ``MAX_NAMES`` distinct values a process,
+    then ``(other)``; a name seen before keeps its value."""
+    from opentelemetry.instrumentation.process.probes.loops.stalls import MAX_NAMES, OTHER, Watch
+
+    watch = Watch(lambda: ())
+    first = [watch._bounded(f"module.f{i}") for i in range(MAX_NAMES)]
+    assert first == [f"module.f{i}" for i in range(MAX_NAMES)]
+    assert watch._bounded("module.one_too_many") == OTHER
+    assert watch._bounded("module.f7") == "module.f7"
