@@ -68,14 +68,14 @@ def goals(entry: dict[str, Any], objects: dict[str, Any]) -> str:
         )
     gated = instructions.gated_entries(entry)
     caught = {k for k, v in gated.items() if instructions.caught(v)}
-    key = ["collection default", *(f"between {w}" for w in instructions.KINDS)]
+    missed = ", ".join(sorted(k.split()[-1] for k in set(gated) - caught))
     rows.append(
         [
             "`make test` fails on 1% more instructions in a collection or between collections",
-            "the default collection and each work between collections",
-            f"1% more fails {len(caught)} of {len(gated)} gated counts; not "
-            + (", ".join(sorted(k.split()[-1] for k in set(gated) - caught)) or "none"),
-            _met(caught >= set(key)),
+            "each collection counted and each work between collections",
+            f"1% more fails {len(caught)} of {len(gated)} gated counts"
+            + (f"; not {missed}" if missed else ""),
+            _met(caught == set(gated)),
         ]
     )
     return table(["Goal", "Required", "Measured", "Verdict"], rows)

@@ -248,7 +248,7 @@ def counts_only(path: Path) -> int:
     counted = count_instructions(smoke=False)
     if counted:
         instructions.record(counted, info)
-    values = data["placeholders"] | sweep_tables(data["results"])
+    values = data["placeholders"] | sweep_tables(data["results"]) | instructions.page()
     values |= report.count_tables(found, info)
     # The peer's and the bare baselines' rows stay as counted: this package's change
     # cannot touch them, and their counts move with the host.

@@ -250,6 +250,9 @@ def test_arguments_beat_the_environment_and_a_bad_variable_warns_once() -> None:
     }
     warnings = done.stderr.strip().splitlines()
     assert len(warnings) == 1 and ENV_VARS["per_cpu"] + "='maybe' is not valid" in warnings[0]
+    # The same in this process, where mutation testing sees it.
+    args = ("--options", "--json", "max_thread_series=4", "include=system.disk.*")
+    assert json.loads(in_process(*args, **env)) == options
     # The text form says the same, one line per option, the values in one column.
     lines = in_process("--options", "per_cpu=off").splitlines()
     assert [line.split()[0] for line in lines] == list(OPTION_NAMES)
