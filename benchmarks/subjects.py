@@ -35,11 +35,9 @@ from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetrics
 # The peer reads this when built without a config: measure its shipped default.
 os.environ.pop("OTEL_PYTHON_SYSTEM_METRICS_EXCLUDED_METRICS", None)
 
+# Of the providers whose collections are measured: the SDK's default starts its detectors'
+# thread pool with one thread or two, by timing (8,000 instructions a counted collection).
 RESOURCE = Resource({"service.name": "benchmark"})
-"""The resource of the providers whose collections are measured. Without one, the SDK runs
-its resource detectors in a thread pool that starts one thread or two as the threads happen
-to take turns: 115,000 to 160,000 instructions, 8,000 a collection over the 20 that
-``instructions.py`` counts, where a count must repeat to within 0.05 %."""
 
 REFRESH = ("process_metrics.refresh.duration", "process_metrics.refresh.cpu_time")
 PRESSURE = tuple(f"/proc/pressure/{r}" for r in ("cpu", "memory", "io"))

@@ -266,6 +266,10 @@ def test_the_gate_allows_the_recorded_runs_and_its_slack_and_catches_one_percent
         assert ok or said.endswith(f"If intended, count again: {instructions.REGENERATE}")
     gated = instructions.gated_entries(entry)
     assert {k for k, v in gated.items() if not instructions.caught(v)} == set()
+    said = f"{instructions.TOLERANCE:.1%} of the count, and at least {instructions.FLOOR:,} "
+    for page in ("benchmarks.md", "application-cost.md"):  # the pages state the slack
+        text = " ".join((BENCHMARKS.parent / "docs" / page).read_text().split())
+        assert said.replace("the count", "a count") in text or said in text, page
     assert min(v["median"] for v in gated.values()) == small["median"]  # the smallest
     default = entry["collections"]["default"]
     assert not instructions.caught(default, instructions.TOLERANCE)  # within the slack
