@@ -292,10 +292,12 @@ def test_the_watch_names_a_stalled_loop_listed_after_idle_and_working_ones() -> 
         watch.stop()
     if gil_enabled():
         assert stalled.seen is not None and stalled.seen.began == stalled.ran_at
-        # What this thread ran when looked at: this test, or starting the watch's thread.
+        # What this thread ran when looked at: this test, or starting the watch's thread
+        # (threading.Condition.wait; before 3.11, without a qualified name: threading.wait).
         assert stalled.seen.code in {
             f"{__name__}.{sys._getframe().f_code.co_name}",
             "threading.Condition.wait",
+            "threading.wait",
         }, stalled.seen.code
     else:  # without a GIL the watch reads no frame
         assert stalled.seen is None
