@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "instructions.json"
 # The gate: a count this share (at least FLOOR) outside the recorded runs fails.
-TOLERANCE, FLOOR = 0.002, 2_500  # runs agree within 0.1 %: see subjects.RESOURCE
+TOLERANCE, FLOOR = 0.005, 2_500  # asyncio moves 0.2 % with the load; collections 0.1 %
 REGENERATE = "python benchmarks/run.py --counts-only benchmarks/results/results.json"
 WHAT = "instruction counts within the gate of the runs recorded for this interpreter"
 COLLECTIONS = 20
