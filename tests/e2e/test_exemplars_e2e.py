@@ -41,6 +41,7 @@ import pytest
 
 from opentelemetry.instrumentation.process.probes.gc_pauses import TIMED_BY_INTERPRETER
 
+from ..support.waiting import eventually
 from .checks import dashboard_queries
 from .launch import APPS, App, uvicorn_args
 from .servers import (
@@ -262,10 +263,14 @@ def test_the_collection_is_found_from_the_gc_stall_exemplar(run: Run) -> None:
 
 def test_the_exemplars_link_to_traces_the_collector_received(run: Run) -> None:
     """The debug exporter logs each span it got: a trace backend behind it would have them."""
-    text = run.collector.child.output() if run.collector.child else ""
+
+    def output() -> str:  # the exporter prints a batch some time after it came
+        return run.collector.child.output() if run.collector.child else ""
+
     for request in [*run.slow, run.gc] if GC_SPANS else run.slow:
-        assert re.search(rf"Trace ID\s*: {request.trace_id}\b", text), request
-        assert re.search(rf"ID\s*: {request.span_id}\b", text), request
+        trace = rf"Trace ID\s*: {request.trace_id}\b"
+        assert eventually(lambda t=trace: re.search(t, output()) is not None, 30), request
+        assert re.search(rf"ID\s*: {request.span_id}\b", output()), request
 
 
 def test_victoriametrics_has_the_histograms_but_stores_no_exemplars(run: Run) -> None:
