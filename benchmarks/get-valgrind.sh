@@ -5,8 +5,7 @@
 # when it cannot: instructions.py then says so, and the smoke run fails under CI only.
 set -euo pipefail
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-CACHE="${SERVERS_CACHE_DIR:-$REPO_ROOT/.cache/servers}"
-DIR="$CACHE/valgrind"
+DIR="${SERVERS_CACHE_DIR:-$REPO_ROOT/.cache/servers}/valgrind"
 WRAPPER="$DIR/valgrind"
 if [[ -x "$WRAPPER" ]] && "$WRAPPER" --version 2>/dev/null | grep -q '^valgrind'; then
     echo "$WRAPPER"
@@ -46,10 +45,7 @@ apt-get -c "$APT/apt.conf" -qq update >"$log" 2>&1 ||
 (cd "$APT/debs" && rm -f ./*.deb && apt-get -c "$APT/apt.conf" -qq download valgrind) >>"$log" 2>&1 ||
     { echo "get-valgrind: apt-get download valgrind failed: see $log" >&2; exit 1; }
 for deb in "$APT/debs"/*.deb; do dpkg-deb -x "$deb" "$DIR/root"; done
-cat > "$WRAPPER" <<WRAP
-#!/bin/sh
-VALGRIND_LIB="$DIR/root/usr/libexec/valgrind" exec "$DIR/root/usr/bin/valgrind.bin" "\$@"
-WRAP
-chmod +x "$WRAPPER"
+printf '#!/bin/sh\nVALGRIND_LIB="%s" exec "%s" "$@"\n' "$DIR/root/usr/libexec/valgrind" \
+    "$DIR/root/usr/bin/valgrind.bin" > "$WRAPPER" && chmod +x "$WRAPPER"
 "$WRAPPER" --version 2>/dev/null | grep -q '^valgrind' || { echo "get-valgrind: $WRAPPER does not run" >&2; exit 1; }
 echo "$WRAPPER"
