@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -273,6 +274,34 @@ def test_the_gate_allows_the_recorded_runs_and_its_slack_and_catches_one_percent
     assert min(v["median"] for v in gated.values()) == small["median"]  # the smallest
     default = entry["collections"]["default"]
     assert not instructions.caught(default, instructions.TOLERANCE)  # within the slack
+
+
+def test_every_counted_child_starts_with_the_same_strings_whatever_the_shell(
+    instructions: ModuleType, monkeypatch: Any
+) -> None:
+    """The shell's variables, its PATH and the checkout's path reach no child's count: one
+    variable more moved a collection by 10,000 instructions (docs/application-cost.md)."""
+    monkeypatch.setenv("PATH", "/opt/elsewhere/bin:/usr/bin")
+    monkeypatch.setenv("SOMETHING_ELSE", "1")
+    monkeypatch.setenv("PYTHONPATH", "/checkout/src")
+    env = instructions.child_env()
+    assert env == {
+        "PATH": os.defpath,
+        "LC_ALL": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONPATH": f"{instructions.HERE}{os.pathsep}/checkout/src",
+    }
+    sizes = set()
+    for where in ("/a", "/tmp/tmp.0123456789/" + "x" * 300):
+        argv = [f"{where}/.venv/bin/python", f"{where}/benchmarks/instructions.py", "child"]
+        padded = instructions.padded({**env, "RUNTIME": where}, argv)
+        assert {k: v for k, v in padded.items() if k != "INSTRUCTIONS_PAD"} == {
+            **env,
+            "RUNTIME": where,
+        }
+        strings = [*argv, *(f"{k}={v}" for k, v in padded.items())]
+        sizes.add(sum(len(os.fsencode(s)) + 1 for s in strings))
+    assert sizes == {8192}
 
 
 def test_an_empty_gc_callback_alone_costs_allocation_more_than_the_goal_allows(
