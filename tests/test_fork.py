@@ -25,7 +25,7 @@ from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 from .conftest import LogLines, Sdk, collect, log_lines, points, value
 from .support import cgroups, forkapps
 from .support.exporters import Exporter
-from .support.forked import HoldUp, c_fork_beside_threads, in_child
+from .support.forked import HoldUp, c_fork_beside_threads, held_by_another_thread, in_child
 from .support.internals import fork_wait_seconds
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -148,21 +148,8 @@ def test_lock_held_at_fork_does_not_deadlock_the_child(sdk: Sdk) -> None:
     inst = sdk.instrument()
     live = inst._metrics._live
     assert live is not None
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with live.cache._lock.get():
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(5)
-    try:
+    with held_by_another_thread(live.cache._lock.get()):
         got = _in_child(lambda: {"names": sorted(sdk.collect())}, timeout=10)
-    finally:
-        release.set()
-        holder.join()
     assert "process.memory.usage" in got["names"]
 
 
@@ -246,12 +233,6 @@ def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_
     live = inst._metrics._live
     assert live is not None
     cache = live.cache
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:  # a refresh in flight in the parent: its lock is held at the fork
-        with cache._lock.get():
-            held.set()
-            release.wait(10)
 
     def child() -> dict[str, Any]:
         sys.setswitchinterval(1e-6)  # threads switch as often as they can
@@ -285,14 +266,9 @@ def test_threads_of_an_unhooked_child_racing_to_its_first_snapshot_share_one_re_
             "pid": os.getpid(),
         }
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(5)
-    try:
+    # A refresh in flight in the parent: its lock is held at the fork.
+    with held_by_another_thread(cache._lock.get()):
         got = _in_child(child, timeout=10, fork=forkapps.c_fork)
-    finally:
-        release.set()
-        holder.join()
     # The parent's lock, held by a thread the child does not have, is not the
     # child's: every thread got through, one re-bound, all share its refresh.
     assert got["n"] == 8, got
@@ -574,15 +550,6 @@ def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
     provider = MeterProvider(metric_readers=[periodic])
     metrics = ProcessMetrics(meter_provider=provider)
     held_lock = periodic._export_lock
-    taken, release = threading.Event(), threading.Event()
-
-    def hold() -> None:  # an export in flight in the parent, over a slow network
-        with held_lock:
-            taken.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
 
     def child() -> dict[str, Any]:
         logged.lines.clear()
@@ -596,12 +563,11 @@ def test_c_fork_with_the_export_lock_held_is_repaired_at_the_first_collection(
         }
 
     try:
-        assert taken.wait(5)
-        got = _in_child(child, fork=forkapps.c_fork)
-        assert held_lock.locked()  # the parent's export is still in flight
+        # An export in flight in the parent, over a slow network.
+        with held_by_another_thread(held_lock):
+            got = _in_child(child, fork=forkapps.c_fork)
+            assert held_lock.locked()  # the parent's export is still in flight
     finally:
-        release.set()
-        holder.join(10)
         metrics.close()
         provider.shutdown()
     # The held lock was replaced before the export: the flush exported once.

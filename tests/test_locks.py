@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 
 from opentelemetry.instrumentation.process.locks import ProcessLock
-from opentelemetry.instrumentation.process.platforms import FREE_THREADED
 
-from .support.forked import c_fork, in_child
+from .support.forked import c_fork, held_by_another_thread, in_child
 
 FORKS = [pytest.param(os.fork, id="fork")]
-if sys.platform == "linux" and not FREE_THREADED:  # a fork from C beside a running thread
+if sys.platform == "linux":  # a fork from C beside a parked thread
     FORKS.append(pytest.param(c_fork, id="cfork"))
 
 
@@ -26,12 +25,6 @@ if sys.platform == "linux" and not FREE_THREADED:  # a fork from C beside a runn
 def test_a_lock_held_by_a_thread_at_the_fork_is_not_the_childs(fork: Callable[[], int]) -> None:
     lock = ProcessLock()
     parents = lock.get()
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:  # a thread of the parent inside the lock at the fork
-        with lock.get():
-            held.set()
-            release.wait(10)
 
     def child() -> dict[str, Any]:
         mine: list[threading.Lock] = []
@@ -48,13 +41,7 @@ def test_a_lock_held_by_a_thread_at_the_fork_is_not_the_childs(fork: Callable[[]
             "kept": list(lock._locks) == [os.getpid()],
         }
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert held.wait(5)
-    try:
+    with held_by_another_thread(lock.get()):  # a thread of the parent inside the lock
         got = in_child(child, timeout=10, fork=fork)
-    finally:
-        release.set()
-        holder.join(10)
     assert got == {"acquired": True, "one": True, "not_the_parents": True, "kept": True}
     assert lock.get() is parents  # never replaced in its own process

@@ -34,7 +34,7 @@ from opentelemetry.instrumentation.process.probes.gc_pauses import TIMED_BY_INTE
 from opentelemetry.instrumentation.process.probes.gil_wait import gil_enabled
 
 from .conftest import Sdk, collect, points, value
-from .support.forked import FORKS, in_child
+from .support.forked import FORKS, held_by_another_thread, in_child
 from .support.gc import (
     FREE_THREADED,
     collections,
@@ -604,17 +604,6 @@ def test_a_runtime_lock_held_by_another_thread_at_fork_does_not_deadlock_the_chi
 def _forked_with_a_lock_held(
     target: Any, reader: InMemoryMetricReader, fork: str
 ) -> dict[str, Any]:
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with target:
-            held.set()
-            release.wait(20)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    assert held.wait(5)
-
     def child() -> dict[str, Any]:
         with gc_off():
             first = collect(reader)
@@ -622,12 +611,8 @@ def _forked_with_a_lock_held(
         asyncio.run(periodic_app(blocks, count=1, every=0.2, block=0.05)())
         return {"time": by_generation(first[TIME]), "loops": by_loop(collect(reader), DELAY_MAX)}
 
-    try:
-        with gc_off():  # from before the fork, as above
-            got = in_child(child, 25, fork=FORKS[fork])
-    finally:
-        release.set()
-        holder.join()
+    with held_by_another_thread(target, hold_max=20), gc_off():  # gc off: as above
+        got = in_child(child, 25, fork=FORKS[fork])
     assert "error" not in got, got
     return got
 

@@ -34,6 +34,7 @@ __all__ = [
     "fork_quietly",
     "held_by_another_thread",
     "in_child",
+    "until_asleep",
 ]
 
 
@@ -51,15 +52,14 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def c_fork_beside_threads(test: _F) -> _F:
-    """For a test that forks from C while another thread of the runner holds a lock."""
-    from opentelemetry.instrumentation.process.platforms import FREE_THREADED
+    """For a test that forks from C while another thread of the runner holds a lock.
 
+    The thread must be parked at the fork (:func:`held_by_another_thread` waits for
+    that): on a free-threaded build, a child forked from C while another thread ran
+    Python hangs at its first garbage collection.
+    """
     marks = (
         pytest.mark.skipif(sys.platform != "linux", reason="forks from C through glibc"),
-        pytest.mark.skipif(
-            FREE_THREADED,
-            reason="a fork from C beside running threads may hang on a free-threaded build",
-        ),
         # Forking while another thread holds a lock is the point (Python 3.12+ warns).
         pytest.mark.filterwarnings("ignore:This process .* is multi-threaded"),
     )
@@ -93,10 +93,48 @@ def held_by_another_thread(lock: Any, hold_max: float = 10.0) -> Iterator[Callab
     holder.start()
     try:
         assert taken.wait(10), "the helper thread could not take the lock"
+        until_asleep(holder)
         yield holder.is_alive
     finally:
         release.set()
         holder.join(10)
+
+
+def until_asleep(thread: threading.Thread, settle: float = 0.02, limit: float = 10.0) -> None:
+    """Return once ``thread`` has slept in the kernel for ``settle`` seconds on end.
+
+    A fork from C while another thread runs Python leaves that thread's state half
+    made in the child: on a free-threaded build the child can crash or hang at its
+    first garbage collection (CPython's hazard, docs/pythons.md). A test that forks
+    beside a helper thread waits here until the helper is parked in its wait:
+    asleep (state S) twice, ``settle`` apart, without a context switch between.
+    """
+    task = Path(f"/proc/self/task/{thread.native_id}")
+    if not task.is_dir():  # not Linux: no way to see it; give it time instead
+        time.sleep(settle * 5)
+        return
+    deadline = time.monotonic() + limit
+    before = _sleep_mark(task)
+    while time.monotonic() < deadline:
+        time.sleep(settle)
+        now = _sleep_mark(task)
+        if now is not None and now == before:
+            return
+        before = now
+    pytest.fail(f"thread {thread.name} did not go to sleep in {limit:.0f} s")
+
+
+def _sleep_mark(task: Path) -> int | None:
+    """The thread's count of context switches if it is asleep now, else None."""
+    try:
+        state = task.joinpath("stat").read_text().rpartition(")")[2].split()[0]
+        status = task.joinpath("status").read_text()
+    except OSError:
+        return None
+    if state != "S":
+        return None
+    switches = [line for line in status.splitlines() if "ctxt_switches" in line]
+    return sum(int(line.split()[1]) for line in switches)
 
 
 def in_child(
