@@ -174,7 +174,11 @@ def check_own(
     assert got["cpu_before"] - 1e-6 <= got["cpu"] <= got["cpu_after"] + 1e-6, f"{name}: cpu {got}"
     if parent_cpu is not None:
         assert got["cpu"] < parent_cpu, f"{name}: cpu {got} vs parent's {parent_cpu}"
-    assert got["threads"] == got["tasks"], f"{name}: threads {got}"
+    # Its own threads, between the kernel's counts around the collection: a shut-down
+    # SDK reader of an earlier test, not yet freed, still restarts its export thread in
+    # each child, which sees the shutdown and ends (1 or 2 threads, then 1).
+    low, high = sorted((got["tasks_before"], got["tasks"]))
+    assert low <= got["threads"] <= high, f"{name}: threads {got}"
     # It started after ``since`` (its start time is floored to a clock tick).
     assert 0 <= got["uptime"] <= got["now"] - since + 2 * TICK, f"{name}: uptime {got}"
 

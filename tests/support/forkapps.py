@@ -156,6 +156,7 @@ def measure(reader: InMemoryMetricReader, allocate_mib: int, busy: float) -> dic
     while time.thread_time() < end:
         sum(range(2_000))
     cpu_before = cpu_seconds()
+    tasks_before = len(os.listdir("/proc/self/task"))
     before = boottime()
     got = collect(reader)
     cpu_after = cpu_seconds()
@@ -173,6 +174,7 @@ def measure(reader: InMemoryMetricReader, allocate_mib: int, busy: float) -> dic
         "cpu_before": cpu_before,
         "cpu_after": cpu_after,
         "threads": one(got["process.thread.count"]),
+        "tasks_before": tasks_before,
         "tasks": tasks,
         "uptime": one(got["process.uptime"]),
         "before": before,
