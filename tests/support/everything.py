@@ -54,8 +54,13 @@ if log:
     handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
     logging.getLogger("opentelemetry.instrumentation.process").addHandler(handler)
 interval = int(os.environ.get("TEST_SITE_INTERVAL", "200"))
+# The reader's export thread starts in its constructor, and its first tick logs an
+# SDK warning if the provider has not registered it yet: the provider's resource
+# detection, slow on a loaded machine, is done first.
+from opentelemetry.sdk.resources import Resource
+resource = Resource.create({})
 reader = PeriodicExportingMetricReader(Nowhere(), export_interval_millis=interval)
-metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+metrics.set_meter_provider(MeterProvider(resource=resource, metric_readers=[reader]))
 options = os.environ.get("TEST_SITE_OPTIONS")
 if options is not None:
     from opentelemetry.instrumentation.process import ProcessInstrumentor
