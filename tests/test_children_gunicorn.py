@@ -54,7 +54,9 @@ def _gunicorn(
     return proc, port
 
 
-def _get(url: str, timeout: float = 20) -> str:
+def _get(url: str, timeout: float = 60) -> str:
+    # Generous: three workers importing the SDK on a loaded free-threaded build took
+    # more than 20 s to answer; a server that works answers at once.
     deadline = time.monotonic() + timeout
     while True:
         try:

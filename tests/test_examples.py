@@ -515,10 +515,10 @@ def test_multiprocessing_pool_workers_print_without_a_collector() -> None:
     workers = {int(pid) for pid in json.loads(burned.group(1))}
     lines = Lines(io.StringIO(done.stdout))
     by_pid = _reports(lines, len(workers), time.monotonic() + 5, each=1)
-    _each_worker_reports_itself(
-        {p: r for p, r in by_pid.items() if p in workers}, workers, "multiprocessing-example"
-    )
-    assert set(by_pid) == workers  # the parent reports nothing
+    # What each worker said, if one did not report (once, on a loaded 3.13t, none did).
+    said = [line for line in done.stdout.splitlines() if not line.lstrip().startswith("{")]
+    assert set(by_pid) == workers, (sorted(by_pid), said, done.stderr[-2000:])
+    _each_worker_reports_itself(by_pid, workers, "multiprocessing-example")
 
 
 def test_the_console_switch_is_written_once_and_copied_alike() -> None:
