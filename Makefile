@@ -163,8 +163,8 @@ mutants-score: $(STAMP)
 # collection (benchmarks/instructions.py, about 40 minutes), and the heap; results,
 # plots (the bench extra) and both docs pages. `bench-app` runs only the second part;
 # `benchmarks/run.py --no-app-cost` skips the heap and the application-cost page.
-# Valgrind counts the instructions: where it is missing, benchmarks/get-valgrind.sh
-# fetches Debian's (under CI=true, a counter that cannot be had fails the run).
+# Valgrind counts the instructions (Debian's valgrind package; under CI=true, a run
+# without a counter fails).
 $(VENV)/.installed-bench: $(STAMP) pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 	touch $@

@@ -291,7 +291,7 @@ def counter() -> Counter:
     alone = ("unshare", "--net", "--pid", "--fork", "--mount-proc")
     if shutil.which("unshare") and _runs([*alone, "true"]):
         around = alone + around
-    valgrind = shutil.which("valgrind") or _debians_valgrind()
+    valgrind = shutil.which("valgrind")
     if valgrind:
         name = subprocess.run([valgrind, "--version"], capture_output=True, text=True).stdout
         return Counter(name.strip(), (valgrind, "--tool=cachegrind", "--cache-sim=no"), around)
@@ -299,14 +299,6 @@ def counter() -> Counter:
     if shutil.which("perf") and _runs([*perf, "true"]):
         return Counter("perf instructions:u", perf, around)
     return Counter("", (), around)
-
-
-def _debians_valgrind() -> str:
-    """Debian's valgrind in a cache folder (get-valgrind.sh), where apt-get can fetch it."""
-    if not shutil.which("apt-get"):
-        return ""
-    done = subprocess.run(["bash", str(HERE / "get-valgrind.sh")], capture_output=True, text=True)
-    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def _runs(command: list[str]) -> bool:
@@ -321,10 +313,10 @@ def interpreter() -> str:
     return f"{platform.python_implementation()} {sys.version.replace(chr(10), ' ')}{free}"
 
 
-def child_env() -> dict[str, str]:
+def child_env(src: str = "") -> dict[str, str]:
     """The same variables for every child: one more moved a collection 10,000 instructions."""
     # PYTHONPATH=<checkout>/src ahead counts that checkout's package instead.
-    path = os.pathsep.join(filter(None, (str(HERE), os.environ.get("PYTHONPATH"))))
+    path = os.pathsep.join(filter(None, (str(HERE), src, os.environ.get("PYTHONPATH"))))
     env = {"PATH": os.defpath, "LC_ALL": "C.UTF-8"}  # another PATH moved one by 12,000
     return env | {"PYTHONHASHSEED": "0", "PYTHONPATH": path}
 
@@ -396,12 +388,12 @@ def jobs(p: Plan) -> dict[str, tuple[tuple[str, ...], str]]:
     return found
 
 
-def measure(p: Plan, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Count every child of plan ``p``, as many at a time as there are CPUs."""
+def measure(p: Plan, log: Callable[[str], None] = print, src: str = "") -> dict[str, Any]:
+    """Count every child of plan ``p`` (the package in ``src``, if given), one per CPU."""
     c = counter()
     if not c.tool:
-        raise RuntimeError("no instruction counter: valgrind (benchmarks/get-valgrind.sh) or perf")
-    env = child_env()
+        raise RuntimeError("no instruction counter: valgrind (apt-get install valgrind) or perf")
+    env = child_env(src)
     todo = {k: args for k, (args, _) in jobs(p).items()}
     plain = Counter("", (), c.around)
     # A first run of each mode and configuration writes the bytecode the counted ones read.
@@ -514,10 +506,31 @@ def caught(v: dict[str, Any], rise: float = 0.01) -> bool:
 
 
 def check(found: dict[str, Any], info: dict[str, Any]) -> tuple[bool, str]:
-    """This run's counts against the record for this interpreter and machine."""
+    """This run's counts against the record for this interpreter and machine. Outside it, they
+    are compared with the recorded commit's ``src/`` counted here: another machine of the same
+    CPU and interpreter (its kernel's files, its string routines) counted 0.8% more."""
     recorded = load().get(key(info))
     if recorded is None:
         return True, f"not compared: no counts recorded for {key(info)}"
+    differ, compared = _outside(found, recorded)
+    if not differ:
+        return True, f"{len(compared)} counts within the gate of the runs of {recorded['when']}"
+    commit = str(recorded["commit"]).strip("`")
+    here = beside(commit)
+    again = _outside(found, here)[0] if here is not None else []
+    if here is not None and not again:
+        return True, (
+            f"{len(compared)} counts within the gate of {commit}'s src/ counted beside them "
+            f"(outside the record's runs of {recorded['when']}: {'; '.join(differ)})"
+        )
+    where = f"; {commit}'s src/ counted here: {'; '.join(again)}" if again else ""
+    versions = {k: v for k, v in info["versions"].items() if recorded["versions"].get(k) != v}
+    also = f" (versions differ from the record's: {versions})" if versions else ""
+    return False, f"{'; '.join(differ)}{where}{also}. If intended, count again: {REGENERATE}"
+
+
+def _outside(found: dict[str, Any], recorded: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """The gated counts of ``found`` outside ``recorded``'s runs and slack, and all compared."""
     mine, theirs = gated_entries(found), gated_entries(recorded)
     differ = []
     for k, v in mine.items():
@@ -526,11 +539,24 @@ def check(found: dict[str, Any], info: dict[str, Any]) -> tuple[bool, str]:
         if was is None or not min(runs) - slack <= v["median"] <= max(runs) + slack:
             change = f"{v['median'] / was - 1:+.2%}" if was else "new"
             differ.append(f"{k}: recorded {was or 0:,.0f}, now {v['median']:,.0f} ({change})")
-    if not differ:
-        return True, f"{len(mine)} counts within the gate of the runs of {recorded['when']}"
-    versions = {k: v for k, v in info["versions"].items() if recorded["versions"].get(k) != v}
-    also = f" (versions differ from the record's: {versions})" if versions else ""
-    return False, f"{'; '.join(differ)}{also}. If intended, count again: {REGENERATE}"
+    return differ, list(mine)
+
+
+def beside(commit: str) -> dict[str, Any] | None:
+    """The smoke counts of ``commit``'s ``src/`` on this machine (git archive); None where
+    git has no such commit (a shallow clone, uncommitted changes) or it cannot be counted."""
+    root = HERE.parent
+    tree = subprocess.run(["git", "-C", str(root), "archive", commit, "src"], capture_output=True)
+    if tree.returncode != 0:
+        return None
+    print(f"instructions: outside the record; counting {commit}'s src/ beside them", flush=True)
+    with tempfile.TemporaryDirectory(prefix="instructions-src-") as tmp:
+        subprocess.run(["tar", "-x", "-C", tmp], input=tree.stdout, check=True)
+        try:
+            return measure(plan(True), src=os.path.join(tmp, "src"))
+        except RuntimeError as e:
+            print(f"instructions: {commit}'s src/ not counted: {e}", flush=True)
+            return None
 
 
 def rate(entry: dict[str, Any]) -> float:

@@ -135,7 +135,7 @@ def count_instructions(smoke: bool) -> dict[str, Any]:
     """Instructions between collections and per collection (instructions.py); {} without a
     counter, except under CI, where that fails the run."""
     if not instructions.counter().tool and os.environ.get("CI") != "true":
-        log("instructions: not counted, no valgrind (benchmarks/get-valgrind.sh) nor perf counter")
+        log("instructions: not counted, no valgrind (apt-get install valgrind) nor perf counter")
         return {}
     return instructions.measure(instructions.plan(smoke), log)
 

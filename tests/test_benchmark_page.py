@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -167,6 +168,7 @@ def test_one_percent_more_instructions_fails_and_says_how_to_count_again(
 ) -> None:
     key, entry = _recorded(instructions)
     monkeypatch.setattr(instructions, "key", lambda _info: key)
+    monkeypatch.setattr(instructions, "beside", lambda _commit: entry)  # counted as recorded
     info = {"versions": entry["versions"]}
     for where, name in (("collections", "default"), ("between", "cycles")):
         found = json.loads(json.dumps(entry))
@@ -177,6 +179,55 @@ def test_one_percent_more_instructions_fails_and_says_how_to_count_again(
         if not ok:
             assert f"{name}: recorded " in said and f"(+{factor - 1:.2%})" in said
             assert said.endswith(instructions.REGENERATE)
+
+
+def test_counts_outside_the_record_are_compared_with_the_recorded_commit_counted_here(
+    instructions: ModuleType, monkeypatch: Any
+) -> None:
+    """Another machine of the same CPU and interpreter counts the same code up to 0.8% more
+    (CI did): the gate then counts the record's src/ beside this run, and compares with that."""
+    key, entry = _recorded(instructions)
+    monkeypatch.setattr(instructions, "key", lambda _info: key)
+    info = {"versions": entry["versions"]}
+    found = json.loads(json.dumps(entry))
+    for v in instructions.gated_entries(found).values():
+        v["median"], v["runs"] = v["median"] * 1.008, [r * 1.008 for r in v["runs"]]
+    commit = entry["commit"].strip("`")
+    asked: list[str] = []
+    for here, ok in ((found, True), (entry, False), (None, False)):
+        monkeypatch.setattr(instructions, "beside", lambda c, h=here: asked.append(c) or h)
+        passed, said = instructions.check(found, info)
+        assert passed is ok, said
+        assert said.count("default: recorded ") == (1 if here is not entry else 2), said
+        assert (f"{commit}'s src/ counted" in said) is (here is not None), said
+    assert asked == [commit] * 3
+
+
+def test_the_recorded_commits_src_is_what_is_counted_beside(
+    instructions: ModuleType, monkeypatch: Any
+) -> None:
+    """``beside`` counts the package as the record's commit had it: its files, from git."""
+    commit = instructions.latest()["commit"].strip("`")
+    seen: list[str] = []
+
+    def measure(p: Any, src: str = "") -> dict[str, Any]:
+        seen.append(src)
+        assert p == instructions.plan(True)
+        package = Path(src, "opentelemetry", "instrumentation", "process", "__init__.py")
+        shown = subprocess.run(
+            ["git", "show", f"{commit}:src/opentelemetry/instrumentation/process/__init__.py"],
+            cwd=BENCHMARKS.parent,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert package.read_text() == shown.stdout
+        return {"collections": {}}
+
+    monkeypatch.setattr(instructions, "measure", measure)
+    assert instructions.beside(commit) == {"collections": {}}
+    assert len(seen) == 1 and not Path(seen[0]).exists()  # a folder of its own, removed
+    assert instructions.beside("0" * 40) is None and len(seen) == 1
 
 
 def test_instruction_counts_are_compared_on_the_same_interpreter_only(
@@ -253,6 +304,7 @@ def test_the_gate_allows_the_recorded_runs_and_its_slack_and_catches_one_percent
     ``FLOOR`` instructions), and 1% more fails every gated count above two million."""
     key, entry = _recorded(instructions)
     monkeypatch.setattr(instructions, "key", lambda _info: key)
+    monkeypatch.setattr(instructions, "beside", lambda _commit: entry)
     small = entry["collections"]["connections"]
     slack = max(instructions.TOLERANCE * small["median"], instructions.FLOOR)
     for value, ok in (
