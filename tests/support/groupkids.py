@@ -16,6 +16,7 @@ import select
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from .forkapps import c_fork
@@ -108,11 +109,17 @@ class Kid:
             os.write(self._control, b"stop")
         self._reap()
 
-    def kill(self) -> None:
-        """SIGKILL the child, and reap it."""
+    def kill(self, *, reap: bool = True) -> None:
+        """SIGKILL the child, and reap it (not ``reap``: a zombie, once the kernel has ended it)."""
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
-        self._reap()
+        if reap:
+            self._reap()
+            return
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{self.pid}/stat").read_bytes().rpartition(b") ")[2][:1] != b"Z":
+            assert time.monotonic() < deadline, f"kid {self.pid} is no zombie after 20 s"
+            time.sleep(0.001)
 
     def _reap(self) -> None:
         with contextlib.suppress(ChildProcessError):

@@ -9,11 +9,11 @@ No descriptor outlives a turn: a program that lists or moves its own
 descriptors sees none of ours between two refreshes (CPython's
 ``test_subprocess`` found the descriptor that a lock held for the life of the
 process needed). A process that dies is found gone by its record (its pid no
-longer runs, or runs with another start time), and another takes over at its
-next turn. A forked child never believes it leads: it is not the process
-named. Without a safe runtime directory, or a file system without ``flock``,
-every process reports, after one warning. Details: docs/design.md, "Worker
-slots and the election".
+longer runs, runs with another start time, or is a zombie its parent has not
+reaped yet), and another takes over at its next turn. A forked child never
+believes it leads: it is not the process named. Without a safe runtime
+directory, or a file system without ``flock``, every process reports, after
+one warning. Details: docs/design.md, "Worker slots and the election".
 
 A file nobody is named in may be removed (:func:`prune`, when the folder holds
 more than :data:`KEPT_FILES`); a process checks, once it holds the lock, that
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..locks import ProcessLock
-from .keys import Group, start_time
+from .keys import Group, ended, start_time
 from .rundir import (
     NOFOLLOW,
     check_private,
@@ -282,8 +282,8 @@ def _live(data: bytes) -> Holder | None:
     """The holder that ``data`` records, if that process still runs; else ``None``."""
     try:
         pid, started, user, cgroup, service = data.decode("utf-8", "replace").split("\n")[:5]
-        if not _our_record(int(pid), started) and start_time(int(pid)) != started:
-            return None  # gone, and its pid perhaps reused
+        if not _our_record(int(pid), started) and ended(int(pid), started):
+            return None  # gone, a zombie, or its pid reused
         return Holder(int(pid), service, int(user), cgroup)
     except Exception:  # noqa: BLE001 - no record, a partial one, or a process gone
         return None

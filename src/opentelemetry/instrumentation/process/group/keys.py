@@ -70,6 +70,23 @@ def start_time(pid: int) -> str:
     return f"{psutil.Process(pid).create_time():.2f}"
 
 
+def ended(pid: int, started: str) -> bool:
+    """Whether process ``pid``, which started at ``started`` (:func:`start_time`), has ended.
+
+    Gone, its pid now another process's, or a zombie: ended, its parent yet to
+    reap it (uWSGI's master does so up to a second later). A zombie never runs again.
+    """
+    try:
+        if ON_LINUX:
+            found = stat.of_process(pid)
+            return str(found.starttime) != started or found.state in ("Z", "X")
+        process = psutil.Process(pid)
+        alive = f"{process.create_time():.2f}" == started
+        return not alive or process.status() == psutil.STATUS_ZOMBIE
+    except (OSError, ValueError, psutil.Error):
+        return True
+
+
 def parent_key(ppid: int) -> str:
     """``<boot id>-<parent pid>-<parent start time>``: one parent process, over all time.
 
