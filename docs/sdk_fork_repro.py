@@ -4,7 +4,8 @@ Each case forks while another thread is inside one of the SDK's critical
 sections, then gives the child 2 s to do what it should: each prints False
 on opentelemetry-sdk 1.28.0 to 1.45.2. Case 3 holds the lock the export
 thread takes for a moment each time it wakes: a fork lands there by chance
-otherwise.
+otherwise. Case 4 is no hang: a reader shut down before the fork still starts
+an export thread in the child.
 """
 
 from __future__ import annotations
@@ -123,7 +124,21 @@ def export_thread_waking() -> None:
     provider.shutdown()
 
 
+def reader_shut_down() -> None:
+    periodic = PeriodicExportingMetricReader(Exporter(), export_interval_millis=60_000)
+    provider = MeterProvider(metric_readers=[periodic], shutdown_on_exit=False)
+    provider.shutdown()
+    stopped = periodic._daemon_thread  # type: ignore[attr-defined]
+
+    def no_new_thread() -> None:  # the child's hook replaces the (ended) export thread
+        while periodic._daemon_thread is not stopped:  # type: ignore[attr-defined]
+            threading.Event().wait(0.01)
+
+    print("4. fork after a shutdown: the child starts no export thread:", in_child(no_new_thread))
+
+
 if __name__ == "__main__":
     collection_in_flight()
     export_in_flight()
     export_thread_waking()
+    reader_shut_down()

@@ -214,6 +214,7 @@ SAID = (
     "1. fork during a collection: the child collects: {}",
     "2. fork during an export: the child flushes: {}",
     "3. fork while the export thread wakes: the child exports: {} and shuts down: {}",
+    "4. fork after a shutdown: the child starts no export thread: {}",
 )
 FIXED_IN = "1.45.2"
 """The release of the SDK whose source the proposed fix is a diff against."""
