@@ -11,6 +11,7 @@ from pathlib import Path
 from subprocess import PIPE
 from typing import Any
 
+import psutil
 import pytest
 
 from opentelemetry.instrumentation.process.faultlog import FaultLog
@@ -18,7 +19,6 @@ from opentelemetry.instrumentation.process.group import election
 from opentelemetry.instrumentation.process.group import rundir as rundir_module
 from opentelemetry.instrumentation.process.group.election import Election
 from opentelemetry.instrumentation.process.group.keys import ended, group_of, start_time
-from opentelemetry.instrumentation.process.linux.stat import of_process as stat_of
 from opentelemetry.instrumentation.process.options import ProcessMetricsOptions
 from opentelemetry.instrumentation.process.snapshot import SnapshotCache
 
@@ -26,6 +26,7 @@ from .conftest import log_lines
 from .support.forkapps import c_fork
 from .support.forked import c_fork_beside_threads, held_by_another_thread, in_child
 from .support.groupkids import Kid
+from .support.waiting import eventually
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
@@ -92,11 +93,10 @@ def test_a_process_has_ended_once_gone_a_zombie_or_its_pid_taken() -> None:
         kid.communicate(b"")  # it exits, and is reaped
     assert ended(kid.pid, started) is True  # gone
     zombie = subprocess.Popen(["true"])
-    deadline = time.monotonic() + 20
-    while stat_of(zombie.pid).state != "Z":  # ended, not reaped: Popen waits for nobody
-        assert time.monotonic() < deadline
-        time.sleep(0.001)
-    assert ended(zombie.pid, str(stat_of(zombie.pid).starttime)) is True
+    started = start_time(zombie.pid)
+    # Ended, not reaped: Popen waits for nobody.
+    assert eventually(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE)
+    assert ended(zombie.pid, started) is True
     zombie.wait()
 
 
@@ -282,7 +282,6 @@ def test_a_non_leader_reads_no_shared_source_and_a_new_leader_reports_no_wrong_u
     # It never read the host CPU before: times now, the utilisation from the next one.
     assert first["shared"] == sorted(SHARED)
     assert not first["utilization"]
-    import time
 
     time.sleep(0.15)  # past the shortest utilisation window
     assert b.ask("refresh")["utilization"]

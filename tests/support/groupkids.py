@@ -16,11 +16,13 @@ import select
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
+
+import psutil
 
 from .forkapps import c_fork
 from .forked import add_mutation_hits, mutation_hits
+from .waiting import eventually
 
 _UNREAD = object()
 
@@ -116,10 +118,10 @@ class Kid:
         if reap:
             self._reap()
             return
-        deadline = time.monotonic() + 20
-        while Path(f"/proc/{self.pid}/stat").read_bytes().rpartition(b") ")[2][:1] != b"Z":
-            assert time.monotonic() < deadline, f"kid {self.pid} is no zombie after 20 s"
-            time.sleep(0.001)
+        status = psutil.Process(self.pid).status
+        assert eventually(lambda: status() == psutil.STATUS_ZOMBIE, 20), (
+            f"kid {self.pid}: no zombie"
+        )
 
     def _reap(self) -> None:
         with contextlib.suppress(ChildProcessError):

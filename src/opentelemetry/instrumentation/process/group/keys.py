@@ -80,9 +80,7 @@ def ended(pid: int, started: str) -> bool:
         if ON_LINUX:
             found = stat.of_process(pid)
             return str(found.starttime) != started or found.state in ("Z", "X")
-        process = psutil.Process(pid)
-        alive = f"{process.create_time():.2f}" == started
-        return not alive or process.status() == psutil.STATUS_ZOMBIE
+        return start_time(pid) != started or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     except (OSError, ValueError, psutil.Error):
         return True
 
