@@ -545,8 +545,12 @@ def _outside(found: dict[str, Any], recorded: dict[str, Any]) -> tuple[list[str]
 def beside(commit: str) -> dict[str, Any] | None:
     """The smoke counts of ``commit``'s ``src/`` on this machine (git archive); None where
     git has no such commit (a shallow clone, uncommitted changes) or it cannot be counted."""
-    root = HERE.parent
-    tree = subprocess.run(["git", "-C", str(root), "archive", commit, "src"], capture_output=True)
+    # From the repository's top: this copy may be an untracked one inside it (mutmut's).
+    top = subprocess.run(
+        ["git", "-C", str(HERE), "rev-parse", "--show-toplevel"], capture_output=True, text=True
+    ).stdout.strip() or str(HERE.parent)
+    archive = ["git", "-C", top, "archive", "--prefix=src/", f"{commit}:src"]
+    tree = subprocess.run(archive, capture_output=True)
     if tree.returncode != 0:
         return None
     print(f"instructions: outside the record; counting {commit}'s src/ beside them", flush=True)
