@@ -31,12 +31,15 @@ import pytest
 from opentelemetry.instrumentation.process import __main__ as command
 from opentelemetry.instrumentation.process.catalog import supported
 from opentelemetry.instrumentation.process.environment import ENV_VARS
+from opentelemetry.instrumentation.process.group.election import Election
+from opentelemetry.instrumentation.process.group.keys import group_of
 from opentelemetry.instrumentation.process.metrics import METRICS, METRICS_BY_NAME
 from opentelemetry.instrumentation.process.options import OPTION_NAMES
 
 from .conftest import events_metrics, on_by_default
 from .support import cgroups
 from .support.examples import ROOT, Lines, clean_env
+from .support.groupkids import Kid
 
 MODULE = "opentelemetry.instrumentation.process"
 COMMAND = [sys.executable, "-m", MODULE]
@@ -73,8 +76,12 @@ def in_process(*args: str, **env: str) -> str:
 
 def _shared_but_under_mutmut(fixture_name: str, config: pytest.Config) -> str:
     """Module-wide, except under mutmut, which runs for a mutant only the tests that ran its
-    function in its statistics pass: a shared snapshot is made in the first test alone."""
-    return "function" if "MUTANT_UNDER_TEST" in os.environ else "module"
+    function in its statistics pass: a shared snapshot is made in the first test alone.
+
+    mutmut runs pytest in its own process; its statistics pass runs with
+    ``MUTANT_UNDER_TEST`` taken out of the environment (tests/conftest.py).
+    """
+    return "function" if "MUTANT_UNDER_TEST" in os.environ or "mutmut" in sys.modules else "module"
 
 
 @pytest.fixture(scope=_shared_but_under_mutmut)
@@ -367,6 +374,19 @@ def test_a_write_error_is_one_line_and_status_74_as_a_full_disk_gives(args: list
     assert f"`write error: ...`, and exits with status {command.WRITE_ERROR}." in page
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="Linux only")
+def test_a_failed_write_says_what_the_os_said() -> None:
+    """The same fault in this process, as mutation testing sees the command's code run."""
+    # Unbuffered: the write fails at once, and closing has nothing left to flush.
+    with open("/dev/full", "wb", buffering=0) as raw:
+        full = io.TextIOWrapper(raw, write_through=True)
+        with contextlib.redirect_stdout(full), pytest.raises(command.WriteError) as caught:
+            command.main(["--options"], environ=clean_env())
+        full.detach()
+    assert str(caught.value) == "No space left on device"
+    assert isinstance(caught.value.__cause__, OSError)
+
+
 def _snapshots(stdout: str) -> list[str]:
     """The readable snapshots of ``--every``, each from its head line on."""
     parts = re.split(r"(?m)^(?=Process metrics of this command )", stdout)
@@ -568,6 +588,24 @@ def test_what_was_found_reads_plainly_where_little_was_found() -> None:
     assert command._pressure_text({"files": ["cpu"], "scope": None}) == "yes"
     assert command._pressure_text({"files": ["cpu"], "scope": "cgroup"}) == "yes (the cgroup's)"
     assert command._pressure_text({"files": ["cpu"], "scope": "host"}) == "yes (the host's)"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/comm"), reason="Linux only")
+def test_a_reporter_is_named_as_its_own_process(rundir: Path, kids: list[Kid]) -> None:
+    """The command names each group's reporter by that process's name, not its own."""
+    held: list[Election] = []
+
+    def lead() -> bool:
+        Path("/proc/self/comm").write_text("reporter-kid")  # the name psutil reads
+        held.append(Election(group_of("service.name=named-reporter")))
+        return held[0].leader()
+
+    kid = Kid(lead)
+    kids.append(kid)
+    assert kid.result is True
+    [found] = [r for r in command.shared("group")["reporters"] if r["pid"] == kid.pid]
+    assert found["name"] == "reporter-kid" != psutil.Process().name()
+    assert found["group"] == "service.name=named-reporter"
 
 
 def test_what_was_found_reads_plainly_where_there_are_no_limits_or_reporters() -> None:
