@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import sys
 import threading
 import time
@@ -20,12 +21,13 @@ from typing import Any
 
 import psutil
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics import Meter, MeterProvider
 from opentelemetry.sdk.metrics.export import Histogram, InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 
 from opentelemetry import trace
 from opentelemetry.instrumentation.process import ProcessMetrics, ProcessMetricsOptions
+from opentelemetry.instrumentation.process.instruments import STALL_BOUNDS
 from opentelemetry.instrumentation.process.metrics import METRICS_BY_NAME
 from opentelemetry.instrumentation.process.probes.gc_pauses import TIMED_BY_INTERPRETER
 from opentelemetry.instrumentation.process.probes.gil_wait import gil_enabled
@@ -199,6 +201,10 @@ def check_histogram(found: Any) -> None:
     assert isinstance(found.data, Histogram)
     row = METRICS_BY_NAME[found.name]
     check_shape(row, found)
+    # The API advises buckets from 1.29 on; before, the SDK's defaults stand.
+    advised = inspect.signature(Meter.create_histogram).parameters
+    if "explicit_bucket_boundaries_advisory" in advised:
+        assert {tuple(p.explicit_bounds) for p in found.data.data_points} == {STALL_BOUNDS}
 
 
 def test_the_stall_thread_survives_a_stopped_loop_stepped_by_hand() -> None:
